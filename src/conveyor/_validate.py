@@ -1,0 +1,130 @@
+"""Argument checks shared by every layer: TypeError for wrong types, ValueError for wrong values."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+QUEUE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+TASK_NAME_RE = re.compile(r"[A-Za-z0-9._:<>-]{1,200}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_seconds(what: str, value: object, *, allow_none: bool = False) -> float | None:
+    """A finite, non-negative number of seconds."""
+    if value is None and allow_none:
+        return None
+    if not _is_number(value):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be finite and >= 0, got {value!r}")
+    return seconds
+
+
+def check_positive(what: str, value: object, *, allow_none: bool = False) -> float | None:
+    """A finite number > 0."""
+    if value is None and allow_none:
+        return None
+    if not _is_number(value):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
+    number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{what} must be finite and > 0, got {value!r}")
+    return number
+
+
+def check_int(what: str, value: object, *, minimum: int = 0, allow_none: bool = False) -> int | None:
+    """An int (not bool) >= minimum."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def check_priority(value: object) -> int:
+    checked = check_int("priority", value, minimum=-1_000_000)
+    assert checked is not None
+    if checked > 1_000_000:
+        raise ValueError(f"priority must be between -1000000 and 1000000, got {value!r}")
+    return checked
+
+
+def check_task_id(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"task id must be a str, not {type(value).__name__}")
+    if not TASK_ID_RE.fullmatch(value):
+        raise ValueError(f"task id must match [A-Za-z0-9._:-]{{1,128}}, got {value!r}")
+    return value
+
+
+def check_queue(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"queue name must be a str, not {type(value).__name__}")
+    if not QUEUE_RE.fullmatch(value):
+        raise ValueError(f"queue name must match [A-Za-z0-9._-]{{1,64}}, got {value!r}")
+    return value
+
+
+def check_task_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"task name must be a str, not {type(value).__name__}")
+    if not TASK_NAME_RE.fullmatch(value):
+        raise ValueError(f"task name must match [A-Za-z0-9._:<>-]{{1,200}}, got {value!r}")
+    return value
+
+
+def check_retry_on(value: object) -> tuple[type[BaseException], ...]:
+    if not isinstance(value, tuple):
+        raise TypeError(f"retry_on must be a tuple of exception classes, not {type(value).__name__}")
+    if not value:
+        raise ValueError("retry_on must not be empty")
+    for item in value:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"retry_on must hold exception classes, got {item!r}")
+    return value
+
+
+def check_when(what: str, value: object, now: float) -> float | None:
+    """An absolute time: an aware datetime or epoch seconds (finite). Returns epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"{what} must be a timezone-aware datetime")
+        return value.timestamp()
+    if not _is_number(value):
+        raise TypeError(f"{what} must be an aware datetime or epoch seconds, not {type(value).__name__}")
+    when = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(when):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return when
+
+
+def check_expires(value: object, now: float) -> float | None:
+    """``expires``: seconds after ``now``, or an aware datetime. Returns an absolute deadline."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return check_when("expires", value, now)
+    seconds = check_seconds("expires", value)
+    assert seconds is not None
+    return now + seconds
+
+
+def check_mapping(what: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be a dict, not {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(f"{what} keys must be str, got {key!r}")
+    return value

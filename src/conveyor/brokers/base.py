@@ -1,0 +1,202 @@
+"""The storage contract every backend implements, and the ordering rule they share.
+
+A broker is a dumb, atomic state store: it never looks at handlers, backoff policies or clocks. The
+app and the worker decide *what* should happen (retry at t, archive with reason r) and the broker
+applies each decision atomically, fenced by the lease token. Every time-sensitive call receives
+``now`` (epoch seconds) from the caller's clock, so one ``FakeClock`` drives every backend in tests.
+
+The conformance suite in ``tests/conformance/`` is the real specification: a backend is done when it
+passes the whole suite unchanged. The rules, shared by all backends:
+
+* **States.** ``enqueue`` stores a task ``pending`` (or ``scheduled`` when ``run_at > now``). A task is
+  *due* when ``next_run_at <= now``; due ``scheduled``/``retry`` tasks become ``pending`` (in ``claim``,
+  ``promote`` and ``reap``: whichever runs first). Completed and archived tasks get ``finished_at`` and
+  ``keep_until``; from ``keep_until`` on they are invisible to every read (``get``, ``list_tasks``,
+  counts) even before ``clean`` deletes them.
+* **Ready order.** Among pending tasks of a queue, ``claim`` takes the lowest
+  :func:`ready_key` first, ties broken by enqueue sequence. ``ready_at`` is when the task last became
+  pending. Without aging this is "highest priority first, then enqueue order"; with ``aging`` a task
+  gains one priority step per ``aging`` seconds waited, at O(log n) per operation.
+* **Claims.** ``claim`` looks at ``queues`` in the order given (the first queue is drained first) and
+  skips paused queues and queues at their ``concurrency`` limit. Each claimed task becomes ``active``
+  with a fresh random ``lease_token``, ``lease_expires_at = now + lease_for``, ``started_at = now`` and
+  ``attempts + 1``. A pending task whose ``expires_at <= now`` is archived ``expired`` instead of
+  being returned.
+* **Leases and fencing.** A task whose ``lease_expires_at <= now`` is reclaimed by the next ``claim``
+  or ``reap``: ``stalls + 1``; with ``stalls >= policy.max_stalls`` it is archived ``poison``, else it
+  is pending again (the expired attempt stays counted). ``settle`` and ``extend`` with a token that is
+  not the task's current token change nothing (``settle`` reports False, ``extend`` returns None).
+  An active task whose lease expired but was not reclaimed yet can still be settled or extended by
+  its holder (its token is still current).
+* **Uniqueness.** ``enqueue`` of an id that exists (and is visible) is a duplicate. So is a task whose
+  ``unique_key`` is held by another unfinished task whose ``unique_until > now``. Duplicates are not
+  written; ``enqueue`` returns the existing id in their slot.
+* **Queue limits.** ``max_size`` bounds unfinished tasks per queue: an ``enqueue`` batch that would
+  exceed it raises ``QueueFull`` and writes nothing of that batch.
+* **Events.** Every transition is reported to subscribers as an :class:`Event` (``old_state`` None on
+  enqueue, ``new_state`` ``"deleted"`` on delete/purge). Deletion by retention is not reported. A
+  raising subscriber is logged and never breaks the broker. Backends that several processes share
+  deliver events made by other processes too (with a documented latency).
+* **Errors.** Store faults raise ``BrokerUnavailable`` (or another ``BrokerError``), never a client
+  library's exception; a failed call leaves no half-written task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from conveyor.model import (
+    Event,
+    LeaseStatus,
+    NewTask,
+    Outcome,
+    QueueInfo,
+    QueueSettings,
+    TaskRecord,
+    TaskState,
+    WorkerInfo,
+)
+
+__all__ = ["MAX_ERRORS_KEPT", "Broker", "EventCallback", "ready_key"]
+
+EventCallback = Callable[[Event], None]
+
+#: A task keeps its most recent failures only (``TaskRecord.errors``).
+MAX_ERRORS_KEPT = 20
+
+
+def ready_key(priority: int, ready_at: float, aging: float | None) -> float:
+    """Sort key of a pending task: lower runs first (ties: enqueue sequence).
+
+    With aging, a task's effective priority at time t is ``priority + (t - ready_at) / aging``; the
+    order of two tasks by that value is the same at every t, so the key ``ready_at - priority*aging``
+    never needs rescoring. Without aging the key is ``-priority``.
+    """
+    if aging:
+        return ready_at - priority * aging
+    return float(-priority)
+
+
+@runtime_checkable
+class Broker(Protocol):
+    """The storage contract. All methods are thread-safe; all times are epoch seconds."""
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        """Store new tasks atomically (per call; a backend may document a chunk size).
+
+        Returns, per task, None when stored or the id of the existing task when it was a duplicate
+        (not stored). Raises ``QueueFull`` (nothing of the batch written) if a queue's ``max_size``
+        would be exceeded.
+        """
+        ...
+
+    # -- consuming -----------------------------------------------------------------------------
+
+    def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        """Lease up to ``limit`` ready tasks (see the module rules); returns them as now stored."""
+        ...
+
+    def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        """Apply each outcome if its token still holds the task's lease; True where applied."""
+        ...
+
+    def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
+        """Heartbeat: push the lease to ``now + lease_for``. None if the lease is lost."""
+        ...
+
+    # -- maintenance (safe to run from any number of processes) ----------------------------------
+
+    def promote(self, now: float, limit: int = 1000) -> int:
+        """Move up to ``limit`` due scheduled/retry tasks to pending; returns how many moved."""
+        ...
+
+    def reap(self, now: float, limit: int = 1000) -> int:
+        """Reclaim up to ``limit`` expired leases (pending again, or archived poison); returns count."""
+        ...
+
+    def clean(self, now: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` tasks past ``keep_until`` or beyond ``max_archived``; returns count."""
+        ...
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, task_id: str, now: float) -> TaskRecord | None:
+        """The task, or None if it does not exist or is past its ``keep_until``."""
+        ...
+
+    def list_tasks(
+        self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100
+    ) -> list[TaskRecord]:
+        """A page of a queue's tasks in one state.
+
+        Order: pending in claim order; scheduled and retry by ``next_run_at``; active by
+        ``started_at``; completed and archived newest ``finished_at`` first. Ties by enqueue order.
+        """
+        ...
+
+    def queues(self, now: float) -> list[QueueInfo]:
+        """Every known queue (one that has held tasks or has settings), sorted by name."""
+        ...
+
+    # -- queue settings ------------------------------------------------------------------------
+
+    def configure_queue(self, settings: QueueSettings) -> None:
+        """Store a queue's ``max_size``, ``concurrency`` and ``aging`` (``paused`` is ignored here)."""
+        ...
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause (claims skip the queue; enqueue and promotion go on) or resume a queue."""
+        ...
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def run_now(self, task_id: str, now: float) -> None:
+        """scheduled / retry / archived → pending (an archived task also gets its retries back).
+
+        Raises ``TaskNotFound`` or ``InvalidTransition`` (pending, active, completed).
+        """
+        ...
+
+    def archive(self, task_id: str, now: float) -> None:
+        """scheduled / pending / retry → archived ``manual``. Raises TaskNotFound / InvalidTransition."""
+        ...
+
+    def cancel(self, task_id: str, now: float) -> TaskState:
+        """scheduled / pending / retry → archived ``cancelled``; active → ``cancel_requested`` set.
+
+        Returns the task's state after the call. Raises TaskNotFound / InvalidTransition (finished).
+        """
+        ...
+
+    def delete(self, task_id: str, now: float) -> None:
+        """Remove a task in any state but active. Raises TaskNotFound / InvalidTransition (active)."""
+        ...
+
+    def purge(self, queue: str, state: TaskState, now: float, limit: int | None = None) -> int:
+        """Delete up to ``limit`` (None: all) tasks of one queue in one state (not active)."""
+        ...
+
+    # -- workers and events ----------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo, now: float, ttl: float) -> None:
+        """Record a worker heartbeat, visible in ``workers()`` until ``now + ttl``."""
+        ...
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Forget a worker (clean shutdown)."""
+        ...
+
+    def workers(self, now: float) -> list[WorkerInfo]:
+        """Live workers (heartbeat not yet past its ttl), sorted by id."""
+        ...
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` for every transition; returns a function that unsubscribes."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and background threads. Idempotent."""
+        ...

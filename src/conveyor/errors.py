@@ -1,0 +1,154 @@
+"""Conveyor's exceptions.
+
+Everything Conveyor raises on its own account derives from one root::
+
+    ConveyorError
+    ├── ConfigurationError        bad URL, bad setting, unsupported backend   (also ValueError)
+    ├── TaskNotFound              no task with that id (or past its retention) (also KeyError)
+    ├── DuplicateTask             task id taken, or a unique task is still unfinished; ``.existing_id``
+    ├── QueueFull                 the queue's ``max_size`` would be exceeded; nothing was written
+    ├── LeaseLost                 the lease expired or was taken over; the call changed nothing
+    ├── InvalidTransition         an admin action that does not apply to the task's state
+    ├── UnknownTask               no handler is registered under that name
+    ├── SerializationError        arguments or result cannot be encoded (or decoded) as JSON
+    ├── TaskFailed                ``TaskHandle.result()`` on a task that ended archived
+    ├── TaskTimeout               a handler ran past its timeout (retryable)
+    ├── ResultTimeout             ``TaskHandle.result(timeout=...)`` gave up waiting (also TimeoutError)
+    └── BrokerError               the store misbehaved
+        ├── BrokerUnavailable     the store cannot be reached (or stays busy) within the time allowed
+        └── SchemaError           the store's data was written by an incompatible (newer) version
+
+Wrong argument *types* raise the builtin ``TypeError`` and wrong values ``ValueError`` (our
+``ConfigurationError`` is one), at the call that received them.
+
+Control flow for handlers is kept apart from the tree: raise ``Retry(delay=...)`` to ask for a retry,
+``PermanentError`` to archive the task at once without retrying.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "ConveyorError",
+    "DuplicateTask",
+    "InvalidTransition",
+    "LeaseLost",
+    "PermanentError",
+    "QueueFull",
+    "ResultTimeout",
+    "Retry",
+    "SchemaError",
+    "SerializationError",
+    "TaskFailed",
+    "TaskNotFound",
+    "TaskTimeout",
+    "UnknownTask",
+]
+
+
+class ConveyorError(Exception):
+    """Root of every error Conveyor raises on its own account."""
+
+
+class ConfigurationError(ConveyorError, ValueError):
+    """A URL, setting or option is invalid or names something unsupported."""
+
+
+class TaskNotFound(ConveyorError, KeyError):
+    """No task has this id (it never existed, was deleted, or is past its retention)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id)
+        self.task_id = task_id
+
+    def __str__(self) -> str:
+        return f"task not found: {self.task_id!r}"
+
+
+class DuplicateTask(ConveyorError):
+    """The task id is taken, or an equal unique task is still unfinished. Nothing was written."""
+
+    def __init__(self, existing_id: str) -> None:
+        super().__init__(f"duplicate task; existing task id: {existing_id!r}")
+        self.existing_id = existing_id
+
+
+class QueueFull(ConveyorError):
+    """The queue holds ``max_size`` unfinished tasks already. Nothing was written."""
+
+    def __init__(self, queue: str, max_size: int) -> None:
+        super().__init__(f"queue {queue!r} is full (max_size={max_size})")
+        self.queue = queue
+        self.max_size = max_size
+
+
+class LeaseLost(ConveyorError):
+    """The caller's lease on the task expired or was superseded; the call changed nothing."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"lease lost on task {task_id!r}")
+        self.task_id = task_id
+
+
+class InvalidTransition(ConveyorError):
+    """The requested action does not apply to the task in its current state."""
+
+
+class UnknownTask(ConveyorError):
+    """No handler is registered under this task name."""
+
+
+class SerializationError(ConveyorError, ValueError):
+    """A value cannot be encoded as (or decoded from) the wire format."""
+
+
+class TaskFailed(ConveyorError):
+    """The task ended archived; ``reason`` and ``error`` say why."""
+
+    def __init__(self, task_id: str, reason: str | None, error: str | None) -> None:
+        super().__init__(f"task {task_id!r} archived ({reason}): {error}")
+        self.task_id = task_id
+        self.reason = reason
+        self.error = error
+
+
+class TaskTimeout(ConveyorError):
+    """The handler ran past its timeout. Retryable like any other error."""
+
+
+class ResultTimeout(ConveyorError, TimeoutError):
+    """Waiting for a task's result took longer than the timeout given."""
+
+
+class BrokerError(ConveyorError):
+    """The store behind the broker misbehaved."""
+
+
+class BrokerUnavailable(BrokerError):
+    """The store cannot be reached, or stayed busy, within the time allowed."""
+
+
+class SchemaError(BrokerError):
+    """The store holds data of an incompatible (e.g. newer) schema version; it was left untouched."""
+
+
+class Retry(Exception):  # noqa: N818 - control flow, named after what the handler asks for
+    """Raised by a handler to ask for a retry, after ``delay`` seconds (None: the task's backoff).
+
+    A ``Retry`` consumes one retry like any failure; with no retries left the task is archived
+    with reason ``failed``.
+    """
+
+    def __init__(self, delay: float | None = None, message: str = "") -> None:
+        super().__init__(message or "retry requested")
+        if delay is not None:
+            from conveyor._validate import check_seconds
+
+            check_seconds("delay", delay)
+        self.delay = delay
+
+
+class PermanentError(Exception):
+    """Raised by a handler (directly or subclassed) to archive the task at once, without retry."""

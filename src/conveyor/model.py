@@ -1,0 +1,253 @@
+"""Value types shared by every layer: task states, the records brokers store, queue settings, events.
+
+Brokers speak only in these plain frozen dataclasses (strings, numbers, tuples): no client types leak
+through the :class:`~conveyor.brokers.base.Broker` protocol. Payloads and results travel as JSON text;
+the app layer decodes them into :class:`TaskInfo` for users.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "UNFINISHED",
+    "ArchiveReason",
+    "BrokerPolicy",
+    "ErrorEntry",
+    "Event",
+    "LeaseStatus",
+    "NewTask",
+    "Outcome",
+    "QueueInfo",
+    "QueueSettings",
+    "TaskInfo",
+    "TaskRecord",
+    "TaskState",
+    "WorkerInfo",
+]
+
+
+class TaskState(str, enum.Enum):
+    """Where a task is in its life: scheduled → pending → active → completed, or retry / archived."""
+
+    SCHEDULED = "scheduled"
+    PENDING = "pending"
+    ACTIVE = "active"
+    RETRY = "retry"
+    COMPLETED = "completed"
+    ARCHIVED = "archived"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+UNFINISHED = frozenset({TaskState.SCHEDULED, TaskState.PENDING, TaskState.ACTIVE, TaskState.RETRY})
+
+
+class ArchiveReason(str, enum.Enum):
+    """Why a task ended in the dead-letter state ``archived``."""
+
+    FAILED = "failed"  # retries exhausted
+    PERMANENT = "permanent"  # non-retryable error (PermanentError, or outside retry_on)
+    EXPIRED = "expired"  # not started before its ``expires`` deadline
+    CANCELLED = "cancelled"  # cancelled by an operator
+    MANUAL = "manual"  # archived by an operator
+    UNREGISTERED = "unregistered"  # no worker knew its name within the unregistered window
+    POISON = "poison"  # undecodable payload, or its lease expired max_stalls times
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEntry:
+    """One failure in a task's history."""
+
+    attempt: int
+    at: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A task as the app hands it to ``Broker.enqueue``.
+
+    ``run_at`` None (or <= now) makes the task pending at once, later makes it scheduled.
+    ``options`` is JSON text of the options given explicitly at enqueue (they travel with the task).
+    ``unique_key``/``unique_until``: while a task holding that key is unfinished and ``now <
+    unique_until``, another enqueue with the same key is a duplicate.
+    """
+
+    id: str
+    name: str
+    queue: str
+    payload: str
+    priority: int = 0
+    run_at: float | None = None
+    expires_at: float | None = None
+    unique_key: str | None = None
+    unique_until: float | None = None
+    options: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task as a broker stores it (payload and result still JSON text)."""
+
+    id: str
+    name: str
+    queue: str
+    state: TaskState
+    payload: str
+    options: str
+    priority: int
+    enqueued_at: float
+    first_due_at: float  # when the task was first due: max(enqueued_at, run_at)
+    next_run_at: float | None  # set while scheduled / retry
+    attempts: int = 0  # executions started (claims); release() gives one back
+    retries: int = 0  # retries used
+    stalls: int = 0  # leases that expired
+    expires_at: float | None = None
+    unique_key: str | None = None
+    started_at: float | None = None  # start of the latest execution
+    finished_at: float | None = None  # when it became completed/archived
+    keep_until: float | None = None  # completed/archived: invisible and deletable from then on
+    last_error: str | None = None
+    archive_reason: ArchiveReason | None = None
+    result: str | None = None  # JSON text
+    errors: tuple[ErrorEntry, ...] = ()
+    lease_token: str | None = None  # set while active
+    lease_expires_at: float | None = None
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an execution ended, as handed to ``Broker.settle`` (fenced by ``token``).
+
+    kind ``complete``: ``result`` (JSON text) kept ``keep_for`` seconds.
+    kind ``retry``: back to state retry at ``run_at`` (retries + 1), ``error`` recorded.
+    kind ``archive``: dead-lettered with ``reason``; ``error`` recorded.
+    kind ``release``: back to pending (or scheduled if ``run_at`` is later than now); the attempt is
+    given back (attempts - 1). ``error`` optional, recorded as ``last_error`` only.
+    """
+
+    task_id: str
+    token: str
+    kind: str  # "complete" | "retry" | "archive" | "release"
+    result: str | None = None
+    error: str | None = None
+    run_at: float | None = None
+    reason: ArchiveReason | None = None
+    keep_for: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatus:
+    """What a heartbeat (``Broker.extend``) learns: the new deadline, and whether cancel was asked."""
+
+    expires_at: float
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Per-queue settings, stored in the broker so that every process sees them.
+
+    ``max_size``: most unfinished tasks the queue may hold (None: unbounded).
+    ``concurrency``: most active tasks across all workers (None: unbounded).
+    ``aging``: seconds of waiting that raise a ready task's priority by one step (None: no aging).
+    """
+
+    name: str
+    max_size: int | None = None
+    concurrency: int | None = None
+    aging: float | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue's settings and its task counts per state (keys: every TaskState value and "total")."""
+
+    settings: QueueSettings
+    counts: dict[str, int]
+    oldest_pending_at: float | None = None  # when the longest-waiting pending task became ready
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A state transition. ``old_state`` None on enqueue; ``new_state`` "deleted" on deletion."""
+
+    task_id: str
+    old_state: str | None
+    new_state: str
+    queue: str = ""
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker, as its heartbeat reports it."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: float
+    last_seen: float = 0.0
+    running: tuple[str, ...] = ()  # ids of tasks it is running
+    processed: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPolicy:
+    """Rules a broker applies on its own (when reclaiming leases and cleaning up).
+
+    ``max_stalls``: a task whose lease expires this many times is archived ``poison``.
+    ``archive_retention``: seconds an archived task stays readable (default 7 days).
+    ``max_archived``: most archived tasks kept per queue; the janitor deletes the oldest beyond.
+    """
+
+    max_stalls: int = 3
+    archive_retention: float = 7 * 24 * 3600.0
+    max_archived: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A task as users see it: decoded arguments and result, resolved retry budget."""
+
+    id: str
+    name: str
+    queue: str
+    state: TaskState
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempts: int
+    max_retries: int
+    retries_left: int
+    next_run_at: float | None
+    last_error: str | None
+    archive_reason: ArchiveReason | None
+    result: Any
+    priority: int
+    enqueued_at: float
+    started_at: float | None
+    completed_at: float | None
+    expires_at: float | None = None
+    keep_until: float | None = None
+    stalls: int = 0
+    errors: tuple[ErrorEntry, ...] = ()
+    lease_expires_at: float | None = None
+    cancel_requested: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    payload_error: str | None = None  # set when the stored payload could not be decoded

@@ -1,0 +1,52 @@
+"""Fixtures shared by the whole suite: one FakeClock, and a broker URL per backend.
+
+``broker_url`` is parametrized over every backend; a test that takes it (or ``app``) runs once per
+backend. The Redis backend gets a private server (started once per session on a free loopback port,
+stopped by PID) and a fresh namespace per test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, FakeClock
+
+pytest_plugins = ["conveyor.testing.pytest_plugin"]
+
+BACKENDS = ["memory", "sqlite", "redis"]
+
+
+def _available(backend: str) -> bool:
+    module = {"memory": "conveyor.brokers.memory", "sqlite": "conveyor.brokers.sqlite", "redis": "conveyor.brokers.redis"}
+    return importlib.util.find_spec(module[backend]) is not None
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_000_000.0)
+
+
+@pytest.fixture(params=BACKENDS)
+def broker_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    backend: str = request.param
+    if not _available(backend):
+        pytest.skip(f"{backend} broker not built yet")
+    if backend == "memory":
+        return "memory://"
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'conveyor.db'}"
+    url: str = request.getfixturevalue("redis_url")
+    return url
+
+
+@pytest.fixture
+def app(broker_url: str, clock: FakeClock) -> Iterator[Conveyor]:
+    application = Conveyor(broker_url, clock=clock)
+    try:
+        yield application
+    finally:
+        application.close()
