@@ -77,4 +77,4 @@ def check_clock(clock: object) -> Clock:
         return SystemClock()
     if not callable(clock):
         raise TypeError(f"clock must be a zero-argument callable returning epoch seconds, not {clock!r}")
-    return clock  # type: ignore[no-any-return]
+    return clock

@@ -134,7 +134,7 @@ class SchemaError(BrokerError):
     """The store holds data of an incompatible (e.g. newer) schema version; it was left untouched."""
 
 
-class Retry(Exception):  # noqa: N818 - control flow, named after what the handler asks for
+class Retry(Exception):
     """Raised by a handler to ask for a retry, after ``delay`` seconds (None: the task's backoff).
 
     A ``Retry`` consumes one retry like any failure; with no retries left the task is archived

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-class TaskState(str, enum.Enum):
+class TaskState(enum.StrEnum):
     """Where a task is in its life: scheduled → pending → active → completed, or retry / archived."""
 
     SCHEDULED = "scheduled"
@@ -39,14 +39,11 @@ class TaskState(str, enum.Enum):
     COMPLETED = "completed"
     ARCHIVED = "archived"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 UNFINISHED = frozenset({TaskState.SCHEDULED, TaskState.PENDING, TaskState.ACTIVE, TaskState.RETRY})
 
 
-class ArchiveReason(str, enum.Enum):
+class ArchiveReason(enum.StrEnum):
     """Why a task ended in the dead-letter state ``archived``."""
 
     FAILED = "failed"  # retries exhausted
@@ -56,9 +53,6 @@ class ArchiveReason(str, enum.Enum):
     MANUAL = "manual"  # archived by an operator
     UNREGISTERED = "unregistered"  # no worker knew its name within the unregistered window
     POISON = "poison"  # undecodable payload, or its lease expired max_stalls times
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

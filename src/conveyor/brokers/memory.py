@@ -154,9 +154,7 @@ class MemoryBroker:
 
     def _make_pending(self, rec: TaskRecord, ready_at: float, now: float, **changes: Any) -> None:
         self._ready_at[rec.id] = ready_at
-        new = replace(
-            rec, state=_S.PENDING, next_run_at=None, lease_token=None, lease_expires_at=None, **changes
-        )
+        new = replace(rec, state=_S.PENDING, next_run_at=None, lease_token=None, lease_expires_at=None, **changes)
         self._put(new, rec.state, now)
 
     def _promote_locked(self, now: float, limit: int) -> int:
@@ -231,9 +229,7 @@ class MemoryBroker:
         self._flush_events()
         return results
 
-    def _duplicate_of(
-        self, task: NewTask, now: float, taken: dict[str, str], keys: dict[str, str]
-    ) -> str | None:
+    def _duplicate_of(self, task: NewTask, now: float, taken: dict[str, str], keys: dict[str, str]) -> str | None:
         if task.id in taken or self._visible(self._tasks.get(task.id), now):
             return task.id
         if task.unique_key is None:
@@ -363,8 +359,12 @@ class MemoryBroker:
                 changes["last_error"] = outcome.error
             if outcome.run_at is not None and outcome.run_at > now:
                 new = replace(
-                    rec, state=_S.SCHEDULED, next_run_at=outcome.run_at, lease_token=None,
-                    lease_expires_at=None, **changes,
+                    rec,
+                    state=_S.SCHEDULED,
+                    next_run_at=outcome.run_at,
+                    lease_token=None,
+                    lease_expires_at=None,
+                    **changes,
                 )
                 self._put(new, rec.state, now)
             else:
@@ -422,9 +422,7 @@ class MemoryBroker:
     ) -> list[TaskRecord]:
         state = TaskState(state)
         with self._lock:
-            recs = [
-                r for r in self._tasks.values() if r.queue == queue and r.state is state and self._visible(r, now)
-            ]
+            recs = [r for r in self._tasks.values() if r.queue == queue and r.state is state and self._visible(r, now)]
             aging = self._settings_for(queue).aging
             recs.sort(key=lambda r: self._order_key(r, aging))
             return recs[offset : offset + limit]
@@ -452,9 +450,7 @@ class MemoryBroker:
                 if rec.state is _S.PENDING:
                     ready = self._ready_at[rec.id]
                     oldest[rec.queue] = min(oldest.get(rec.queue, ready), ready)
-            return [
-                QueueInfo(self._settings_for(q), counts[q], oldest.get(q)) for q in sorted(counts)
-            ]
+            return [QueueInfo(self._settings_for(q), counts[q], oldest.get(q)) for q in sorted(counts)]
 
     # -- queue settings ------------------------------------------------------------------------
 
@@ -464,7 +460,12 @@ class MemoryBroker:
             self._settings[settings.name] = replace(settings, paused=old.paused)
             if old.aging != settings.aging:  # re-key the ready heap: the only rescoring, on config change
                 heap = [
-                    (ready_key(r.priority, self._ready_at[r.id], settings.aging), self._seq[r.id], r.id, self._ver[r.id])
+                    (
+                        ready_key(r.priority, self._ready_at[r.id], settings.aging),
+                        self._seq[r.id],
+                        r.id,
+                        self._ver[r.id],
+                    )
                     for r in self._tasks.values()
                     if r.queue == settings.name and r.state is _S.PENDING
                 ]
@@ -531,7 +532,9 @@ class MemoryBroker:
         if state is _S.ACTIVE:
             raise InvalidTransition("cannot purge active tasks; cancel them first")
         with self._lock:
-            ids = [r.id for r in self._tasks.values() if r.queue == queue and r.state is state and self._visible(r, now)]
+            ids = [
+                r.id for r in self._tasks.values() if r.queue == queue and r.state is state and self._visible(r, now)
+            ]
             if limit is not None:
                 ids = ids[:limit]
             for task_id in ids:

@@ -1,0 +1,77 @@
+"""Conveyor: a background task queue for Python with one API over memory, SQLite and Redis.
+
+Public names are re-exported here; everything else is private to its module.
+"""
+
+from conveyor.app import Conveyor
+from conveyor.clock import FakeClock, SystemClock
+from conveyor.context import TaskContext, current_task
+from conveyor.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    ConfigurationError,
+    ConveyorError,
+    DuplicateTask,
+    InvalidTransition,
+    LeaseLost,
+    PermanentError,
+    QueueFull,
+    ResultTimeout,
+    Retry,
+    SchemaError,
+    SerializationError,
+    TaskFailed,
+    TaskNotFound,
+    TaskTimeout,
+    UnknownTask,
+)
+from conveyor.inspect import Inspector
+from conveyor.lease import Lease
+from conveyor.model import ArchiveReason, BrokerPolicy, ErrorEntry, QueueInfo, TaskInfo, TaskState, WorkerInfo
+from conveyor.retry import Backoff, Exponential, Fixed
+from conveyor.task import BoundTask, Task, TaskHandle
+from conveyor.worker import Worker, WorkerConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArchiveReason",
+    "Backoff",
+    "BoundTask",
+    "BrokerError",
+    "BrokerPolicy",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "Conveyor",
+    "ConveyorError",
+    "DuplicateTask",
+    "ErrorEntry",
+    "Exponential",
+    "FakeClock",
+    "Fixed",
+    "Inspector",
+    "InvalidTransition",
+    "Lease",
+    "LeaseLost",
+    "PermanentError",
+    "QueueFull",
+    "QueueInfo",
+    "ResultTimeout",
+    "Retry",
+    "SchemaError",
+    "SerializationError",
+    "SystemClock",
+    "Task",
+    "TaskContext",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskState",
+    "TaskTimeout",
+    "UnknownTask",
+    "Worker",
+    "WorkerConfig",
+    "WorkerInfo",
+    "current_task",
+]

@@ -1,0 +1,341 @@
+"""``Conveyor``: the task registry bound to one broker, and the producer API."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+
+from conveyor._validate import check_int, check_queue, check_seconds, check_task_name, check_when
+from conveyor.brokers import open_broker
+from conveyor.brokers.base import Broker
+from conveyor.clock import Clock, check_clock
+from conveyor.context import TaskContext, wants_context
+from conveyor.errors import ConfigurationError, DuplicateTask, SerializationError, TaskNotFound
+from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskInfo, TaskRecord
+from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling, resolve
+from conveyor.serializers import decode, decode_payload, encode, encode_payload
+from conveyor.task import Task, TaskHandle
+
+if TYPE_CHECKING:
+    from conveyor.inspect import Inspector
+    from conveyor.lease import Lease
+    from conveyor.worker import Worker
+
+__all__ = ["Conveyor"]
+
+log = logging.getLogger("conveyor")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: unique_key without unique_for: held while the task is unfinished (ten years is "unbounded").
+_UNBOUNDED = 10 * 365 * 24 * 3600.0
+
+
+class Conveyor:
+    """A task registry bound to a broker.
+
+    ``url``: ``memory://``, ``sqlite:///path.db`` or ``redis://...`` (default: ``CONVEYOR_URL``, else
+    ``sqlite:///conveyor.db``). ``clock``: a zero-argument callable returning epoch seconds (tests pass a
+    ``FakeClock``). ``broker``: an already-open broker instead of a URL. ``policy``: the broker's own
+    rules (max stalls, archive retention and cap). ``rng``: the RNG for backoff jitter (seed it in tests).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        broker: Broker | None = None,
+        policy: BrokerPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if broker is not None and url is not None:
+            raise ConfigurationError("give a broker URL or a broker, not both")
+        if policy is not None and not isinstance(policy, BrokerPolicy):
+            raise TypeError(f"policy must be a BrokerPolicy, not {type(policy).__name__}")
+        self.broker: Broker = broker if broker is not None else open_broker(url, policy)
+        if clock is None and hasattr(self.broker, "server_clock"):
+            clock = self.broker.server_clock()
+        self.clock: Clock = check_clock(clock)
+        if rng is not None and not isinstance(rng, random.Random):
+            raise TypeError(f"rng must be a random.Random, not {type(rng).__name__}")
+        self.rng = rng or random.Random()
+        self.registry: dict[str, Task[Any, Any]] = {}
+        self._wants_ctx: dict[str, bool] = {}
+
+    def now(self) -> float:
+        """The current time by this app's clock."""
+        return float(self.clock())
+
+    # -- registry ------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[Concatenate[TaskContext, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, **options: Any) -> _TaskDecorator: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a handler: ``@app.task`` or ``@app.task(name=..., queue=..., max_retries=...)``.
+
+        Options: name (default: the function's ``__name__``), queue, max_retries, backoff, retry_on,
+        timeout, priority, retention, expires. A handler whose first parameter is annotated
+        ``TaskContext`` receives the running task's context there.
+        """
+        name = options.pop("name", None)
+        task_options = TaskOptions(**options)
+
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
+            if not callable(func):
+                raise TypeError(f"a task handler must be callable, not {func!r}")
+            task_name = check_task_name(name if name is not None else getattr(func, "__name__", ""))
+            if task_name in self.registry:
+                raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            task: Task[Any, Any] = Task(self, func, task_name, task_options)
+            self.registry[task_name] = task
+            self._wants_ctx[task_name] = wants_context(func)
+            return task
+
+        if fn is not None:
+            return register(fn)
+        return _TaskDecorator(register)
+
+    def handler(self, name: str) -> Task[Any, Any] | None:
+        """The registered task of that name, or None."""
+        return self.registry.get(name)
+
+    def wants_context(self, name: str) -> bool:
+        return self._wants_ctx.get(name, False)
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def enqueue(
+        self, name: str, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> TaskHandle[Any]:
+        """Enqueue a task by name (the producer need not have the handler). Raises DuplicateTask,
+        QueueFull, SerializationError, TypeError/ValueError for bad options."""
+        now = self.now()
+        new = self._build(name, args, kwargs or {}, check_enqueue_options(options), now)
+        existing = self.broker.enqueue([new], now)[0]
+        if existing is not None:
+            raise DuplicateTask(existing)
+        return TaskHandle(self, new.id)
+
+    def enqueue_many(
+        self, name: str, calls: Iterable[tuple[Iterable[Any], dict[str, Any]]], **options: Any
+    ) -> list[TaskHandle[Any]]:
+        """Enqueue many calls ``(args, kwargs)`` of one task in few round trips.
+
+        Every call is checked before anything is written. A duplicate does not raise: its handle
+        points at the existing task.
+        """
+        now = self.now()
+        checked = check_enqueue_options(options)
+        if "task_id" in checked:
+            raise ValueError("task_id cannot be shared by several calls; enqueue them one by one")
+        tasks = [self._build(name, args, kwargs, checked, now) for args, kwargs in calls]
+        results = self.broker.enqueue(tasks, now) if tasks else []
+        return [TaskHandle(self, existing or task.id) for task, existing in zip(tasks, results, strict=True)]
+
+    def _build(
+        self, name: str, args: Iterable[Any], kwargs: dict[str, Any], options: dict[str, Any], now: float
+    ) -> NewTask:
+        check_task_name(name)
+        if isinstance(args, (str, bytes, dict)):
+            raise TypeError("args must be a list or tuple of positional arguments")
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
+        payload = encode_payload(list(args), kwargs)
+        registered = self.registry.get(name)
+        base = registered.options if registered is not None else TaskOptions()
+        queue = check_queue(options.get("queue") or base.queue)
+        priority = options.get("priority", base.priority)
+        run_at: float | None = None
+        if options.get("delay") is not None:
+            run_at = now + float(options["delay"])
+        elif options.get("eta") is not None:
+            run_at = check_when("eta", options["eta"], now)
+        expires = options.get("expires", base.expires)
+        expires_at = None
+        if expires is not None:
+            from conveyor._validate import check_expires
+
+            expires_at = check_expires(expires, now)
+        unique_key, unique_until = None, None
+        if options.get("unique_for") is not None or options.get("unique_key") is not None:
+            unique_key = options.get("unique_key") or _call_key(name, payload)
+            window = options.get("unique_for")
+            unique_until = now + (float(window) if window is not None else _UNBOUNDED)
+        return NewTask(
+            id=options.get("task_id") or uuid.uuid4().hex,
+            name=name,
+            queue=queue,
+            payload=payload,
+            priority=priority,
+            run_at=run_at,
+            expires_at=expires_at,
+            unique_key=unique_key,
+            unique_until=unique_until,
+            options=encode(encode_travelling(options), "task options"),
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskInfo:
+        """The task as stored now. Raises TaskNotFound (unknown, deleted or past its retention)."""
+        if not isinstance(task_id, str):
+            raise TypeError(f"task id must be a str, not {type(task_id).__name__}")
+        record = self.broker.get(task_id, self.now())
+        if record is None:
+            raise TaskNotFound(task_id)
+        return self.to_info(record)
+
+    def to_info(self, record: TaskRecord) -> TaskInfo:
+        """Decode a stored record for users (arguments, result, resolved retry budget)."""
+        payload_error = None
+        try:
+            args, kwargs = decode_payload(record.payload)
+        except SerializationError as exc:
+            args, kwargs, payload_error = [], {}, str(exc)
+        try:
+            stored = decode(record.options)
+            stored = stored if isinstance(stored, dict) else {}
+        except SerializationError:
+            stored = {}
+        registered = self.registry.get(record.name)
+        effective = resolve(stored, registered.options if registered else None)
+        result = None
+        if record.result is not None:
+            try:
+                result = decode(record.result)
+            except SerializationError:
+                result = record.result
+        return TaskInfo(
+            id=record.id,
+            name=record.name,
+            queue=record.queue,
+            state=record.state,
+            args=args,
+            kwargs=kwargs,
+            attempts=record.attempts,
+            max_retries=effective.max_retries,
+            retries_left=max(0, effective.max_retries - record.retries),
+            next_run_at=record.next_run_at,
+            last_error=record.last_error,
+            archive_reason=record.archive_reason,
+            result=result,
+            priority=record.priority,
+            enqueued_at=record.enqueued_at,
+            started_at=record.started_at,
+            completed_at=record.finished_at,
+            expires_at=record.expires_at,
+            keep_until=record.keep_until,
+            stalls=record.stalls,
+            errors=record.errors,
+            lease_expires_at=record.lease_expires_at,
+            cancel_requested=record.cancel_requested,
+            options=stored,
+            payload_error=payload_error,
+        )
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Task counts per queue and state: ``{"default": {"scheduled": 0, ..., "total": 1}}``."""
+        return {info.name: dict(info.counts) for info in self.broker.queues(self.now())}
+
+    def configure_queue(
+        self,
+        name: str,
+        max_size: int | None = None,
+        concurrency: int | None = None,
+        aging: float | None = None,
+    ) -> None:
+        """Store a queue's limits in the broker (every process sees them). None: unbounded / no aging."""
+        check_queue(name)
+        check_int("max_size", max_size, minimum=0, allow_none=True)
+        check_int("concurrency", concurrency, minimum=1, allow_none=True)
+        if aging is not None:
+            check_seconds("aging", aging)
+            if aging == 0:
+                raise ValueError("aging must be > 0 (None disables aging)")
+        self.broker.configure_queue(QueueSettings(name, max_size, concurrency, None if aging is None else float(aging)))
+
+    @cached_property
+    def inspect(self) -> Inspector:
+        """The admin API (list, run_now, archive, delete, cancel, pause, resume, purge, ...)."""
+        from conveyor.inspect import Inspector
+
+        return Inspector(self)
+
+    # -- consuming -----------------------------------------------------------------------------
+
+    def claim(self, queues: Iterable[str] = ("default",), lease_for: float = 30.0) -> Lease | None:
+        """Lease one ready task for an external consumer; None if nothing is ready."""
+        from conveyor.lease import Lease
+
+        names = _check_queues(queues)
+        seconds = check_seconds("lease_for", lease_for)
+        if not seconds:
+            raise ValueError("lease_for must be > 0")
+        records = self.broker.claim(names, self.now(), seconds, 1)
+        return Lease(self, records[0]) if records else None
+
+    def worker(self, queues: Iterable[str] = ("default",), **settings: Any) -> Worker:
+        """A worker serving ``queues`` (in order). See ``WorkerConfig`` for the settings."""
+        from conveyor.worker import Worker, WorkerConfig
+
+        return Worker(self, WorkerConfig(queues=tuple(_check_queues(queues)), **settings))
+
+    def on_state_change(self, callback: Callable[[str, str | None, str], None]) -> Callable[[], None]:
+        """Call ``callback(task_id, old_state, new_state)`` on every transition; returns unsubscribe."""
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        return self.broker.subscribe(lambda event: callback(event.task_id, event.old_state, event.new_state))
+
+    def close(self) -> None:
+        self.broker.close()
+
+    def __enter__(self) -> Conveyor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _TaskDecorator:
+    """What ``@app.task(...)`` returns: applied to the handler, it registers it."""
+
+    def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
+        self._register = register
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[TaskContext, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
+        return self._register(fn)
+
+
+def _check_queues(queues: Iterable[str]) -> list[str]:
+    if isinstance(queues, str):
+        queues = [queues]
+    names = [check_queue(q) for q in queues]
+    if not names:
+        raise ValueError("give at least one queue")
+    return names
+
+
+def _call_key(name: str, payload: str) -> str:
+    canonical = json.dumps(json.loads(payload), sort_keys=True, separators=(",", ":"))
+    return "call:" + hashlib.sha256(f"{name}\x00{canonical}".encode()).hexdigest()

@@ -1,0 +1,111 @@
+"""What a running handler can know and do about its own execution.
+
+A handler gets a :class:`TaskContext` either as its first parameter (annotated ``TaskContext``) or
+from :func:`current_task` anywhere below it (a ``contextvars`` variable, so it is right in threads and
+in asyncio tasks alike).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from conveyor._validate import check_positive
+from conveyor.errors import LeaseLost
+from conveyor.model import TaskInfo
+
+__all__ = ["TaskContext", "current_task", "wants_context"]
+
+_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("conveyor_current_task")
+
+
+class TaskContext:
+    """The running task: ``task_id``, ``name``, ``queue``, ``attempt``; ``lease_lost``; ``extend()``."""
+
+    def __init__(self, info: TaskInfo, extend: Callable[[float], float | None]) -> None:
+        self.info = info
+        self._extend = extend
+        self._lease_lost = threading.Event()
+        self._cancel = threading.Event()
+
+    @property
+    def task_id(self) -> str:
+        return self.info.id
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def queue(self) -> str:
+        return self.info.queue
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first execution, 2 on the second, ..."""
+        return self.info.attempts
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once this worker no longer holds the task: stop, nothing you write will be committed."""
+        return self._lease_lost.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once an operator asked this task to stop."""
+        return self._cancel.is_set()
+
+    def should_stop(self) -> bool:
+        """True if the handler should stop cooperatively (lease lost or cancel requested)."""
+        return self.lease_lost or self.cancel_requested
+
+    def extend(self, seconds: float) -> float:
+        """Hold the lease ``seconds`` longer (from now); returns the new deadline. Raises LeaseLost."""
+        check_positive("seconds", seconds)
+        deadline = self._extend(float(seconds))
+        if deadline is None:
+            self.mark_lease_lost()
+            raise LeaseLost(self.task_id)
+        return deadline
+
+    def mark_lease_lost(self) -> None:
+        self._lease_lost.set()
+
+    def mark_cancel_requested(self) -> None:
+        self._cancel.set()
+
+    def __repr__(self) -> str:
+        return f"TaskContext(task_id={self.task_id!r}, name={self.name!r}, attempt={self.attempt})"
+
+
+def current_task() -> TaskContext:
+    """The context of the task running in this thread / asyncio task. RuntimeError outside a task."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("current_task() called outside a running Conveyor task") from None
+
+
+def set_current(ctx: TaskContext) -> contextvars.Token[TaskContext]:
+    return _current.set(ctx)
+
+
+def reset_current(token: contextvars.Token[TaskContext]) -> None:
+    _current.reset(token)
+
+
+def wants_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn``'s first parameter is annotated ``TaskContext`` (then the worker passes one)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        return False
+    annotation = params[0].annotation
+    if annotation is TaskContext:
+        return True
+    return isinstance(annotation, str) and annotation.split(".")[-1] == "TaskContext"

@@ -1,0 +1,79 @@
+"""``Inspector``: the admin API behind the CLI and the dashboard (no admin logic lives elsewhere)."""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING
+
+from conveyor._validate import check_int, check_queue, check_task_id
+from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Inspector"]
+
+
+def _state(value: TaskState | str) -> TaskState:
+    if isinstance(value, TaskState):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"state must be a TaskState or str, not {type(value).__name__}")
+    try:
+        return TaskState(value)
+    except ValueError:
+        known = ", ".join(s.value for s in TaskState)
+        raise ValueError(f"unknown state {value!r}; one of: {known}") from None
+
+
+class Inspector:
+    """List, inspect and act on tasks and queues. Every call reads or writes the broker at once."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self.app = app
+
+    def queues(self) -> list[QueueInfo]:
+        """Every known queue with its settings, paused flag and counts per state."""
+        return self.app.broker.queues(self.app.now())
+
+    def list(self, queue: str, state: TaskState | str, offset: int = 0, limit: int = 50) -> builtins.list[TaskInfo]:
+        """A page of tasks of ``queue`` in ``state`` (order: see ``Broker.list_tasks``)."""
+        check_queue(queue)
+        check_int("offset", offset)
+        check_int("limit", limit, minimum=1)
+        records = self.app.broker.list_tasks(queue, _state(state), self.app.now(), offset, limit)
+        return [self.app.to_info(record) for record in records]
+
+    def get(self, task_id: str) -> TaskInfo:
+        return self.app.get(check_task_id(task_id))
+
+    def run_now(self, task_id: str) -> None:
+        """scheduled / retry / archived → pending."""
+        self.app.broker.run_now(check_task_id(task_id), self.app.now())
+
+    def archive(self, task_id: str) -> None:
+        """scheduled / pending / retry → archived (``manual``)."""
+        self.app.broker.archive(check_task_id(task_id), self.app.now())
+
+    def delete(self, task_id: str) -> None:
+        """Remove a task that is not active."""
+        self.app.broker.delete(check_task_id(task_id), self.app.now())
+
+    def cancel(self, task_id: str) -> TaskState:
+        """Waiting task → archived ``cancelled``; a running one is asked to stop cooperatively."""
+        return self.app.broker.cancel(check_task_id(task_id), self.app.now())
+
+    def pause(self, queue: str) -> None:
+        self.app.broker.set_paused(check_queue(queue), True)
+
+    def resume(self, queue: str) -> None:
+        self.app.broker.set_paused(check_queue(queue), False)
+
+    def purge(self, queue: str, state: TaskState | str, limit: int | None = None) -> int:
+        """Delete every task of ``queue`` in ``state`` (not active); returns how many."""
+        check_int("limit", limit, minimum=1, allow_none=True)
+        return self.app.broker.purge(check_queue(queue), _state(state), self.app.now(), limit)
+
+    def workers(self) -> builtins.list[WorkerInfo]:
+        """Live workers and what they run."""
+        return self.app.broker.workers(self.app.now())

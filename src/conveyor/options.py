@@ -1,0 +1,157 @@
+"""Task options: their defaults, their checks, and how they are resolved when a task runs.
+
+Options given explicitly at enqueue travel with the task (as JSON in ``TaskRecord.options``); every
+other option is taken, when the task runs, from the worker's registration of that task name, then
+from the library defaults. So producer-only code that enqueues by name gets the retry policy the
+worker declares.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from conveyor._validate import (
+    check_expires,
+    check_int,
+    check_priority,
+    check_queue,
+    check_retry_on,
+    check_seconds,
+    check_task_id,
+)
+from conveyor.retry import Backoff, Exponential, backoff_from_dict, check_backoff
+
+__all__ = ["ENQUEUE_OPTIONS", "TRAVELLING", "EffectiveOptions", "TaskOptions", "check_enqueue_options"]
+
+#: Options that, given at enqueue, are stored with the task and win over the worker's registration.
+TRAVELLING = ("max_retries", "backoff", "retry_on", "timeout", "retention")
+
+#: Every keyword ``with_options()`` and ``app.enqueue`` accept.
+ENQUEUE_OPTIONS = frozenset(
+    {
+        "queue",
+        "task_id",
+        "delay",
+        "eta",
+        "priority",
+        "max_retries",
+        "backoff",
+        "retry_on",
+        "timeout",
+        "expires",
+        "retention",
+        "unique_for",
+        "unique_key",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """A task's registered options (the defaults of ``@app.task``)."""
+
+    queue: str = "default"
+    max_retries: int = 3
+    backoff: Backoff = field(default_factory=Exponential)
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    timeout: float | None = None
+    priority: int = 0
+    retention: float = 3600.0
+    expires: float | datetime | None = None
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue)
+        check_int("max_retries", self.max_retries)
+        check_backoff(self.backoff)
+        check_retry_on(self.retry_on)
+        check_seconds("timeout", self.timeout, allow_none=True)
+        check_priority(self.priority)
+        check_seconds("retention", self.retention)
+        if self.expires is not None and not isinstance(self.expires, datetime):
+            check_seconds("expires", self.expires)
+        elif isinstance(self.expires, datetime) and self.expires.tzinfo is None:
+            raise ValueError("expires must be a timezone-aware datetime")
+
+
+def check_enqueue_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Check per-enqueue options; returns them unchanged. TypeError/ValueError at the call."""
+    unknown = set(options) - ENQUEUE_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+    checks: dict[str, Callable[[Any], object]] = {
+        "queue": check_queue,
+        "task_id": check_task_id,
+        "delay": lambda v: check_seconds("delay", v),
+        "priority": check_priority,
+        "max_retries": lambda v: check_int("max_retries", v),
+        "backoff": check_backoff,
+        "retry_on": check_retry_on,
+        "timeout": lambda v: check_seconds("timeout", v, allow_none=True),
+        "expires": lambda v: check_expires(v, 0.0),
+        "retention": lambda v: check_seconds("retention", v),
+        "unique_for": lambda v: check_seconds("unique_for", v),
+    }
+    for name, value in options.items():
+        if name in checks and (value is not None or name in ("delay", "retention", "unique_for", "priority")):
+            checks[name](value)
+    if options.get("delay") is not None and options.get("eta") is not None:
+        raise ValueError("give delay or eta, not both")
+    unique_key = options.get("unique_key")
+    if unique_key is not None and (not isinstance(unique_key, str) or not unique_key):
+        raise TypeError("unique_key must be a non-empty str")
+    return options
+
+
+def encode_travelling(options: dict[str, Any]) -> dict[str, Any]:
+    """The JSON form of the explicitly given travelling options."""
+    out: dict[str, Any] = {}
+    for name in TRAVELLING:
+        if name not in options:
+            continue
+        value = options[name]
+        if name == "backoff":
+            value = value.to_dict()
+        elif name == "retry_on":
+            value = [f"{cls.__module__}.{cls.__qualname__}" for cls in value]
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class EffectiveOptions:
+    """The options that apply to one execution of a task."""
+
+    max_retries: int
+    backoff: Backoff
+    retry_on: tuple[str, ...]  # qualified class names; an exception matches if any class in its MRO is named
+    timeout: float | None
+    retention: float
+
+    def retryable(self, exc: BaseException) -> bool:
+        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(exc).__mro__}
+        return any(name in names for name in self.retry_on)
+
+
+def resolve(stored: dict[str, Any], registered: TaskOptions | None) -> EffectiveOptions:
+    """Explicit (stored with the task) > worker's registration > library defaults."""
+    base = registered or TaskOptions()
+    backoff = base.backoff
+    if isinstance(stored.get("backoff"), dict):
+        backoff = backoff_from_dict(stored["backoff"])
+    retry_on = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in base.retry_on)
+    if isinstance(stored.get("retry_on"), list):
+        retry_on = tuple(str(name) for name in stored["retry_on"])
+    max_retries = stored.get("max_retries", base.max_retries)
+    timeout = stored.get("timeout", base.timeout)
+    retention = stored.get("retention", base.retention)
+    return EffectiveOptions(
+        max_retries=int(max_retries),
+        backoff=backoff,
+        retry_on=retry_on,
+        timeout=None if timeout is None else float(timeout),
+        retention=float(retention) if math.isfinite(float(retention)) else base.retention,
+    )

@@ -1,0 +1,55 @@
+"""Pure decisions: how an execution's end maps to a broker ``Outcome``.
+
+Shared by the worker and by external consumers' ``Lease`` so both apply the same retry rules:
+an exception in ``retry_on`` with retries left → retry after the backoff (or ``Retry.delay``);
+retries exhausted → archived ``failed``; ``PermanentError`` or an exception outside ``retry_on`` →
+archived ``permanent``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from conveyor.errors import PermanentError, Retry
+from conveyor.model import ArchiveReason, Outcome, TaskRecord
+from conveyor.options import EffectiveOptions
+
+__all__ = ["complete", "describe", "failure"]
+
+
+def describe(exc: BaseException) -> str:
+    """``"ExcType: message"`` (just the type when there is no message)."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def complete(record: TaskRecord, token: str, result: str, options: EffectiveOptions) -> Outcome:
+    return Outcome(record.id, token, "complete", result=result, keep_for=options.retention)
+
+
+def failure(
+    record: TaskRecord,
+    token: str,
+    exc: BaseException | str,
+    options: EffectiveOptions,
+    now: float,
+    rng: random.Random,
+    *,
+    retryable: bool | None = None,
+) -> Outcome:
+    """The outcome of a failed execution (``exc`` may be a message for external consumers)."""
+    error = exc if isinstance(exc, str) else describe(exc)
+    delay: float | None = None
+    if isinstance(exc, PermanentError):
+        retryable = False
+    elif isinstance(exc, Retry):
+        retryable, delay = True, exc.delay
+    elif retryable is None:
+        retryable = isinstance(exc, BaseException) and options.retryable(exc)
+    if not retryable:
+        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.PERMANENT)
+    if record.retries >= options.max_retries:
+        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.FAILED)
+    if delay is None:
+        delay = options.backoff.delay(record.retries + 1, rng)
+    return Outcome(record.id, token, "retry", error=error, run_at=now + delay)

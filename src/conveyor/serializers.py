@@ -1,0 +1,52 @@
+"""The wire format: strict JSON (no NaN/Infinity, str keys), compact. Never pickle.
+
+Arguments are checked at enqueue, in the producer, so a bad argument fails at the call that passed
+it, not later in a worker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conveyor.errors import SerializationError
+
+__all__ = ["decode", "decode_payload", "encode", "encode_payload"]
+
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def encode(value: Any, what: str = "value") -> str:
+    """Encode a JSON value; SerializationError names what could not be encoded."""
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"{what} must be JSON-encodable (no NaN/inf, str keys): {exc}") from None
+
+
+def decode(text: str | bytes) -> Any:
+    """Decode strict JSON; SerializationError on anything else."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"cannot decode JSON: {exc}") from None
+
+
+def encode_payload(args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The stored form of a call's arguments."""
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise SerializationError(f"keyword argument names must be str, got {key!r}")
+    return encode({"args": list(args), "kwargs": kwargs}, "task arguments")
+
+
+def decode_payload(text: str) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments back from a payload; SerializationError if it is not a payload we wrote."""
+    data = decode(text)
+    if not isinstance(data, dict) or not isinstance(data.get("args"), list) or not isinstance(data.get("kwargs"), dict):
+        raise SerializationError("payload is not an object with 'args' (list) and 'kwargs' (object)")
+    return data["args"], data["kwargs"]

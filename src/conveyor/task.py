@@ -1,0 +1,116 @@
+"""Registered tasks and handles to enqueued ones, typed with the handler's signature (ParamSpec)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from conveyor.errors import ResultTimeout, TaskFailed
+from conveyor.model import TaskInfo, TaskState
+from conveyor.options import TaskOptions, check_enqueue_options
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["BoundTask", "Task", "TaskHandle"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskHandle(Generic[R]):
+    """A reference to an enqueued task: ``id``, ``status()``, ``result()``, ``cancel()``."""
+
+    __slots__ = ("_app", "id")
+
+    def __init__(self, app: Conveyor, task_id: str) -> None:
+        self._app = app
+        self.id = task_id
+
+    def status(self) -> TaskInfo:
+        """The task as stored now. Raises TaskNotFound if it is gone."""
+        return self._app.get(self.id)
+
+    def result(self, timeout: float | None = None, poll: float = 0.01) -> R:
+        """Wait (real time, at most ``timeout`` seconds; None: forever) until the task is finished.
+
+        Returns the handler's result; raises TaskFailed if the task ended archived, ResultTimeout on
+        timeout, TaskNotFound if the task is gone (deleted, or past its retention).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = min(poll, 0.001)
+        while True:
+            info = self._app.get(self.id)
+            if info.state is TaskState.COMPLETED:
+                return info.result  # type: ignore[no-any-return]
+            if info.state is TaskState.ARCHIVED:
+                raise TaskFailed(info.id, info.archive_reason and info.archive_reason.value, info.last_error)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(f"task {self.id!r} still {info.state.value} after {timeout} s")
+            time.sleep(wait if deadline is None else max(0.0, min(wait, deadline - time.monotonic())))
+            wait = min(wait * 2, poll)
+
+    def cancel(self) -> TaskState:
+        """Cancel the task (see ``Inspector.cancel``); returns its state after the call."""
+        return self._app.inspect.cancel(self.id)
+
+    def __repr__(self) -> str:
+        return f"TaskHandle({self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskHandle) and other.id == self.id and other._app is self._app
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+
+class BoundTask(Generic[P, R]):
+    """A task with per-enqueue options applied: ``task.with_options(delay=30).enqueue(...)``."""
+
+    def __init__(self, task: Task[P, R], options: dict[str, Any]) -> None:
+        self.task = task
+        self.options = check_enqueue_options(options)
+
+    def with_options(self, **options: Any) -> BoundTask[P, R]:
+        return BoundTask(self.task, {**self.options, **options})
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        handle: TaskHandle[R] = self.task.app.enqueue(self.task.name, args=list(args), kwargs=kwargs, **self.options)
+        return handle
+
+    def enqueue_many(self, calls: Iterable[tuple[Iterable[Any], dict[str, Any]]]) -> list[TaskHandle[R]]:
+        """Enqueue many calls ``(args, kwargs)`` with these options in few round trips."""
+        return self.task.app.enqueue_many(self.task.name, calls, **self.options)
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Calling it runs the function directly; ``enqueue`` queues it."""
+
+    def __init__(self, app: Conveyor, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = self.fn(*args, **kwargs)
+        return result
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        handle: TaskHandle[R] = self.app.enqueue(self.name, args=list(args), kwargs=kwargs)
+        return handle
+
+    def enqueue_many(self, calls: Iterable[tuple[Iterable[Any], dict[str, Any]]]) -> list[TaskHandle[R]]:
+        """Enqueue many calls ``(args, kwargs)`` in few round trips."""
+        return self.app.enqueue_many(self.name, calls)
+
+    def with_options(self, **options: Any) -> BoundTask[P, R]:
+        """Per-enqueue options: queue, task_id, delay, eta, priority, max_retries, backoff, retry_on,
+        timeout, expires, retention, unique_for, unique_key."""
+        return BoundTask(self, options)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.options.queue!r}>"

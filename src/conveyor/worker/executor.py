@@ -1,0 +1,168 @@
+"""Running one claimed task: decode, look the handler up by name, call it, decide the outcome.
+
+The executor never touches the broker's state itself; it returns an ``Outcome`` for the caller to
+settle (fenced by the lease token). Sync handlers run in the calling thread; ``async def`` handlers
+run on an event loop (``run_async``) or, from sync code, on a private loop (``run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from conveyor import outcomes
+from conveyor.context import TaskContext, reset_current, set_current
+from conveyor.errors import SerializationError, TaskTimeout, UnknownTask
+from conveyor.model import ArchiveReason, Outcome, TaskRecord
+from conveyor.options import EffectiveOptions, resolve
+from conveyor.serializers import decode, decode_payload, encode
+from conveyor.worker.config import WorkerConfig
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Executor", "Job"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+@dataclass
+class Job:
+    """A claimed task ready to run."""
+
+    record: TaskRecord
+    token: str
+    fn: Any
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: EffectiveOptions
+    ctx: TaskContext
+    is_async: bool
+
+
+class Executor:
+    """Turns claimed records into outcomes."""
+
+    def __init__(self, app: Conveyor, config: WorkerConfig) -> None:
+        self.app = app
+        self.config = config
+
+    def prepare(self, record: TaskRecord) -> Job | Outcome:
+        """A Job to run, or at once an Outcome (unknown name → put back / archived; bad payload → poison)."""
+        assert record.lease_token is not None
+        token = record.lease_token
+        task = self.app.handler(record.name)
+        if task is None:
+            return self._unregistered(record, token)
+        try:
+            args, kwargs = decode_payload(record.payload)
+            stored = decode(record.options)
+            if not isinstance(stored, dict):
+                raise SerializationError("task options are not a JSON object")
+            options = resolve(stored, task.options)
+        except (SerializationError, ValueError, KeyError, TypeError) as exc:
+            return Outcome(record.id, token, "archive", error=outcomes.describe(exc), reason=ArchiveReason.POISON)
+        broker = self.app.broker
+
+        def extend(seconds: float) -> float | None:
+            status = broker.extend(record.id, token, self.app.now(), seconds)
+            return None if status is None else status.expires_at
+
+        ctx = TaskContext(self.app.to_info(record), extend)
+        if self.app.wants_context(record.name):
+            args = [ctx, *args]
+        fn = task.fn
+        is_async = inspect.iscoroutinefunction(fn)
+        return Job(record, token, fn, args, kwargs, options, ctx, is_async)
+
+    def _unregistered(self, record: TaskRecord, token: str) -> Outcome:
+        now = self.app.now()
+        error = outcomes.describe(UnknownTask(f"no handler registered for task name {record.name!r}"))
+        if now - record.first_due_at >= self.config.unregistered_window:
+            return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.UNREGISTERED)
+        log.warning(
+            "task %s: unknown name %r, putting it back for %.0f s",
+            record.id,
+            record.name,
+            self.config.unregistered_delay,
+        )
+        return Outcome(record.id, token, "release", error=error, run_at=now + self.config.unregistered_delay)
+
+    def succeeded(self, job: Job, result: Any) -> Outcome:
+        try:
+            payload = encode(result, "task result")
+        except SerializationError as exc:
+            return self.failed(job, exc, retryable=False)
+        return outcomes.complete(job.record, job.token, payload, job.options)
+
+    def failed(self, job: Job, exc: BaseException, *, retryable: bool | None = None) -> Outcome:
+        if job.ctx.cancel_requested:
+            return Outcome(
+                job.record.id, job.token, "archive", error=outcomes.describe(exc), reason=ArchiveReason.CANCELLED
+            )
+        return outcomes.failure(
+            job.record, job.token, exc, job.options, self.app.now(), self.app.rng, retryable=retryable
+        )
+
+    def run(self, record: TaskRecord) -> Outcome:
+        """Run in this thread (async handlers on a private event loop) and return the outcome.
+
+        A sync handler cannot be interrupted from Python: its timeout is checked when it returns
+        (a late result fails with TaskTimeout). Async handlers are cancelled at their timeout.
+        """
+        prepared = self.prepare(record)
+        if isinstance(prepared, Outcome):
+            return prepared
+        job = prepared
+        if job.is_async:
+            outcome: Outcome = _run_coroutine(self.run_async(job))
+            return outcome
+        token = set_current(job.ctx)
+        started = time.monotonic()
+        try:
+            result = job.fn(*job.args, **job.kwargs)
+            if inspect.isawaitable(result):
+                result = _run_coroutine(_await_with_timeout(result, job.options.timeout))
+        except Exception as exc:
+            return self.failed(job, exc)
+        finally:
+            reset_current(token)
+        timeout = job.options.timeout
+        if timeout is not None and time.monotonic() - started > timeout:
+            return self.failed(job, TaskTimeout(f"handler ran past its {timeout} s timeout"))
+        return self.succeeded(job, result)
+
+    async def run_async(self, job: Job) -> Outcome:
+        """Run an async handler on the current loop, cancelled at its timeout."""
+        token = set_current(job.ctx)
+        try:
+            result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
+        except Exception as exc:
+            return self.failed(job, exc)
+        finally:
+            reset_current(token)
+        return self.succeeded(job, result)
+
+
+async def _await_with_timeout(awaitable: Any, seconds: float | None) -> Any:
+    if seconds is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise TaskTimeout(f"handler ran past its {seconds} s timeout") from None
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even if this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
