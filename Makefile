@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(VENV)/.installed $@
 
 demo: $(VENV)/.installed
-	$(BIN)/python -m conveyor demo
+	$(BIN)/python -m conveyor.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -30,7 +30,7 @@ from conveyor.lease import Lease
 from conveyor.model import ArchiveReason, BrokerPolicy, ErrorEntry, QueueInfo, TaskInfo, TaskState, WorkerInfo
 from conveyor.retry import Backoff, Exponential, Fixed
 from conveyor.task import BoundTask, Task, TaskHandle
-from conveyor.worker import Worker, WorkerConfig
+from conveyor.worker import Middleware, Worker, WorkerConfig
 
 __version__ = "0.1.0"
 
@@ -53,6 +53,7 @@ __all__ = [
     "InvalidTransition",
     "Lease",
     "LeaseLost",
+    "Middleware",
     "PermanentError",
     "QueueFull",
     "QueueInfo",

@@ -7,7 +7,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -75,6 +75,12 @@ class Conveyor:
         return float(self.clock())
 
     # -- registry ------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[Concatenate[TaskContext, P], Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
 
     @overload
     def task(self, fn: Callable[Concatenate[TaskContext, P], R], /) -> Task[P, R]: ...
@@ -316,6 +322,12 @@ class _TaskDecorator:
 
     def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
         self._register = register
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[TaskContext, P], Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
 
     @overload
     def __call__(self, fn: Callable[Concatenate[TaskContext, P], R], /) -> Task[P, R]: ...

@@ -30,6 +30,7 @@ class TaskContext:
         self._extend = extend
         self._lease_lost = threading.Event()
         self._cancel = threading.Event()
+        self._timed_out = threading.Event()
 
     @property
     def task_id(self) -> str:
@@ -58,9 +59,14 @@ class TaskContext:
         """True once an operator asked this task to stop."""
         return self._cancel.is_set()
 
+    @property
+    def timed_out(self) -> bool:
+        """True once a sync handler ran past its timeout (Python cannot interrupt a thread: stop)."""
+        return self._timed_out.is_set()
+
     def should_stop(self) -> bool:
-        """True if the handler should stop cooperatively (lease lost or cancel requested)."""
-        return self.lease_lost or self.cancel_requested
+        """True if the handler should stop cooperatively (lease lost, cancel requested, timed out)."""
+        return self.lease_lost or self.cancel_requested or self.timed_out
 
     def extend(self, seconds: float) -> float:
         """Hold the lease ``seconds`` longer (from now); returns the new deadline. Raises LeaseLost."""
@@ -76,6 +82,9 @@ class TaskContext:
 
     def mark_cancel_requested(self) -> None:
         self._cancel.set()
+
+    def mark_timed_out(self) -> None:
+        self._timed_out.set()
 
     def __repr__(self) -> str:
         return f"TaskContext(task_id={self.task_id!r}, name={self.name!r}, attempt={self.attempt})"

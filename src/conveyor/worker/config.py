@@ -1,42 +1,160 @@
-"""``WorkerConfig``: every worker setting, with its default, in one frozen dataclass."""
+"""``WorkerConfig``: every worker setting, with its default, in one frozen dataclass.
+
+Recovery arithmetic with the defaults (``lease_for`` 10 s, heartbeat every 2 s, reaper every 2 s,
+idle poll 0.5 s): a worker that dies had last pushed its lease to at most ``death + 10 s``; the next
+reaper pass of any live worker (at most 2 s later) makes the task pending again, and an idle worker
+claims it within one poll (0.5 s). Worst case ≈ 10 + 2 + 0.5 = 12.5 s, under the 15 s we promise.
+
+``max_stalls`` (a task whose lease expired that many times is archived ``poison``) is a rule of the
+broker, not of a worker: pass ``BrokerPolicy(max_stalls=...)`` to ``Conveyor(..., policy=...)``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from conveyor._validate import check_positive, check_queue, check_seconds
 
-__all__ = ["WorkerConfig"]
+if TYPE_CHECKING:
+    from conveyor.worker.middleware import Middleware
+
+__all__ = ["WorkerConfig", "parse_queues"]
+
+_ENV_PREFIX = "CONVEYOR_WORKER_"
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Settings of one worker.
+    """Settings of one worker (defaults in parentheses).
 
-    queues: served in this order (the first is drained first).
-    lease_for: seconds a claim holds a task before another worker may take it (10 s); the heartbeat
-        renews it every ``heartbeat_interval`` (lease_for / 5) while the handler runs.
+    queues (``("default",)``): the queues served. weights (None): one positive int per queue; a
+        fetch then visits the queues in a weighted random order (``emails=3,default=1`` visits
+        ``emails`` first three times out of four). Without weights, or with ``strict=True``, the
+        queues are visited in the order given (the first is drained first).
+    concurrency (10): tasks run at once per process (sync ones in threads, async ones on one loop).
+    processes (0): 0 runs the worker in this process; N >= 1 runs a supervisor with N child processes
+        that replaces crashed ones and enforces hard timeouts by killing the child (see reliability.md).
+    prefetch (0): tasks claimed beyond the free slots (they hold leases while they wait; released at
+        once on shutdown). 0 claims only for free slots.
+    lease_for (10 s): how long a claim holds a task before another worker may take it; renewed by the
+        heartbeat every ``heartbeat_interval`` (None: ``lease_for / 5``) while the task is held.
+    reaper_interval (2 s), promoter_interval (1 s), janitor_interval (60 s): how often this worker
+        reclaims expired leases, moves due scheduled/retry tasks to pending, and deletes expired ones.
+    poll_interval (0.5 s): how long an idle fetcher waits before claiming again.
+    shutdown_grace (20 s): after the first SIGTERM/SIGINT, how long running tasks may finish before
+        their leases are released back to pending.
+    registry_interval (5 s): how often the worker advertises itself (``Broker.register_worker``,
+        visible for 3 intervals).
+    middleware (()): hooks called around every task (see ``conveyor.Middleware``).
     unregistered_delay / unregistered_window: a task whose name this worker does not know is put back
         ``unregistered_delay`` seconds later (30 s), until ``unregistered_window`` seconds (1 h) after it
         was first due; then it is archived ``unregistered``. Rolling deploys lose nothing.
     """
 
     queues: tuple[str, ...] = ("default",)
+    weights: tuple[int, ...] | None = None
+    strict: bool = False
+    concurrency: int = 10
+    processes: int = 0
+    prefetch: int = 0
     lease_for: float = 10.0
     heartbeat_interval: float | None = None
+    reaper_interval: float = 2.0
+    promoter_interval: float = 1.0
+    janitor_interval: float = 60.0
+    poll_interval: float = 0.5
+    shutdown_grace: float = 20.0
+    registry_interval: float = 5.0
+    middleware: tuple[Middleware, ...] = ()
     unregistered_delay: float = 30.0
     unregistered_window: float = 3600.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.queues, list):
+            object.__setattr__(self, "queues", tuple(self.queues))
+        if isinstance(self.weights, list):
+            object.__setattr__(self, "weights", tuple(self.weights))
+        if isinstance(self.middleware, list):
+            object.__setattr__(self, "middleware", tuple(self.middleware))
         if not isinstance(self.queues, tuple) or not self.queues:
             raise ValueError("queues must be a non-empty tuple of queue names")
         for queue in self.queues:
             check_queue(queue)
+        if len(set(self.queues)) != len(self.queues):
+            raise ValueError(f"queues must be distinct, got {self.queues!r}")
+        if self.weights is not None:
+            if len(self.weights) != len(self.queues):
+                raise ValueError("weights must give one weight per queue")
+            for weight in self.weights:
+                _check_int("queue weight", weight, 1)
+        _check_int("concurrency", self.concurrency, 1)
+        _check_int("processes", self.processes, 0)
+        _check_int("prefetch", self.prefetch, 0)
         check_positive("lease_for", self.lease_for)
         check_positive("heartbeat_interval", self.heartbeat_interval, allow_none=True)
+        for name in ("reaper_interval", "promoter_interval", "janitor_interval", "poll_interval"):
+            check_positive(name, getattr(self, name))
+        check_positive("registry_interval", self.registry_interval)
+        check_seconds("shutdown_grace", self.shutdown_grace)
         check_seconds("unregistered_delay", self.unregistered_delay)
         check_seconds("unregistered_window", self.unregistered_window)
+        if self.heartbeat_every >= self.lease_for:
+            raise ValueError("heartbeat_interval must be shorter than lease_for")
 
     @property
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval if self.heartbeat_interval is not None else self.lease_for / 5
+
+    @property
+    def weighted(self) -> bool:
+        """Whether fetches visit the queues in a weighted random order."""
+        return self.weights is not None and not self.strict and len(self.queues) > 1
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
+        """Settings from ``CONVEYOR_WORKER_<FIELD>`` variables (e.g. ``CONVEYOR_WORKER_CONCURRENCY=20``,
+        ``CONVEYOR_WORKER_QUEUES=emails=3,default=1``, ``CONVEYOR_WORKER_STRICT=1``); ``overrides`` win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        for name, kind in types.items():
+            raw = env.get(_ENV_PREFIX + name.upper())
+            if raw is None or name in ("middleware", "weights"):
+                continue
+            if name == "queues":
+                values["queues"], values["weights"] = parse_queues(raw)
+            elif name == "strict":
+                values[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif str(kind).startswith("int"):
+                values[name] = int(raw)
+            else:
+                values[name] = float(raw)
+        values.update(overrides)
+        return cls(**values)
+
+
+def parse_queues(spec: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
+    """``"emails=3,default=1"`` → ``(("emails", "default"), (3, 1))``; ``"a,b"`` → ``(("a", "b"), None)``."""
+    names: list[str] = []
+    weights: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, weight = part.partition("=")
+        names.append(check_queue(name.strip()))
+        weights.append(int(weight) if sep else 1)
+    if not names:
+        raise ValueError(f"no queue named in {spec!r}")
+    has_weights = any("=" in part for part in spec.split(","))
+    return tuple(names), tuple(weights) if has_weights else None
+
+
+def _check_int(what: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value!r}")

@@ -71,7 +71,11 @@ class Executor:
 
         def extend(seconds: float) -> float | None:
             status = broker.extend(record.id, token, self.app.now(), seconds)
-            return None if status is None else status.expires_at
+            if status is None:
+                return None
+            if status.cancel_requested:  # the heartbeat is how a running handler learns of a cancel
+                ctx.mark_cancel_requested()
+            return status.expires_at
 
         ctx = TaskContext(self.app.to_info(record), extend)
         if self.app.wants_context(record.name):

@@ -1,17 +1,22 @@
 """``Worker``: claims tasks from its queues and runs them. Step it by hand (``process_next``), or run it
-(the runtime composes the background services)."""
+(``run()``: the runtime composes the background services until shutdown)."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING
 
 from conveyor.model import Outcome, TaskRecord
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import Executor
+from conveyor.worker.runner import Runner, log_event, outcome_event
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
+    from conveyor.worker.pool import Reporter
+    from conveyor.worker.runtime import Runtime
 
 __all__ = ["Worker"]
 
@@ -19,12 +24,16 @@ log = logging.getLogger("conveyor.worker")
 
 
 class Worker:
-    """A worker bound to an app. ``process_next()`` / ``run_until_idle()`` run tasks in this thread."""
+    """A worker bound to an app. ``process_next()`` / ``run_until_idle()`` run tasks in this thread;
+    ``run()`` serves until ``stop()`` or SIGTERM/SIGINT."""
 
     def __init__(self, app: Conveyor, config: WorkerConfig | None = None) -> None:
         self.app = app
         self.config = config or WorkerConfig()
         self.executor = Executor(app, self.config)
+        self.runner = Runner(self.executor, self.config.middleware)
+        self._runtime: Runtime | None = None
+        self._stop_requested = threading.Event()
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -35,7 +44,16 @@ class Worker:
         claimed = self.app.broker.claim(list(self.config.queues), self.app.now(), self.config.lease_for, 1)
         if not claimed:
             return False
-        self.settle(claimed[0], self.executor.run(claimed[0]))
+        record = claimed[0]
+        prepared = self.executor.prepare(record)
+        started = time.monotonic()
+        if isinstance(prepared, Outcome):
+            outcome = prepared
+        else:
+            log_event(record, "started")
+            outcome = self.runner.run_sync(prepared)
+        if self.settle(record, outcome):
+            log_event(record, outcome_event(outcome), time.monotonic() - started, error=outcome.error)
         return True
 
     def run_until_idle(self, limit: int | None = None) -> int:
@@ -51,3 +69,28 @@ class Worker:
         if not applied:
             log.warning("task %s (%s): lease lost before %s; result discarded", record.id, record.name, outcome.kind)
         return applied
+
+    def run(self, *, install_signals: bool = True, reporter: Reporter | None = None) -> int:
+        """Serve until ``stop()`` (or, in the main thread, SIGTERM/SIGINT); returns the exit code."""
+        from conveyor.worker import runtime as rt
+
+        runtime = rt.Runtime(self, reporter=reporter)
+        self._runtime = runtime
+        if self._stop_requested.is_set():
+            runtime.request_stop()
+        previous = rt.install_signals(runtime.on_signal) if install_signals else {}
+        try:
+            return runtime.run()
+        finally:
+            rt.restore_signals(previous)
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The running runtime (None before ``run()``)."""
+        return self._runtime
+
+    def stop(self) -> None:
+        """Ask a running ``run()`` to shut down gracefully (from any thread)."""
+        self._stop_requested.set()
+        if self._runtime is not None:
+            self._runtime.request_stop()

@@ -1,0 +1,33 @@
+"""``python -m conveyor.worker pkg.module:app [--concurrency N] [--processes N] [--queues a=3,b=1] ...``"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from conveyor.worker.args import config_from_args, parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parse(argv)
+    logging.basicConfig(
+        level=ns.log_level.upper(), format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+    )
+    config = config_from_args(ns)
+    if ns.report_fd is None:
+        from conveyor.worker.runtime import run_worker
+
+        return run_worker(ns.app, config)
+    from conveyor.worker.child import PipeReporter, watch_parent
+    from conveyor.worker.loader import load_app
+    from conveyor.worker.worker import Worker
+
+    worker = Worker(load_app(ns.app), config)
+    if ns.parent_pid is not None:
+        watch_parent(ns.parent_pid, worker.stop)
+    return worker.run(reporter=PipeReporter(ns.report_fd))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Heartbeat: extends the lease of every task this worker holds, every ``heartbeat_interval``.
+
+A lease that cannot be extended is lost (the worker was paused or partitioned past its lease and
+another worker may run the task now): the task's ``ctx.lease_lost`` is set, an async handler is
+cancelled, and whatever the handler returns later is fenced by the broker (``settle`` → False).
+An operator's cancel request reaches the handler as ``ctx.cancel_requested``. A sync task running
+past its timeout is logged here once and its ``ctx.timed_out`` set, so a cooperative handler can stop
+(Python cannot interrupt a thread; see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from conveyor.errors import BrokerError
+from conveyor.worker.inflight import Held, Inflight
+from conveyor.worker.runner import log_event
+from conveyor.worker.service import Periodic
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Heartbeat"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Heartbeat(Periodic):
+    name = "heartbeat"
+
+    def __init__(self, app: Conveyor, inflight: Inflight, interval: float, lease_for: float) -> None:
+        super().__init__(interval)
+        self.app = app
+        self.inflight = inflight
+        self.lease_for = lease_for
+
+    def tick(self) -> None:
+        for held in self.inflight.snapshot():
+            if held.lost:
+                continue
+            try:
+                status = self.app.broker.extend(held.id, held.token, self.app.now(), self.lease_for)
+            except BrokerError:
+                log.warning("heartbeat: could not extend the lease of task %s; retrying", held.id, exc_info=True)
+                continue
+            if status is None:
+                self.lost(held)
+                continue
+            if status.cancel_requested and held.job is not None:
+                held.job.ctx.mark_cancel_requested()
+            self._check_overdue(held)
+
+    def lost(self, held: Held) -> None:
+        """The lease is gone: stop the handler cooperatively; never commit its result."""
+        held.lost = True
+        log_event(held.record, "lease-lost")
+        if held.job is not None:
+            held.job.ctx.mark_lease_lost()
+        if held.future is not None:
+            held.future.cancel()  # async handler: cancelled on its loop
+        if held.job is None or held.future is not None:
+            self.inflight.remove([held])  # not started, or async (cancelled): nothing will settle it
+
+    def _check_overdue(self, held: Held) -> None:
+        job = held.job
+        if job is None or job.is_async or held.started is None or held.overdue_logged:
+            return
+        timeout = job.options.timeout
+        if timeout is not None and time.monotonic() - held.started > timeout:
+            held.overdue_logged = True
+            job.ctx.mark_timed_out()
+            log.warning("task %s is past its %s s timeout; it fails when it returns", held.id, timeout)

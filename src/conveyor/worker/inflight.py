@@ -1,0 +1,93 @@
+"""``Inflight``: the tasks this worker holds a lease on (prefetched or running), shared by services.
+
+The fetcher adds claimed tasks; the pool marks them running; the heartbeat extends their leases; the
+acker removes them once settled. ``wait_below`` lets the fetcher sleep until a slot frees up.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor.model import TaskRecord
+from conveyor.worker.executor import Job
+
+__all__ = ["Held", "Inflight"]
+
+
+@dataclass(eq=False)
+class Held:
+    """One held task. ``job`` and ``started`` are set when it starts running."""
+
+    record: TaskRecord
+    token: str
+    claimed: float = field(default_factory=time.monotonic)
+    job: Job | None = None
+    started: float | None = None
+    future: concurrent.futures.Future[Any] | None = None
+    lost: bool = False
+    overdue_logged: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+
+class Inflight:
+    """A thread-safe map of held tasks by id."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Held] = {}
+        self._cond = threading.Condition()
+
+    def add(self, records: Iterable[TaskRecord]) -> list[Held]:
+        added = []
+        with self._cond:
+            for record in records:
+                assert record.lease_token is not None
+                held = Held(record, record.lease_token)
+                self._held[record.id] = held
+                added.append(held)
+        return added
+
+    def get(self, task_id: str) -> Held | None:
+        with self._cond:
+            return self._held.get(task_id)
+
+    def remove(self, helds: Iterable[Held]) -> None:
+        with self._cond:
+            for held in helds:
+                if self._held.get(held.id) is held:
+                    del self._held[held.id]
+            self._cond.notify_all()
+
+    def snapshot(self) -> list[Held]:
+        with self._cond:
+            return list(self._held.values())
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._held)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_below(self, capacity: int, timeout: float) -> bool:
+        """Wait (at most ``timeout``) until fewer than ``capacity`` tasks are held."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._held) < capacity, timeout)
+
+    def wait_empty(self, deadline: float) -> bool:
+        """Wait until nothing is held or ``time.monotonic()`` passes ``deadline``; True if empty."""
+        with self._cond:
+            while self._held:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True

@@ -1,0 +1,29 @@
+"""Janitor: deletes completed and archived tasks past their retention or beyond the archive cap."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from conveyor.worker.service import Periodic
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Janitor"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Janitor(Periodic):
+    name = "janitor"
+
+    def __init__(self, app: Conveyor, interval: float, batch: int = 1000) -> None:
+        super().__init__(interval)
+        self.app = app
+        self.batch = batch
+
+    def tick(self) -> None:
+        removed = self.app.broker.clean(self.app.now(), self.batch)
+        if removed:
+            log.debug("janitor: deleted %d finished task(s)", removed)

@@ -1,0 +1,48 @@
+"""``load_app("pkg.module:app")``: import the module and return its ``Conveyor`` (for the CLI and
+child processes). ``"pkg.module"`` alone means the attribute ``app``. The current directory is put on
+``sys.path`` first, as ``python -m`` would."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from conveyor.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["load_app", "load_object"]
+
+
+def load_object(ref: str) -> Any:
+    """The object named by ``"pkg.module:attr.path"``. ConfigurationError if it cannot be found."""
+    if not isinstance(ref, str):
+        raise TypeError(f"an import reference must be a str, not {type(ref).__name__}")
+    module_name, _, attr = ref.partition(":")
+    if not module_name:
+        raise ConfigurationError(f"bad import reference {ref!r}: expected 'pkg.module:app'")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    for part in (attr or "app").split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigurationError(f"{module_name!r} has no attribute {attr or 'app'!r}") from None
+    return obj
+
+
+def load_app(ref: str) -> Conveyor:
+    """The ``Conveyor`` named by ``"pkg.module:app"``."""
+    from conveyor.app import Conveyor
+
+    obj = load_object(ref)
+    if not isinstance(obj, Conveyor):
+        raise ConfigurationError(f"{ref!r} is a {type(obj).__name__}, not a Conveyor app")
+    return obj

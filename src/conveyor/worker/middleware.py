@@ -1,0 +1,56 @@
+"""``Middleware``: hooks around every task a worker runs (metrics, logging, tracing plug in here).
+
+Order: for middleware ``[a, b]``, ``before`` runs ``a`` then ``b``; ``on_error`` and ``after`` run in
+reverse (``b`` then ``a``), like nested context managers. ``on_error(ctx, exc)`` is called when the
+handler raised (before the outcome is decided); ``after(ctx, outcome)`` once the outcome is decided
+and before it is acknowledged to the broker. A raising hook is logged and never changes the outcome.
+Hooks run in the thread (or, for ``async def`` handlers, on the event loop) that runs the task: keep
+them quick and non-blocking.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from conveyor.context import TaskContext
+from conveyor.model import Outcome
+
+__all__ = ["Middleware", "call_after", "call_before", "call_on_error"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Middleware:
+    """Base class: override any of the three hooks (each does nothing by default)."""
+
+    def before(self, ctx: TaskContext) -> None:
+        """The task is about to run."""
+
+    def after(self, ctx: TaskContext, outcome: Outcome) -> None:
+        """The task ran; ``outcome.kind`` is ``complete``, ``retry``, ``archive`` or ``release``."""
+
+    def on_error(self, ctx: TaskContext, exc: BaseException) -> None:
+        """The handler raised ``exc`` (called before ``after``)."""
+
+
+def call_before(middleware: Sequence[Middleware], ctx: TaskContext) -> None:
+    for hook in middleware:
+        _safe(hook, "before", ctx)
+
+
+def call_on_error(middleware: Sequence[Middleware], ctx: TaskContext, exc: BaseException) -> None:
+    for hook in reversed(middleware):
+        _safe(hook, "on_error", ctx, exc)
+
+
+def call_after(middleware: Sequence[Middleware], ctx: TaskContext, outcome: Outcome) -> None:
+    for hook in reversed(middleware):
+        _safe(hook, "after", ctx, outcome)
+
+
+def _safe(hook: Middleware, method: str, *args: object) -> None:
+    try:
+        getattr(hook, method)(*args)
+    except Exception:
+        log.exception("middleware %r.%s raised; ignored", hook, method)

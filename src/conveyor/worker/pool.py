@@ -1,0 +1,166 @@
+"""Executor pool: runs buffered tasks, at most ``concurrency`` at once.
+
+Sync handlers run on ``concurrency`` daemon threads (daemon so that a handler stuck past shutdown
+cannot keep the process alive once its lease is released); ``async def`` handlers run on one event
+loop thread, so hundreds of them can wait on I/O together. Both count against the same slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from conveyor.model import Outcome, TaskRecord
+from conveyor.worker.acker import Acker
+from conveyor.worker.inflight import Held, Inflight
+from conveyor.worker.runner import Runner, log_event
+
+__all__ = ["Pool", "Reporter"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Reporter(Protocol):
+    """Told when a task starts and ends (the process supervisor listens through this)."""
+
+    def started(self, held: Held) -> None: ...
+
+    def finished(self, held: Held) -> None: ...
+
+
+class Pool:
+    def __init__(
+        self,
+        runner: Runner,
+        inflight: Inflight,
+        buffer: queue.Queue[TaskRecord | None],
+        acker: Acker,
+        concurrency: int,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.runner = runner
+        self.inflight = inflight
+        self.buffer = buffer
+        self.acker = acker
+        self.concurrency = concurrency
+        self.reporter = reporter
+        self._slots = threading.Semaphore(concurrency)
+        self._sync: queue.Queue[Held | None] = queue.Queue()
+        self._closing = threading.Event()
+        self._leftover: list[TaskRecord] = []
+        self._threads: list[threading.Thread] = []
+        self._loop = asyncio.new_event_loop()
+
+    def start(self) -> None:
+        targets: list[tuple[str, Callable[[], None]]] = [("conveyor-loop", self._run_loop)]
+        targets += [(f"conveyor-exec-{i}", self._sync_loop) for i in range(self.concurrency)]
+        targets.append(("conveyor-dispatch", self._dispatch_loop))
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop_dispatch(self) -> list[Held]:
+        """Start nothing more; return the held tasks that were buffered but not started."""
+        self._closing.set()
+        self.buffer.put(None)
+        self._threads[-1].join(timeout=10.0)
+        records = list(self._leftover)
+        while True:
+            try:
+                record = self.buffer.get_nowait()
+            except queue.Empty:
+                break
+            if record is not None:
+                records.append(record)
+        helds = [self.inflight.get(r.id) for r in records]
+        return [h for h in helds if h is not None and h.job is None]
+
+    def stop(self) -> None:
+        """Stop the threads that are idle and the loop (a sync handler still running is abandoned)."""
+        for _ in range(self.concurrency):
+            self._sync.put(None)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._threads[0].join(timeout=2.0)
+        if not self._loop.is_running():
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            self._loop.close()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _dispatch_loop(self) -> None:
+        while not self._closing.is_set():
+            record = self.buffer.get()
+            if record is None:
+                return
+            held = self.inflight.get(record.id)
+            if held is None or held.lost:
+                continue
+            while not self._slots.acquire(timeout=0.1):
+                if self._closing.is_set():
+                    self._leftover.append(record)
+                    return
+            if self._closing.is_set():
+                self._slots.release()
+                self._leftover.append(record)
+                return
+            self._start(held)
+
+    def _start(self, held: Held) -> None:
+        prepared = self.runner.executor.prepare(held.record)
+        if isinstance(prepared, Outcome):  # unknown name or undecodable payload: decided at once
+            self._slots.release()
+            self.acker.submit(held, prepared)
+            return
+        held.job = prepared
+        held.started = time.monotonic()
+        log_event(held.record, "started")
+        if self.reporter is not None:
+            self.reporter.started(held)
+        if prepared.is_async:
+            future = asyncio.run_coroutine_threadsafe(self.runner.run_async(prepared), self._loop)
+            held.future = future
+            future.add_done_callback(lambda f: self._async_done(held, f))
+        else:
+            self._sync.put(held)
+
+    def _sync_loop(self) -> None:
+        while True:
+            held = self._sync.get()
+            if held is None:
+                return
+            assert held.job is not None
+            outcome: Outcome | None = None
+            try:
+                outcome = self.runner.run_sync(held.job)
+            except BaseException:  # a bug in middleware or the runtime: the lease recovers the task
+                log.exception("task %s: the runtime failed to run it", held.id)
+            self._finish(held, outcome)
+
+    def _async_done(self, held: Held, future: Future[Any]) -> None:
+        outcome: Outcome | None = None
+        if future.cancelled():
+            log_event(held.record, "cancelled")
+        elif future.exception() is not None:
+            log.error("task %s: the runtime failed to run it", held.id, exc_info=future.exception())
+        else:
+            outcome = future.result()
+        self._finish(held, outcome)
+
+    def _finish(self, held: Held, outcome: Outcome | None) -> None:
+        self._slots.release()
+        if self.reporter is not None:
+            self.reporter.finished(held)
+        if outcome is not None:
+            self.acker.submit(held, outcome)
+        else:  # cancelled or broken: nothing will settle it here; its lease (if any is left) recovers it
+            self.inflight.remove([held])

@@ -1,0 +1,28 @@
+"""Promoter: moves due scheduled and retry tasks to pending, on a timer."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from conveyor.worker.service import Periodic
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Promoter"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Promoter(Periodic):
+    name = "promoter"
+
+    def __init__(self, app: Conveyor, interval: float, batch: int = 1000) -> None:
+        super().__init__(interval)
+        self.app = app
+        self.batch = batch
+
+    def tick(self) -> None:
+        while self.app.broker.promote(self.app.now(), self.batch) >= self.batch:
+            pass  # a full batch: more may be due

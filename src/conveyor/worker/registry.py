@@ -1,0 +1,68 @@
+"""Registry heartbeat: advertises this worker (``Broker.register_worker``) so dashboards list it.
+
+The record lives ``3 * interval`` seconds past each beat, so a dead worker disappears on its own; a
+clean exit unregisters at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from conveyor.model import WorkerInfo
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.service import Periodic
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Registry", "new_worker_id"]
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Registry(Periodic):
+    name = "registry"
+
+    def __init__(
+        self,
+        app: Conveyor,
+        config: WorkerConfig,
+        worker_id: str,
+        running: Callable[[], tuple[str, ...]],
+        counts: Callable[[], tuple[int, int]],
+    ) -> None:
+        super().__init__(config.registry_interval)
+        self.app = app
+        self.config = config
+        self.worker_id = worker_id
+        self.running = running
+        self.counts = counts
+        self.started_at = app.now()
+
+    def tick(self) -> None:
+        processed, failed = self.counts()
+        info = WorkerInfo(
+            id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.config.queues,
+            concurrency=self.config.concurrency,
+            started_at=self.started_at,
+            running=self.running(),
+            processed=processed,
+            failed=failed,
+        )
+        self.app.broker.register_worker(info, self.app.now(), 3 * self.interval)
+
+    def stop(self) -> None:
+        super().stop()
+        try:
+            self.app.broker.unregister_worker(self.worker_id)
+        except Exception:  # the broker may be gone at exit: the record expires on its own
+            pass

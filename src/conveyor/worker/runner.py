@@ -1,0 +1,97 @@
+"""Running one prepared job with the middleware around it, and the one-line logs of each state change.
+
+The executor (``executor.py``) decides outcomes; this module only adds the hooks, measures the
+duration and logs. Log lines are ``key=value`` text at INFO on ``conveyor.worker``, and carry the
+same fields as ``extra={"conveyor": {...}}`` for structured handlers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor.context import reset_current, set_current
+from conveyor.errors import TaskTimeout
+from conveyor.model import Outcome, TaskRecord
+from conveyor.worker.executor import Executor, Job, _await_with_timeout, _run_coroutine
+from conveyor.worker.middleware import Middleware, call_after, call_before, call_on_error
+
+__all__ = ["Runner", "log_event"]
+
+log = logging.getLogger("conveyor.worker")
+
+_EVENT = {"complete": "completed", "retry": "retry", "archive": "archived", "release": "released"}
+
+
+def log_event(record: TaskRecord, event: str, duration: float | None = None, **more: Any) -> None:
+    """One structured INFO line: ``task <event> id=... name=... queue=... attempt=... duration=...``."""
+    fields: dict[str, Any] = {
+        "event": event,
+        "task_id": record.id,
+        "name": record.name,
+        "queue": record.queue,
+        "attempt": record.attempts,
+    }
+    if duration is not None:
+        fields["duration"] = round(duration, 6)
+    fields.update({k: v for k, v in more.items() if v is not None})
+    text = " ".join(f"{k}={v}" for k, v in fields.items() if k != "event")
+    log.info("task %s %s", event, text, extra={"conveyor": fields})
+
+
+def outcome_event(outcome: Outcome) -> str:
+    return _EVENT.get(outcome.kind, outcome.kind)
+
+
+class Runner:
+    """Runs jobs: ``run_sync`` in the calling thread, ``run_async`` on the calling event loop."""
+
+    def __init__(self, executor: Executor, middleware: Sequence[Middleware] = ()) -> None:
+        self.executor = executor
+        self.middleware = tuple(middleware)
+
+    def run_sync(self, job: Job) -> Outcome:
+        """Run a sync handler here (an async one on a private loop). A sync handler cannot be
+        interrupted: its timeout is checked when it returns (a late result fails with TaskTimeout)."""
+        if job.is_async:
+            outcome: Outcome = _run_coroutine(self.run_async(job))
+            return outcome
+        call_before(self.middleware, job.ctx)
+        token = set_current(job.ctx)
+        started = time.monotonic()
+        try:
+            result = job.fn(*job.args, **job.kwargs)
+            if inspect.isawaitable(result):
+                result = _run_coroutine(_await_with_timeout(result, job.options.timeout))
+            timeout = job.options.timeout
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise TaskTimeout(f"handler ran past its {timeout} s timeout")
+        except Exception as exc:
+            call_on_error(self.middleware, job.ctx, exc)
+            outcome = self.executor.failed(job, exc)
+        else:
+            outcome = self.executor.succeeded(job, result)
+        finally:
+            reset_current(token)
+        call_after(self.middleware, job.ctx, outcome)
+        return outcome
+
+    async def run_async(self, job: Job) -> Outcome:
+        """Run an async handler on the current loop, cancelled at its timeout. A cancellation from
+        outside (lease lost, shutdown) propagates as ``CancelledError``: there is no outcome then."""
+        call_before(self.middleware, job.ctx)
+        token = set_current(job.ctx)
+        try:
+            result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
+        except Exception as exc:
+            call_on_error(self.middleware, job.ctx, exc)
+            outcome = self.executor.failed(job, exc)
+        else:
+            outcome = self.executor.succeeded(job, result)
+        finally:
+            reset_current(token)
+        call_after(self.middleware, job.ctx, outcome)
+        return outcome

@@ -1,0 +1,192 @@
+"""The runtime: composes the services of one worker process and runs them until shutdown.
+
+Start order: registry, promoter, reaper, janitor, acker, pool, heartbeat, fetcher. Shutdown (first
+SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks buffered but not started are
+released at once; running tasks get ``shutdown_grace`` seconds to finish; then every lease still held
+is released back to pending in one ``settle`` (their handlers see ``ctx.lease_lost``; async ones are
+cancelled), the acker flushes, and the services stop. A second signal releases what is held and exits
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from conveyor.model import Outcome, TaskRecord
+from conveyor.worker.acker import Acker
+from conveyor.worker.fetcher import Fetcher, QueueOrder
+from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.inflight import Held, Inflight
+from conveyor.worker.janitor import Janitor
+from conveyor.worker.pool import Pool, Reporter
+from conveyor.worker.promoter import Promoter
+from conveyor.worker.reaper import Reaper
+from conveyor.worker.registry import Registry, new_worker_id
+from conveyor.worker.runner import Runner, log_event
+from conveyor.worker.service import Service
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+    from conveyor.worker.config import WorkerConfig
+    from conveyor.worker.worker import Worker
+
+__all__ = ["Runtime", "run_worker"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Runtime:
+    """One worker process's services. ``run()`` blocks until ``request_stop()`` (or a signal)."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        reporter: Reporter | None = None,
+        order: QueueOrder | None = None,
+    ) -> None:
+        app, config = worker.app, worker.config
+        self.app = app
+        self.config = config
+        self.worker_id = new_worker_id()
+        self.inflight = Inflight()
+        self.buffer: queue.Queue[TaskRecord | None] = queue.Queue()
+        self.acker = Acker(app, self.inflight)
+        runner = Runner(worker.executor, config.middleware)
+        self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
+        self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
+        self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for)
+        self.registry = Registry(app, config, self.worker_id, self._running, self._counts)
+        self.maintenance: tuple[Service, ...] = (
+            Promoter(app, config.promoter_interval),
+            Reaper(app, config.reaper_interval),
+            Janitor(app, config.janitor_interval),
+        )
+        self._stop = threading.Event()
+        self._signals = 0
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+
+    def _running(self) -> tuple[str, ...]:
+        return tuple(h.id for h in self.inflight.snapshot() if h.started is not None)
+
+    def _counts(self) -> tuple[int, int]:
+        return self.acker.processed, self.acker.failed
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (safe from any thread and from signal handlers)."""
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run until asked to stop, then shut down gracefully; returns the exit code (0)."""
+        log.info(
+            "worker %s starting: queues=%s concurrency=%d",
+            self.worker_id,
+            ",".join(self.config.queues),
+            self.config.concurrency,
+        )
+        services: list[Service] = [self.registry, *self.maintenance, self.pool, self.heartbeat]
+        self.acker.start()
+        for service in services:
+            service.start()
+        self.fetcher.start()
+        self.started.set()
+        try:
+            self._stop.wait()
+            self._shutdown()
+        finally:
+            for service in reversed(services):
+                service.stop()
+            self.stopped.set()
+        log.info("worker %s stopped", self.worker_id)
+        return 0
+
+    def _shutdown(self) -> None:
+        log.info("worker %s: shutting down (grace %.1f s)", self.worker_id, self.config.shutdown_grace)
+        self.fetcher.stop()
+        self.release(self.pool.stop_dispatch(), "prefetched")
+        deadline = time.monotonic() + self.config.shutdown_grace
+        if not self.inflight.wait_empty(deadline):
+            self.release(self.inflight.snapshot(), "grace period over")
+        self.acker.stop()
+
+    def release(self, helds: list[Held], why: str) -> None:
+        """Give these tasks back to pending in one ``settle``; their handlers are told to stop."""
+        helds = [h for h in helds if not h.lost]
+        if not helds:
+            return
+        for held in helds:
+            held.lost = True
+            if held.job is not None:
+                held.job.ctx.mark_lease_lost()
+            if held.future is not None:
+                held.future.cancel()
+        outcomes = [Outcome(h.id, h.token, "release") for h in helds]
+        try:
+            applied = self.app.broker.settle(outcomes, self.app.now())
+        except Exception:
+            log.exception("could not release %d task(s); their leases will expire", len(helds))
+            return
+        finally:
+            self.inflight.remove(helds)
+        for held, ok in zip(helds, applied, strict=True):
+            if ok:
+                log_event(held.record, "released", why=why.replace(" ", "-"))
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """First signal: graceful shutdown. Second: release everything held and exit now."""
+        self._signals += 1
+        if self._signals == 1:
+            log.info("worker %s: got %s, stopping", self.worker_id, signal.Signals(signum).name)
+            self.request_stop()
+            return
+        log.warning("worker %s: second signal, exiting now", self.worker_id)
+        releaser = threading.Thread(target=self.release, args=(self.inflight.snapshot(), "forced exit"), daemon=True)
+        releaser.start()
+        releaser.join(timeout=2.0)
+        os._exit(1)
+
+
+def install_signals(handler: signal.Handlers | object) -> dict[int, object]:
+    """Route SIGTERM and SIGINT to ``handler``; returns the previous handlers (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, object] = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, handler)  # type: ignore[arg-type]
+    return previous
+
+
+def restore_signals(previous: dict[int, object]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def run_worker(app: Conveyor | str, config: WorkerConfig | None = None) -> int:
+    """Run a worker until SIGTERM/SIGINT; the entry point for the CLI. Returns the exit code.
+
+    ``app`` is a ``Conveyor`` or an import reference ``"pkg.module:app"``. With ``config.processes >=
+    1`` a supervisor runs that many child processes (then ``app`` must be a reference, which the
+    children import).
+    """
+    from conveyor.worker.config import WorkerConfig
+    from conveyor.worker.loader import load_app
+    from conveyor.worker.worker import Worker
+
+    config = config or WorkerConfig()
+    if config.processes >= 1:
+        from conveyor.worker.supervisor import Supervisor
+
+        if not isinstance(app, str):
+            from conveyor.errors import ConfigurationError
+
+            raise ConfigurationError("processes >= 1 needs the app as an import reference 'pkg.module:app'")
+        return Supervisor(app, config).run()
+    application = load_app(app) if isinstance(app, str) else app
+    return Worker(application, config).run()

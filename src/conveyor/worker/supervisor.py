@@ -1,0 +1,185 @@
+"""``--processes N``: a supervisor that runs N worker child processes and replaces any that dies.
+
+Children are ``python -m conveyor.worker <app> ...`` in their own session (a terminal's Ctrl-C reaches
+only the supervisor, which forwards it once). A crashed child's tasks are recovered through their
+leases, like any dead worker's (so stall accounting still archives a task that keeps killing its
+process). Each child reports ``start``/``end`` of every task over a pipe (see ``child.py``); a child
+running a task past its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout``
+(retryable, per its policy) and the other tasks the child held are released at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from types import FrameType
+
+from conveyor.errors import TaskTimeout
+from conveyor.model import Outcome
+from conveyor.worker.args import config_to_args
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.executor import Executor
+from conveyor.worker.loader import load_app
+from conveyor.worker.runtime import install_signals, restore_signals
+
+__all__ = ["KILL_SLACK", "Supervisor"]
+
+log = logging.getLogger("conveyor.worker")
+
+#: Seconds past a task's timeout before its process is killed (async handlers cancel themselves).
+KILL_SLACK = 1.0
+_RESPAWN_PAUSE = 1.0  # a child that died within this many seconds of starting is restarted after it
+
+
+@dataclass
+class Child:
+    slot: int
+    proc: subprocess.Popen[bytes]
+    reports: int
+    started: float = field(default_factory=time.monotonic)
+    buffer: bytes = b""
+    running: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # id → (token, deadline)
+
+
+class Supervisor:
+    def __init__(self, app_ref: str, config: WorkerConfig) -> None:
+        self.app_ref = app_ref
+        self.app = load_app(app_ref)
+        self.config = config
+        self.executor = Executor(self.app, config)
+        self.children: dict[int, Child] = {}
+        self.selector = selectors.DefaultSelector()
+        self._signals = 0
+        self._respawn_at: dict[int, float] = {}
+
+    def run(self) -> int:
+        if self.config.middleware:
+            log.warning("middleware objects are not passed to child processes; register them in the app module")
+        previous = install_signals(self._on_signal)
+        try:
+            for slot in range(self.config.processes):
+                self._spawn(slot)
+            while self.children or (self._signals == 0 and self._respawn_at):
+                self._read(0.1)
+                self._reap_children()
+                self._kill_overdue()
+        finally:
+            restore_signals(previous)
+            for child in list(self.children.values()):
+                child.proc.kill()
+                child.proc.wait()
+        return 0
+
+    def _spawn(self, slot: int) -> None:
+        read_fd, write_fd = os.pipe()
+        child_config = replace(self.config, processes=0, middleware=())
+        argv = [sys.executable, "-m", "conveyor.worker", self.app_ref, *config_to_args(child_config)]
+        argv += ["--report-fd", str(write_fd), "--parent-pid", str(os.getpid())]
+        proc = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        child = Child(slot, proc, read_fd)
+        self.children[slot] = child
+        self.selector.register(read_fd, selectors.EVENT_READ, child)
+        self._respawn_at.pop(slot, None)
+        log.info("supervisor: started child %d (pid %d)", slot, proc.pid)
+
+    def _read(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout):
+            child: Child = key.data
+            try:
+                data = os.read(child.reports, 65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                self.selector.unregister(child.reports)
+                continue
+            child.buffer += data
+            *lines, child.buffer = child.buffer.split(b"\n")
+            for line in lines:
+                self._report(child, line.decode())
+
+    def _report(self, child: Child, line: str) -> None:
+        parts = line.split()
+        if parts[:1] == ["start"] and len(parts) == 4:
+            timeout = None if parts[3] == "-" else float(parts[3])
+            deadline = None if timeout is None else time.monotonic() + timeout + KILL_SLACK
+            child.running[parts[1]] = (parts[2], deadline)
+        elif parts[:1] == ["end"] and len(parts) == 2:
+            child.running.pop(parts[1], None)
+
+    def _reap_children(self) -> None:
+        now = time.monotonic()
+        for slot, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is None:
+                continue
+            self._forget(child)
+            if self._signals:
+                continue
+            log.warning("supervisor: child %d (pid %d) exited with %s; replacing it", slot, child.proc.pid, code)
+            quick = now - child.started < _RESPAWN_PAUSE
+            self._respawn_at[slot] = now + (_RESPAWN_PAUSE if quick else 0.0)
+        for slot, at in list(self._respawn_at.items()):
+            if at <= now and self._signals == 0:
+                self._spawn(slot)
+
+    def _forget(self, child: Child) -> None:
+        self._read(0)
+        try:
+            self.selector.unregister(child.reports)
+        except (KeyError, ValueError):
+            pass
+        os.close(child.reports)
+        del self.children[child.slot]
+
+    def _kill_overdue(self) -> None:
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            overdue = [tid for tid, (_, deadline) in child.running.items() if deadline is not None and now > deadline]
+            if not overdue:
+                continue
+            log.warning("supervisor: child pid %d runs %s past its timeout; killing it", child.proc.pid, overdue)
+            child.proc.kill()
+            child.proc.wait()
+            self._read(0)
+            running = dict(child.running)
+            self._settle_killed(running, set(overdue))
+
+    def _settle_killed(self, running: dict[str, tuple[str, float | None]], overdue: set[str]) -> None:
+        """Fail the overdue tasks with TaskTimeout; release the others the killed child held."""
+        now = self.app.now()
+        outcomes: list[Outcome] = []
+        for task_id, (token, _) in running.items():
+            if task_id not in overdue:
+                outcomes.append(Outcome(task_id, token, "release"))
+                continue
+            record = self.app.broker.get(task_id, now)
+            if record is None or record.lease_token != token:
+                continue  # no longer ours: fenced
+            job = self.executor.prepare(record)
+            if isinstance(job, Outcome):
+                outcomes.append(job)
+            else:
+                timeout = TaskTimeout(f"killed past its {job.options.timeout} s timeout")
+                outcomes.append(self.executor.failed(job, timeout))
+        if outcomes:
+            applied = self.app.broker.settle(outcomes, now)
+            for outcome, ok in zip(outcomes, applied, strict=True):
+                log.info("supervisor: task %s %s (%s)", outcome.task_id, outcome.kind, "ok" if ok else "fenced")
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Forward to every child: the first signal is their graceful shutdown, the second exits now."""
+        self._signals += 1
+        self._respawn_at.clear()
+        for child in self.children.values():
+            try:
+                child.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass

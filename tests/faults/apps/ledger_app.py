@@ -1,0 +1,53 @@
+"""The app the fault tests run in real worker processes. Every execution appends to a ledger file.
+
+Environment: ``CONVEYOR_URL`` (the broker), ``FAULT_LEDGER`` (the ledger path), ``FAULT_MAX_STALLS``.
+Ledger lines: ``<event> <key> <pid> <attempt> <time>`` with event ``start``, ``done`` or ``returned``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from conveyor import BrokerPolicy, Conveyor, Middleware, TaskContext
+from conveyor.model import Outcome
+
+app = Conveyor(policy=BrokerPolicy(max_stalls=int(os.environ.get("FAULT_MAX_STALLS", "3"))))
+
+
+def note(event: str, key: str, attempt: int) -> None:
+    line = f"{event} {key} {os.getpid()} {attempt} {time.time():.6f}\n"
+    fd = os.open(os.environ["FAULT_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())  # one write per line: O_APPEND keeps lines whole across processes
+    finally:
+        os.close(fd)
+
+
+@app.task(max_retries=5)
+def work(ctx: TaskContext, key: str, seconds: float) -> int:
+    """Runs ``seconds`` (the workload the tests interrupt); returns the pid that ran it."""
+    note("start", key, ctx.attempt)
+    time.sleep(seconds)
+    note("done", key, ctx.attempt)
+    return os.getpid()
+
+
+@app.task
+def crash(ctx: TaskContext, key: str) -> None:
+    """Kills its own process every time (a poison task)."""
+    note("start", key, ctx.attempt)
+    os._exit(1)
+
+
+class KillAfterReturn(Middleware):
+    """Kills the process after ``work`` returned on its first attempt, before the ack is written."""
+
+    def after(self, ctx: TaskContext, outcome: Outcome) -> None:
+        if ctx.name == "work" and ctx.attempt == 1 and outcome.kind == "complete":
+            note("returned", ctx.task_id, ctx.attempt)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+kill_after_return = KillAfterReturn()

@@ -1,0 +1,162 @@
+"""Fault tests of the worker runtime: real processes, real signals, a ledger the handlers append to.
+
+Leases are short (lease 2 s, heartbeat 0.5 s, reaper 0.5 s). Each test runs against SQLite and Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from apps.harness import LEASE, REAPER, Cluster, wait_for
+
+from conveyor import ArchiveReason, Conveyor, TaskState
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_MARGIN = 0.5  # the lease was last renewed at most one heartbeat before the pause
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'faults.db'}"
+    redis_url: str = request.getfixturevalue("redis_url")
+    return redis_url
+
+
+@pytest.fixture
+def cluster(url: str, tmp_path: Path) -> Iterator[Cluster]:
+    group = Cluster(url, tmp_path)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture
+def app(url: str) -> Iterator[Conveyor]:
+    producer = Conveyor(url)
+    try:
+        yield producer
+    finally:
+        producer.close()
+
+
+def live_workers(app: Conveyor, count: int) -> None:
+    wait_for(lambda: len(app.broker.workers(app.now())) >= count, 15, f"{count} worker(s) registered")
+
+
+def test_sigkill_mid_task_runs_it_again_elsewhere(cluster: Cluster, app: Conveyor) -> None:
+    cluster.spawn()
+    cluster.spawn()
+    live_workers(app, 2)
+    handle = app.enqueue("work", args=["k", 1.0])
+    wait_for(lambda: bool(cluster.entries("start", "k")), 10, "first start")
+    victim = cluster.entries("start", "k")[0].pid
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.time()
+    cluster.proc(victim).wait(5)
+    wait_for(lambda: len(cluster.entries("start", "k")) == 2, 10, "second start")
+    recovery = cluster.entries("start", "k")[1].at - killed_at
+    wait_for(lambda: handle.status().state is TaskState.COMPLETED, 10, "completed")
+    assert handle.status().result != victim
+    assert recovery <= LEASE + REAPER + 1.0, f"recovered in {recovery:.2f} s"
+    print(f"recovery after SIGKILL: {recovery:.2f} s")  # noqa: T201 - reported with -s
+
+
+def test_killed_after_return_before_ack_completes_with_at_most_one_duplicate(cluster: Cluster, app: Conveyor) -> None:
+    for _ in range(2):
+        cluster.spawn("--middleware", "apps.ledger_app:kill_after_return")
+    live_workers(app, 2)
+    handle = app.enqueue("work", args=["k", 0.0])
+    wait_for(lambda: handle.status().state is TaskState.COMPLETED, 15, "completed")
+    assert len(cluster.entries("returned")) == 1  # the first execution returned, then its process died
+    assert len(cluster.entries("done", "k")) == 2  # so it ran exactly twice: one duplicate
+    assert handle.status().attempts == 2
+
+
+def test_sigstop_past_the_lease_lets_another_worker_finish_and_fences_the_stale_ack(
+    cluster: Cluster, app: Conveyor
+) -> None:
+    cluster.spawn()
+    cluster.spawn()
+    live_workers(app, 2)
+    handle = app.enqueue("work", args=["k", 1.0])
+    wait_for(lambda: bool(cluster.entries("start", "k")), 10, "first start")
+    paused = cluster.entries("start", "k")[0].pid
+    os.kill(paused, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    wait_for(lambda: handle.status().state is TaskState.COMPLETED, 3 * LEASE, "completed by the other worker")
+    winner = handle.status().result
+    assert winner != paused
+    time.sleep(max(0.0, 3 * LEASE - (time.monotonic() - stopped_at)))  # the pause itself is the fault
+    os.kill(paused, signal.SIGCONT)
+    proc = cluster.proc(paused)
+    wait_for(lambda: "result discarded" in cluster.log_of(proc), 10, "stale ack rejected")
+    assert [e.pid for e in cluster.entries("done", "k")].count(paused) == 1  # it did finish its handler
+    assert handle.status().result == winner  # ... and changed nothing
+
+
+def test_sigstop_shorter_than_the_lease_causes_no_redelivery(cluster: Cluster, app: Conveyor) -> None:
+    cluster.spawn()
+    cluster.spawn()
+    live_workers(app, 2)
+    handle = app.enqueue("work", args=["k", 0.5])
+    wait_for(lambda: bool(cluster.entries("start", "k")), 10, "start")
+    paused = cluster.entries("start", "k")[0].pid
+    os.kill(paused, signal.SIGSTOP)
+    pause_until = time.monotonic() + LEASE - 2 * HEARTBEAT_MARGIN
+    wait_for(lambda: time.monotonic() >= pause_until or len(cluster.entries("start", "k")) > 1, 5, "pause")
+    os.kill(paused, signal.SIGCONT)
+    wait_for(lambda: handle.status().state is TaskState.COMPLETED, 10, "completed")
+    assert len(cluster.entries("start", "k")) == 1
+    assert handle.status().attempts == 1
+    assert handle.status().result == paused
+
+
+def test_sigterm_with_a_short_grace_puts_the_task_back_in_pending(cluster: Cluster, app: Conveyor) -> None:
+    proc = cluster.spawn(grace=0.3)
+    live_workers(app, 1)
+    handle = app.enqueue("work", args=["k", 30.0])
+    wait_for(lambda: bool(cluster.entries("start", "k")), 10, "start")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(10)
+    exited_at = time.time()
+    back_at = wait_for(lambda: handle.status().state is TaskState.PENDING, 1.0, "pending within 1 s of exit")
+    assert handle.status().attempts == 0
+    assert proc.returncode == 0
+    print(f"pending {back_at - exited_at:.3f} s after exit")  # noqa: T201
+
+
+def test_a_task_that_kills_its_worker_is_archived_poison_while_others_flow(url: str, tmp_path: Path) -> None:
+    cluster = Cluster(url, tmp_path, max_stalls=2)
+    producer = Conveyor(url)
+    try:
+        cluster.spawn("--processes", "2", "--concurrency", "1")
+        live_workers(producer, 2)
+        poison = producer.enqueue("crash", args=["p"])
+        others = [producer.enqueue("work", args=[f"ok{i}", 0.05]) for i in range(20)]
+        wait_for(lambda: poison.status().state is TaskState.ARCHIVED, 20, "poison archived")
+        assert poison.status().archive_reason is ArchiveReason.POISON
+        assert len(cluster.entries("start", "p")) == 2
+        wait_for(lambda: all(h.status().state is TaskState.COMPLETED for h in others), 20, "others completed")
+    finally:
+        cluster.stop_all()
+        producer.close()
+
+
+def test_process_mode_kills_a_child_past_the_task_timeout(cluster: Cluster, app: Conveyor) -> None:
+    cluster.spawn("--processes", "2", "--concurrency", "1")
+    live_workers(app, 2)
+    handle = app.enqueue("work", args=["k", 30.0], timeout=0.5, max_retries=0)
+    wait_for(lambda: handle.status().state is TaskState.ARCHIVED, 10, "archived")
+    assert (handle.status().last_error or "").startswith("TaskTimeout")
+    assert handle.status().archive_reason is ArchiveReason.FAILED
+    assert cluster.entries("done", "k") == []
+    quick = app.enqueue("work", args=["q", 0.0])  # the child was replaced
+    wait_for(lambda: quick.status().state is TaskState.COMPLETED, 15, "replacement child serves")

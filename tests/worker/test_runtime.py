@@ -1,0 +1,218 @@
+"""The composed runtime with the memory broker: concurrency, async handlers, heartbeat, fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conveyor import BrokerPolicy, Conveyor, FakeClock, Fixed, TaskContext, TaskState, Worker, current_task
+from conveyor.brokers.memory import MemoryBroker
+
+Start = Callable[..., Worker]
+Wait = Callable[..., None]
+
+
+def test_sync_handlers_run_concurrently_up_to_concurrency(live_app: Conveyor, start_worker: Start) -> None:
+    barrier = threading.Barrier(4, timeout=5)
+
+    @live_app.task
+    def meet() -> int:
+        return barrier.wait()
+
+    handles = [meet.enqueue() for _ in range(4)]
+    start_worker(concurrency=4)
+    assert sorted(h.result(timeout=5) for h in handles) == [0, 1, 2, 3]
+
+
+def test_async_handlers_run_concurrently_on_one_loop(live_app: Conveyor, start_worker: Start) -> None:
+    barrier = asyncio.Barrier(5)
+    threads: set[str] = set()
+
+    @live_app.task
+    async def meet() -> int:
+        threads.add(threading.current_thread().name)
+        return await asyncio.wait_for(barrier.wait(), 5)
+
+    handles = [meet.enqueue() for _ in range(5)]
+    start_worker(concurrency=5)
+    results: list[Any] = [h.result(timeout=5) for h in handles]  # typed handles of async tasks: see report
+    assert sorted(results) == [0, 1, 2, 3, 4]
+    assert threads == {"conveyor-loop"}
+
+
+def test_handler_gets_ctx_and_current_task(live_app: Conveyor, start_worker: Start) -> None:
+    @live_app.task
+    def who(ctx: TaskContext) -> list[object]:
+        return [ctx.task_id, current_task().task_id, ctx.attempt]
+
+    handle = who.enqueue()
+    start_worker()
+    assert handle.result(timeout=5) == [handle.id, handle.id, 1]
+
+
+def test_heartbeat_extends_leases_of_running_tasks(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
+    release = threading.Event()
+
+    @live_app.task
+    def long() -> str:
+        release.wait(5)
+        return "done"
+
+    handle = long.enqueue()
+    start_worker(lease_for=0.3, heartbeat_interval=0.05, reaper_interval=0.05)
+    wait_until(lambda: handle.status().state is TaskState.ACTIVE, what="task start")
+    first = handle.status().lease_expires_at
+    assert first is not None
+    wait_until(lambda: (handle.status().lease_expires_at or 0) > first + 0.3, what="lease extended")
+    release.set()
+    assert handle.result(timeout=5) == "done"
+    assert handle.status().attempts == 1
+    assert handle.status().stalls == 0
+
+
+def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
+    clock = FakeClock(1000.0)
+    app = Conveyor("memory://", clock=clock, policy=BrokerPolicy(max_stalls=5))
+    seen: list[tuple[int, bool]] = []
+    first_started = threading.Event()
+
+    @app.task
+    def slow(ctx: TaskContext) -> int:
+        if ctx.attempt == 1:
+            first_started.set()
+            wait_until(lambda: ctx.lease_lost, what="lease loss noticed")
+        seen.append((ctx.attempt, ctx.lease_lost))
+        return ctx.attempt
+
+    handle = slow.enqueue()
+    worker = app.worker(lease_for=10.0, heartbeat_interval=0.02, reaper_interval=0.02, poll_interval=0.02)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert first_started.wait(5)
+        # The lease expires and is reclaimed in one step: under the broker's lock, so the heartbeat cannot
+        # extend the expired-but-still-current lease in between (the contract allows that extension).
+        assert isinstance(app.broker, MemoryBroker)
+        with app.broker._lock:
+            clock.advance(11.0)
+            assert app.broker.reap(clock.now()) == 1
+        assert handle.result(timeout=5) == 2
+        wait_until(lambda: len(seen) == 2, what="both executions")
+        assert sorted(seen) == [(1, True), (2, False)]
+        assert handle.status().attempts == 2
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
+    clock = FakeClock(1000.0)
+    app = Conveyor("memory://", clock=clock)
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @app.task
+    async def waits(ctx: TaskContext) -> str:
+        if ctx.attempt > 1:
+            return "second"
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "first"
+
+    handle = waits.enqueue()
+    worker = app.worker(lease_for=10.0, heartbeat_interval=0.02, reaper_interval=0.02, poll_interval=0.02)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(5)
+        assert isinstance(app.broker, MemoryBroker)
+        with app.broker._lock:  # expire and reclaim atomically (see the test above)
+            clock.advance(11.0)
+            assert app.broker.reap(clock.now()) == 1
+        assert cancelled.wait(5)
+        result: Any = handle.result(timeout=5)
+        assert result == "second"
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_async_handler_is_cancelled_at_its_timeout(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
+    @live_app.task(timeout=0.05, max_retries=0)
+    async def hangs() -> None:
+        await asyncio.sleep(30)
+
+    handle = hangs.enqueue()
+    start_worker()
+    wait_until(lambda: handle.status().state is TaskState.ARCHIVED, what="archived")
+    assert (handle.status().last_error or "").startswith("TaskTimeout")
+
+
+def test_reaper_reclaims_expired_leases_with_no_traffic(
+    live_app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    @live_app.task
+    def noop() -> None: ...
+
+    handle = noop.enqueue()
+    lease = live_app.claim(lease_for=0.1)
+    assert lease is not None
+    start_worker(queues=["elsewhere"], reaper_interval=0.02)
+    wait_until(lambda: handle.status().state is TaskState.PENDING, what="reclaimed")
+    assert handle.status().stalls == 1
+
+
+def test_worker_registers_itself_and_unregisters_on_stop(
+    live_app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    worker = start_worker(queues=["a", "b"], concurrency=3)
+    wait_until(lambda: len(live_app.broker.workers(live_app.now())) == 1, what="registered")
+    info = live_app.broker.workers(live_app.now())[0]
+    assert (info.queues, info.concurrency) == (("a", "b"), 3)
+    worker.stop()
+    wait_until(lambda: worker.runtime is not None and worker.runtime.stopped.is_set(), what="stopped")
+    assert live_app.broker.workers(live_app.now()) == []
+
+
+def test_promoter_moves_due_retries_back_to_pending(live_app: Conveyor, start_worker: Start) -> None:
+    calls: list[int] = []
+
+    @live_app.task
+    def flaky(ctx: TaskContext) -> int:
+        calls.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ValueError("once")
+        return ctx.attempt
+
+    handle = flaky.with_options(backoff=Fixed(0.05)).enqueue()
+    start_worker(promoter_interval=0.02)
+    assert handle.result(timeout=5) == 2
+
+
+def test_sync_handler_past_its_timeout_sees_timed_out_and_fails_with_task_timeout(
+    live_app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    saw_flag = threading.Event()
+
+    @live_app.task(timeout=0.1, max_retries=0)
+    def cooperative() -> str:
+        ctx = current_task()
+        deadline = time.monotonic() + 5.0
+        while not ctx.should_stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if ctx.timed_out:
+            saw_flag.set()
+        return "stopped"
+
+    handle = cooperative.enqueue()
+    start_worker(heartbeat_interval=0.05, lease_for=2.0)
+    wait_until(lambda: handle.status().state is TaskState.ARCHIVED, what="timed-out task archived")
+    assert saw_flag.is_set()
+    assert (handle.status().last_error or "").startswith("TaskTimeout")

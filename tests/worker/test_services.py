@@ -1,0 +1,168 @@
+"""Runtime services one at a time: queue order, middleware, graceful shutdown, settings."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from conveyor import Conveyor, Middleware, TaskContext, TaskState, Worker, WorkerConfig
+from conveyor.errors import ConfigurationError
+from conveyor.model import Outcome
+from conveyor.worker.config import parse_queues
+from conveyor.worker.fetcher import QueueOrder
+from conveyor.worker.loader import load_app
+
+Start = Callable[..., Worker]
+Wait = Callable[..., None]
+
+
+def test_weighted_queue_order_follows_the_weights() -> None:
+    order = QueueOrder(["emails", "default"], [3, 1], strict=False, rng=random.Random(7))
+    firsts = Counter(order.next()[0] for _ in range(4000))
+    assert 0.72 < firsts["emails"] / 4000 < 0.78
+
+
+def test_every_fetch_visits_every_queue_once() -> None:
+    order = QueueOrder(["a", "b", "c"], [5, 3, 1], strict=False, rng=random.Random(1))
+    assert all(sorted(order.next()) == ["a", "b", "c"] for _ in range(100))
+
+
+def test_strict_order_is_the_order_given() -> None:
+    order = QueueOrder(["a", "b"], [1, 9], strict=True, rng=random.Random(1))
+    assert {tuple(order.next()) for _ in range(50)} == {("a", "b")}
+
+
+def test_middleware_hooks_nest_around_each_task(live_app: Conveyor) -> None:
+    calls: list[str] = []
+
+    class Recorder(Middleware):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def before(self, ctx: TaskContext) -> None:
+            calls.append(f"{self.name}.before")
+
+        def after(self, ctx: TaskContext, outcome: Outcome) -> None:
+            calls.append(f"{self.name}.after:{outcome.kind}")
+
+        def on_error(self, ctx: TaskContext, exc: BaseException) -> None:
+            calls.append(f"{self.name}.on_error:{type(exc).__name__}")
+
+    @live_app.task(max_retries=0)
+    def boom() -> None:
+        calls.append("handler")
+        raise KeyError("x")
+
+    boom.enqueue()
+    worker = live_app.worker(middleware=[Recorder("a"), Recorder("b")])
+    assert worker.process_next()
+    assert calls == [
+        "a.before",
+        "b.before",
+        "handler",
+        "b.on_error:KeyError",
+        "a.on_error:KeyError",
+        "b.after:archive",
+        "a.after:archive",
+    ]
+
+
+def test_a_raising_middleware_never_changes_the_outcome(live_app: Conveyor) -> None:
+    class Broken(Middleware):
+        def before(self, ctx: TaskContext) -> None:
+            raise RuntimeError("metrics down")
+
+    @live_app.task
+    def ok() -> int:
+        return 1
+
+    handle = ok.enqueue()
+    live_app.worker(middleware=[Broken()]).run_until_idle()
+    assert handle.result(timeout=1) == 1
+
+
+def test_shutdown_releases_prefetched_tasks_at_once(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
+    gate = threading.Event()
+
+    @live_app.task
+    def hold() -> str:
+        gate.wait(5)
+        return "ok"
+
+    handles = [hold.enqueue() for _ in range(3)]
+    worker = start_worker(concurrency=1, prefetch=2, shutdown_grace=5.0)
+    wait_until(lambda: live_app.stats()["default"]["active"] == 3, what="three claimed")
+    worker.stop()
+    wait_until(lambda: live_app.stats()["default"]["pending"] == 2, what="prefetched released")
+    assert live_app.stats()["default"]["active"] == 1
+    gate.set()
+    wait_until(lambda: live_app.stats()["default"]["completed"] == 1, what="running task finished")
+    assert sorted(h.status().attempts for h in handles) == [0, 0, 1]
+
+
+def test_shutdown_releases_running_tasks_after_the_grace(
+    live_app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    saw_lost = threading.Event()
+
+    @live_app.task
+    def stubborn(ctx: TaskContext) -> None:
+        while not ctx.lease_lost:
+            threading.Event().wait(0.01)
+        saw_lost.set()
+
+    handle = stubborn.enqueue()
+    worker = start_worker(shutdown_grace=0.1)
+    wait_until(lambda: handle.status().state is TaskState.ACTIVE, what="start")
+    worker.stop()
+    wait_until(lambda: handle.status().state is TaskState.PENDING, what="released")
+    assert saw_lost.wait(5)
+    assert handle.status().attempts == 0
+
+
+def test_parse_queues_reads_weights() -> None:
+    assert parse_queues("emails=3, default=1") == (("emails", "default"), (3, 1))
+    assert parse_queues("a,b") == (("a", "b"), None)
+
+
+def test_config_from_env() -> None:
+    env = {
+        "CONVEYOR_WORKER_CONCURRENCY": "20",
+        "CONVEYOR_WORKER_QUEUES": "emails=3,default=1",
+        "CONVEYOR_WORKER_LEASE_FOR": "4",
+        "CONVEYOR_WORKER_STRICT": "true",
+    }
+    config = WorkerConfig.from_env(env, prefetch=2)
+    assert (config.concurrency, config.queues, config.weights) == (20, ("emails", "default"), (3, 1))
+    assert (config.lease_for, config.heartbeat_every, config.strict, config.prefetch) == (4.0, 0.8, True, 2)
+
+
+def test_default_recovery_bound_is_at_most_15_seconds() -> None:
+    config = WorkerConfig()
+    assert config.lease_for + config.reaper_interval + config.poll_interval <= 15
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"concurrency": 0}, ValueError),
+        ({"concurrency": 1.5}, TypeError),
+        ({"weights": (1,)}, ValueError),
+        ({"lease_for": 1.0, "heartbeat_interval": 2.0}, ValueError),
+        ({"shutdown_grace": -1}, ValueError),
+    ],
+)
+def test_config_rejects_bad_settings(settings: dict[str, object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        WorkerConfig(queues=("a", "b"), **settings)  # type: ignore[arg-type]
+
+
+def test_load_app_names_what_is_wrong() -> None:
+    with pytest.raises(ConfigurationError, match="cannot import"):
+        load_app("no_such_module_xyz:app")
+    with pytest.raises(ConfigurationError, match="not a Conveyor"):
+        load_app("conveyor:Worker")
