@@ -21,8 +21,13 @@ BACKENDS = ["memory", "sqlite", "redis"]
 
 
 def _available(backend: str) -> bool:
-    module = {"memory": "conveyor.brokers.memory", "sqlite": "conveyor.brokers.sqlite", "redis": "conveyor.brokers.redis"}
-    return importlib.util.find_spec(module[backend]) is not None
+    module = {
+        "memory": "conveyor.brokers.memory",
+        "sqlite": "conveyor.brokers.sqlite",
+        "redis": "conveyor.brokers.redis",
+    }
+    spec = importlib.util.find_spec(module[backend])
+    return spec is not None and spec.origin is not None  # a package still without __init__.py is not built
 
 
 @pytest.fixture

@@ -25,12 +25,12 @@ from conveyor.errors import (
     TaskTimeout,
     UnknownTask,
 )
-from conveyor.inspect import Inspector
+from conveyor.inspect import Inspector, TimelineEntry
 from conveyor.lease import Lease
 from conveyor.model import ArchiveReason, BrokerPolicy, ErrorEntry, QueueInfo, TaskInfo, TaskState, WorkerInfo
 from conveyor.retry import Backoff, Exponential, Fixed
 from conveyor.task import BoundTask, Task, TaskHandle
-from conveyor.worker import Middleware, Worker, WorkerConfig
+from conveyor.worker import Middleware, Worker, WorkerConfig, run_worker
 
 __version__ = "0.1.0"
 
@@ -70,9 +70,11 @@ __all__ = [
     "TaskNotFound",
     "TaskState",
     "TaskTimeout",
+    "TimelineEntry",
     "UnknownTask",
     "Worker",
     "WorkerConfig",
     "WorkerInfo",
     "current_task",
+    "run_worker",
 ]

@@ -20,11 +20,11 @@ app = Conveyor()
 @app.task(queue="emails", max_retries=3, backoff=Fixed(0.2))
 def send_email(to: str, subject: str) -> str:
     """Fast I/O-like work."""
-    time.sleep(0.005)
+    time.sleep(0.03)
     return f"sent {subject!r} to {to}"
 
 
-@app.task(queue="default", max_retries=4, backoff=Fixed(0.3))
+@app.task(queue="default", max_retries=4, backoff=Fixed(1.0))
 def flaky_webhook(ctx: TaskContext, url: str, fail_times: int) -> str:
     """Fails on its first ``fail_times`` attempts, then succeeds: shows retries with backoff."""
     if ctx.attempt <= fail_times:

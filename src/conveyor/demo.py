@@ -32,12 +32,10 @@ def _enqueue_batch(app: Conveyor) -> int:
     from conveyor import _demo_tasks as demo
 
     count = 0
-    emails = demo.send_email.enqueue_many(
-        [((f"user{i}@example.com",), {"subject": "Welcome"}) for i in range(300)]
-    )
+    emails = demo.send_email.enqueue_many([((f"user{i}@example.com",), {"subject": "Welcome"}) for i in range(600)])
     count += len(emails)
     for i in range(20):
-        demo.flaky_webhook.enqueue(f"https://hooks.example.com/{i}", fail_times=i % 3)
+        demo.flaky_webhook.enqueue(f"https://hooks.example.com/{i}", fail_times=i % 4)
     count += 20
     for i in range(5):
         demo.invalid_address.enqueue(f"nobody-{i}@invalid")
@@ -49,7 +47,7 @@ def _enqueue_batch(app: Conveyor) -> int:
         demo.summarize.enqueue(i)
     count += 30
     for i in range(10):
-        demo.send_email.with_options(delay=1.5).enqueue(f"later{i}@example.com", subject="Reminder")
+        demo.send_email.with_options(delay=4.0).enqueue(f"later{i}@example.com", subject="Reminder")
     count += 10
     return count
 
@@ -68,10 +66,20 @@ def _table(stats: dict[str, dict[str, int]], elapsed: float) -> Table:
     return table
 
 
-def _start_workers(env: dict[str, str], n: int) -> list[subprocess.Popen[bytes]]:
-    cmd = [sys.executable, "-m", "conveyor.worker", "conveyor._demo_tasks:app",
-           "--queues", ",".join(QUEUES), "--concurrency", "8"]
-    return [subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(n)]
+def _start_workers(env: dict[str, str], n: int, log_path: Path) -> list[subprocess.Popen[bytes]]:
+    """Real worker processes, as ``conveyor worker`` runs them; their logs go to ``log_path``."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "conveyor.worker",
+        "conveyor._demo_tasks:app",
+        "--queues",
+        ",".join(QUEUES),
+        "--concurrency",
+        "8",
+    ]
+    with log_path.open("ab") as log:
+        return [subprocess.Popen(cmd, env=env, stdout=log, stderr=log) for _ in range(n)]
 
 
 def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
@@ -100,7 +108,8 @@ def main(timeout: float = 120.0, workers: int = 2) -> int:
     total = _enqueue_batch(app)
     console.print(f"enqueued {total} tasks; starting {workers} worker processes")
     started = time.monotonic()
-    procs = _start_workers(env, workers)
+    log_path = workdir / "workers.log"
+    procs = _start_workers(env, workers, log_path)
     finished = False
     try:
         with Live(_table(app.stats(), 0.0), console=console, refresh_per_second=8) as live:
@@ -117,7 +126,7 @@ def main(timeout: float = 120.0, workers: int = 2) -> int:
     finally:
         codes = _stop_workers(procs)
     elapsed = time.monotonic() - started
-    return _summary(console, app, total, elapsed, finished, codes, procs)
+    return _summary(console, app, total, elapsed, finished, codes, log_path)
 
 
 def _summary(
@@ -127,7 +136,7 @@ def _summary(
     elapsed: float,
     finished: bool,
     codes: list[int],
-    procs: list[subprocess.Popen[bytes]],
+    log_path: Path,
 ) -> int:
     stats = app.stats()
     completed = sum(q["completed"] for q in stats.values())
@@ -140,15 +149,15 @@ def _summary(
         for info in app.inspect.list(queue, TaskState.COMPLETED, limit=1000):
             retried += info.attempts > 1
     console.print()
-    console.print(f"[bold]Summary[/]: {completed} completed, {archived} archived of {total} in {elapsed:.1f} s "
-                  f"({completed / elapsed if elapsed else 0:.0f} tasks/s with 2 worker processes)")
+    console.print(
+        f"[bold]Summary[/]: {completed} completed, {archived} archived of {total} in {elapsed:.1f} s "
+        f"({completed / elapsed if elapsed else 0:.0f} tasks/s with 2 worker processes)"
+    )
     console.print(f"  {retried} tasks succeeded after retries; archived by reason: {dict(reasons) or '{}'}")
-    console.print(f"  workers stopped gracefully with exit codes {codes}")
+    console.print(f"  workers stopped gracefully with exit codes {codes}; their logs: {log_path}")
     if not finished:
         console.print("[red]demo did not finish in time[/]")
-        for proc in procs:
-            if proc.stderr is not None:
-                console.print(proc.stderr.read().decode(errors="replace")[-2000:])
+        console.print(log_path.read_text(errors="replace")[-3000:], markup=False)
         return 1
     app.close()
     return 0

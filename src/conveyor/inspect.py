@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conveyor._validate import check_int, check_queue, check_task_id
@@ -11,7 +12,16 @@ from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["Inspector"]
+__all__ = ["Inspector", "TimelineEntry"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    """One moment in a task's life, for display: ``at`` (epoch seconds), ``event``, optional ``detail``."""
+
+    at: float
+    event: str
+    detail: str = ""
 
 
 def _state(value: TaskState | str) -> TaskState:
@@ -77,3 +87,23 @@ class Inspector:
     def workers(self) -> builtins.list[WorkerInfo]:
         """Live workers and what they run."""
         return self.app.broker.workers(self.app.now())
+
+    @staticmethod
+    def timeline(info: TaskInfo) -> builtins.list[TimelineEntry]:
+        """The known moments of a task, oldest first: enqueue, each recorded failure, the latest start,
+        the next run, the end, and the expiry / retention deadlines still ahead."""
+        entries = [TimelineEntry(info.enqueued_at, "enqueued", f"queue {info.queue}")]
+        if info.started_at is not None:
+            entries.append(TimelineEntry(info.started_at, "started", f"attempt {info.attempts}"))
+        entries += [TimelineEntry(e.at, "failed", f"attempt {e.attempt}: {e.error}") for e in info.errors]
+        if info.next_run_at is not None:
+            detail = "retry due" if info.state == TaskState.RETRY else "due to run"
+            entries.append(TimelineEntry(info.next_run_at, "due", detail))
+        if info.completed_at is not None:
+            detail = f"reason {info.archive_reason.value}" if info.archive_reason is not None else ""
+            entries.append(TimelineEntry(info.completed_at, info.state.value, detail))
+        if info.expires_at is not None and info.completed_at is None:
+            entries.append(TimelineEntry(info.expires_at, "expires", "archived if not started by then"))
+        if info.keep_until is not None:
+            entries.append(TimelineEntry(info.keep_until, "forgotten", "retention ends"))
+        return sorted(entries, key=lambda entry: entry.at)  # stable: ties keep the causal order above

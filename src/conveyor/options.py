@@ -96,7 +96,8 @@ def check_enqueue_options(options: dict[str, Any]) -> dict[str, Any]:
         "unique_for": lambda v: check_seconds("unique_for", v),
     }
     for name, value in options.items():
-        if name in checks and (value is not None or name in ("delay", "retention", "unique_for", "priority")):
+        # None means "not given" (like eta=None) except where None has no meaning for the option.
+        if name in checks and (value is not None or name in ("retention", "unique_for", "priority")):
             checks[name](value)
     if options.get("delay") is not None and options.get("eta") is not None:
         raise ValueError("give delay or eta, not both")

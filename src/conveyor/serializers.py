@@ -23,9 +23,30 @@ def _reject_constant(name: str) -> Any:
 def encode(value: Any, what: str = "value") -> str:
     """Encode a JSON value; SerializationError names what could not be encoded."""
     try:
+        _check_keys(value)
         return _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} must be JSON-encodable (no NaN/inf, str keys): {exc}") from None
+
+
+def _check_keys(value: Any) -> None:
+    """Reject non-str dict keys anywhere: ``json`` would silently turn ``{1: x}`` into ``{"1": x}``."""
+    stack: list[Any] = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:  # shared or circular: checked once (the encoder rejects cycles)
+                continue
+            seen.add(id(item))
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"dict keys must be str, got {key!r}")
+                if isinstance(child, (dict, list, tuple)):
+                    stack.append(child)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(child for child in item if isinstance(child, (dict, list, tuple)))
 
 
 def decode(text: str | bytes) -> Any:

@@ -52,6 +52,7 @@ class MemoryBroker:
         self._ver: dict[str, int] = {}
         self._ready_at: dict[str, float] = {}
         self._next_seq = 0
+        self._next_version = 0
         self._ready: dict[str, list[tuple[float, int, str, int]]] = {}
         self._due: list[tuple[float, int, str, int]] = []
         self._leases: list[tuple[float, int, str, int]] = []
@@ -75,7 +76,8 @@ class MemoryBroker:
 
     def _put(self, rec: TaskRecord, old: TaskState | None, now: float) -> TaskRecord:
         """Store ``rec`` as the task's new version and index it for its state."""
-        version = self._ver.get(rec.id, 0) + 1
+        self._next_version += 1  # global, never reused: a removed id's stale heap entries stay stale
+        version = self._next_version
         self._ver[rec.id] = version
         self._tasks[rec.id] = rec
         seq = self._seq[rec.id]
@@ -280,7 +282,7 @@ class MemoryBroker:
         claimed: list[TaskRecord] = []
         with self._lock:
             self._promote_locked(now, len(self._due))
-            self._reap_locked(now, len(self._leases))
+            self._reap_locked(now, len(self._leases) + len(self._expiring))  # all due: leases, then expiry
             for queue in queues:
                 settings = self._settings_for(queue)
                 if settings.paused:

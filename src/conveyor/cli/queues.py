@@ -1,0 +1,105 @@
+"""Queue commands: ``stats`` (``--watch``), ``pause`` / ``resume``, ``purge``."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from conveyor.cli.output import STATES, console, emit, json_option, queue_table, worker_table
+from conveyor.cli.state import CliState, pass_state
+
+__all__ = ["pause", "purge", "resume", "stats"]
+
+
+@click.command()
+@click.option("--watch", "-w", is_flag=True, help="Refresh live until interrupted (Ctrl-C).")
+@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True, help="Seconds per refresh.")
+@click.option("--iterations", type=click.IntRange(min=1), hidden=True, help="Stop watching after N refreshes.")
+@json_option
+@pass_state
+def stats(state: CliState, watch: bool, interval: float, iterations: int | None) -> None:
+    """Task counts per queue and state, and the live workers."""
+    inspector = state.conveyor().inspect
+    if not watch:
+        queues, workers, now = inspector.queues(), inspector.workers(), inspector.app.now()
+
+        def render(c: Console) -> None:
+            c.print(queue_table(queues, now) if queues else "no queues yet")
+            if workers:
+                c.print(worker_table(workers, now))
+
+        emit(state.json, {"queues": queues, "workers": workers}, render)
+        return
+    if state.json:
+        raise click.UsageError("--watch draws a live table; it cannot be combined with --json")
+
+    def snapshot() -> Group:
+        now = inspector.app.now()
+        return Group(queue_table(inspector.queues(), now), worker_table(inspector.workers(), now))
+
+    shown = 0
+    try:
+        with Live(snapshot(), console=console(), auto_refresh=False) as live:
+            while iterations is None or shown < iterations:
+                live.update(snapshot(), refresh=True)
+                shown += 1
+                if iterations is not None and shown >= iterations:
+                    break
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command()
+@click.argument("queue")
+@json_option
+@pass_state
+def pause(state: CliState, queue: str) -> None:
+    """Pause QUEUE: workers stop claiming from it (enqueueing goes on)."""
+    state.conveyor().inspect.pause(queue)
+    emit(state.json, {"queue": queue, "paused": True}, lambda c: c.print(f"paused {queue}"))
+
+
+@click.command()
+@click.argument("queue")
+@json_option
+@pass_state
+def resume(state: CliState, queue: str) -> None:
+    """Resume a paused QUEUE."""
+    state.conveyor().inspect.resume(queue)
+    emit(state.json, {"queue": queue, "paused": False}, lambda c: c.print(f"resumed {queue}"))
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--state", "-s", "task_state", type=click.Choice([s for s in STATES if s != "active"]), required=True)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True, help="Tasks deleted per call.")
+@json_option
+@pass_state
+def purge(state: CliState, queue: str, task_state: str, yes: bool, chunk: int) -> None:
+    """Delete every task of QUEUE in one state, in chunks (progress bar on a terminal)."""
+    inspector = state.conveyor().inspect
+    counts = next((q.counts for q in inspector.queues() if q.name == queue), None)
+    total = counts.get(task_state, 0) if counts else 0
+    if not yes:
+        click.confirm(f"Delete {total} {task_state} task(s) of queue {queue!r}?", abort=True, err=True)
+    deleted = 0
+    columns = (TextColumn("purge"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console(stderr=True), transient=True, disable=total <= chunk) as progress:
+        bar = progress.add_task("purge", total=total)
+        while True:
+            done = inspector.purge(queue, task_state, limit=chunk)
+            deleted += done
+            progress.update(bar, completed=min(deleted, total))
+            if done < chunk:
+                break
+    emit(
+        state.json,
+        {"queue": queue, "state": task_state, "deleted": deleted},
+        lambda c: c.print(f"deleted {deleted} {task_state} task(s) from {queue}"),
+    )

@@ -1,0 +1,127 @@
+"""Long-running commands: ``worker``, ``dashboard``, and the ``demo``."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from typing import Any
+
+import click
+
+from conveyor.cli.output import redact
+from conveyor.cli.state import CliState, pass_state
+
+__all__ = ["dashboard", "demo", "worker"]
+
+
+@click.command()
+@click.argument("app_path", metavar="MODULE:APP")
+@click.option("--queues", "-Q", metavar="SPEC", help="Queues to serve, with optional weights: 'emails=3,default=1'.")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Tasks run at once per process (default 10).")
+@click.option("--processes", "-p", type=click.IntRange(min=1), help="Worker processes under a supervisor (default 1).")
+@click.option("--strict", is_flag=True, default=None, help="Visit queues in the order given, ignoring weights.")
+@click.option("--metrics-port", type=click.IntRange(min=1, max=65535), help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
+@pass_state
+def worker(
+    state: CliState,
+    app_path: str,
+    queues: str | None,
+    concurrency: int | None,
+    processes: int | None,
+    strict: bool | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_level: str,
+) -> None:
+    """Run a worker for the app at MODULE:APP (its tasks registered). Settings not given here come from
+    CONVEYOR_WORKER_* variables, then the defaults. The broker is the app's own unless --url is given."""
+    from conveyor.worker.config import WorkerConfig, parse_queues
+    from conveyor.worker.loader import load_app
+    from conveyor.worker.runtime import run_worker
+
+    logging.getLogger("conveyor").setLevel(log_level.upper())
+    app = load_app(app_path)
+    if state.url:
+        click.echo("note: --url is ignored by `worker`; the app at MODULE:APP names its broker", err=True)
+    overrides: dict[str, Any] = {}
+    if queues:
+        overrides["queues"], overrides["weights"] = parse_queues(queues)
+    given = {"concurrency": concurrency, "processes": processes, "strict": strict}
+    overrides.update({name: value for name, value in given.items() if value is not None})
+    stop_metrics = None
+    if metrics_port is not None:
+        from conveyor.metrics import Metrics
+
+        metrics = Metrics(app)
+        # Task counters are fed in this process; child processes (--processes > 1) are not counted.
+        overrides["middleware"] = (metrics.middleware(),)
+        stop_metrics = metrics.serve(metrics_port, metrics_host)
+        click.echo(f"metrics on http://{metrics_host}:{metrics_port}/metrics", err=True)
+    config = WorkerConfig.from_env(**overrides)
+    try:
+        code = run_worker(app_path if config.processes > 1 else app, config)
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
+    raise SystemExit(code)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8181, show_default=True)
+@click.option(
+    "--token", envvar="CONVEYOR_DASHBOARD_TOKEN", help="Require this bearer token ($CONVEYOR_DASHBOARD_TOKEN)."
+)
+@click.option(
+    "--basic-auth",
+    envvar="CONVEYOR_DASHBOARD_BASIC_AUTH",
+    metavar="USER:PASSWORD",
+    help="Require HTTP basic auth ($CONVEYOR_DASHBOARD_BASIC_AUTH).",
+)
+@click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
+@pass_state
+def dashboard(
+    state: CliState, host: str, port: int, token: str | None, basic_auth: str | None, read_only: bool
+) -> None:
+    """Serve the web dashboard (127.0.0.1 only, unless a token or basic auth is set)."""
+    import uvicorn
+
+    from conveyor.web import create_app
+
+    credentials: tuple[str, str] | None = None
+    if basic_auth:
+        user, sep, password = basic_auth.partition(":")
+        if not sep or not user or not password:
+            raise click.BadParameter("expected USER:PASSWORD", param_hint="--basic-auth")
+        credentials = (user, password)
+    if not _is_loopback(host) and not token and credentials is None:
+        raise click.UsageError(f"binding {host} exposes the dashboard: set --token or --basic-auth (or their env vars)")
+    web = create_app(state.conveyor(), token=token, basic_auth=credentials, read_only=read_only)
+    click.echo(f"dashboard for {redact(state.resolved_url)} on http://{host}:{port}/", err=True)
+    uvicorn.run(web, host=host, port=port, log_level=os.environ.get("CONVEYOR_LOG_LEVEL", "warning").lower())
+
+
+@click.command()
+def demo() -> None:
+    """A guided tour: enqueue, run, retry, inspect (no setup needed)."""
+    try:
+        from conveyor.demo import main as demo_main
+    except ImportError as exc:
+        raise click.ClickException(f"the demo is not available: {exc}") from None
+    result: Any = demo_main()
+    if isinstance(result, int) and result:
+        raise SystemExit(result)

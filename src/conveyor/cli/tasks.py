@@ -1,0 +1,226 @@
+"""Task commands: ``enqueue``, ``ls``, ``show``, and the actions ``run-now / archive / delete / cancel ID...``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from conveyor.cli.output import STATES, emit, format_time, json_option, short, task_row, to_jsonable
+from conveyor.cli.state import CliState, pass_state
+from conveyor.errors import ConveyorError
+from conveyor.inspect import Inspector
+from conveyor.model import TaskInfo
+
+__all__ = ["archive", "cancel", "delete", "enqueue", "ls", "run_now", "show"]
+
+
+def _json_arg(text: str | None, what: str, kind: type) -> Any:
+    if text is None:
+        return kind()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc.msg} at column {exc.colno})", param_hint=what) from None
+    if not isinstance(value, kind):
+        raise click.BadParameter(f"must be a JSON {'array' if kind is list else 'object'}", param_hint=what)
+    return value
+
+
+@click.command()
+@click.argument("name")
+@click.option("--args", "args_json", metavar="JSON", help="Positional arguments as a JSON array, e.g. '[1, \"a\"]'.")
+@click.option(
+    "--kwargs", "kwargs_json", metavar="JSON", help='Keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.'
+)
+@click.option("--delay", type=float, help="Run no sooner than this many seconds from now.")
+@click.option("--priority", type=int, help="Higher runs first (default: the task's priority).")
+@click.option("--queue", help="Queue name (default: the task's queue, else 'default').")
+@click.option("--task-id", help="Explicit task id (a duplicate id is refused).")
+@click.option(
+    "--file",
+    "calls_file",
+    type=click.File("r"),
+    help='Enqueue many calls: JSON lines, each {"args": [...], "kwargs": {...}} (\'-\' for stdin).',
+)
+@json_option
+@pass_state
+def enqueue(
+    state: CliState,
+    name: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    delay: float | None,
+    priority: int | None,
+    queue: str | None,
+    task_id: str | None,
+    calls_file: TextIO | None,
+) -> None:
+    """Enqueue task NAME (the handler need not be importable here)."""
+    options: dict[str, Any] = {"delay": delay, "priority": priority, "queue": queue, "task_id": task_id}
+    options = {key: value for key, value in options.items() if value is not None}
+    app = state.conveyor()
+    if calls_file is not None:
+        if args_json is not None or kwargs_json is not None:
+            raise click.UsageError("give --file or --args/--kwargs, not both")
+        ids = _enqueue_file(state, name, calls_file, options)
+        emit(state.json, {"enqueued": len(ids), "ids": ids}, lambda c: c.print(f"enqueued {len(ids)} {name} tasks"))
+        return
+    handle = app.enqueue(
+        name, _json_arg(args_json, "--args", list), _json_arg(kwargs_json, "--kwargs", dict), **options
+    )
+    info = handle.status()
+    emit(state.json, info, lambda c: c.print(f"enqueued {info.id} ({info.name}, queue {info.queue}, {info.state})"))
+
+
+def _calls(lines: TextIO) -> Iterator[tuple[list[Any], dict[str, Any]]]:
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            call = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"line {number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(call, dict) or not isinstance(call.get("args", []), list):
+            raise click.ClickException(f'line {number}: expected {{"args": [...], "kwargs": {{...}}}}')
+        kwargs = call.get("kwargs", {})
+        if not isinstance(kwargs, dict):
+            raise click.ClickException(f"line {number}: kwargs must be a JSON object")
+        yield call.get("args", []), kwargs
+
+
+def _enqueue_file(state: CliState, name: str, lines: TextIO, options: dict[str, Any]) -> list[str]:
+    """Enqueue in chunks of 500 calls, with a progress bar on a terminal."""
+    app = state.conveyor()
+    calls = list(_calls(lines))
+    ids: list[str] = []
+    with Progress(transient=True, disable=state.json, console=Console(stderr=True)) as progress:
+        bar = progress.add_task(f"enqueue {name}", total=len(calls))
+        for start in range(0, len(calls), 500):
+            chunk = calls[start : start + 500]
+            ids += [h.id for h in app.enqueue_many(name, chunk, **options)]
+            progress.advance(bar, len(chunk))
+    return ids
+
+
+@click.command("ls")
+@click.option("--queue", "-q", default="default", show_default=True, help="Queue to list.")
+@click.option("--state", "-s", "task_state", type=click.Choice(STATES), default="pending", show_default=True)
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
+@json_option
+@pass_state
+def ls(state: CliState, queue: str, task_state: str, limit: int, offset: int) -> None:
+    """List a page of tasks of one queue in one state."""
+    app = state.conveyor()
+    infos = app.inspect.list(queue, task_state, offset=offset, limit=limit)
+    now = app.now()
+
+    def render(c: Console) -> None:
+        table = Table(title=f"{queue} · {task_state} · {offset + 1}-{offset + len(infos)}", title_justify="left")
+        for column in ("id", "name", "state", "attempts", "priority", "when", "last error"):
+            table.add_column(column, no_wrap=column == "id")
+        for info in infos:
+            table.add_row(*task_row(info, now))
+        c.print(table if infos else f"no {task_state} tasks in queue {queue!r}")
+
+    emit(state.json, infos, render)
+
+
+@click.command()
+@click.argument("task_id")
+@json_option
+@pass_state
+def show(state: CliState, task_id: str) -> None:
+    """Show every field of a task, its error history and its timeline."""
+    app = state.conveyor()
+    info = app.inspect.get(task_id)
+    timeline = Inspector.timeline(info)
+    data = {**to_jsonable(info), "timeline": to_jsonable(timeline)}
+    emit(state.json, data, lambda c: _render_task(c, info, app.now()))
+
+
+def _render_task(c: Console, info: TaskInfo, now: float) -> None:
+    fields = Table(title=f"Task {info.id}", title_justify="left", show_header=False)
+    fields.add_column("field", style="bold")
+    fields.add_column("value", overflow="fold")
+    times = {"next_run_at", "enqueued_at", "started_at", "completed_at", "expires_at", "keep_until", "lease_expires_at"}
+    for key, value in to_jsonable(info).items():
+        if key == "errors":
+            continue
+        if key in times:
+            text = format_time(value, now)
+        elif isinstance(value, (dict, list)) or key == "result":
+            text = json.dumps(value, default=str)
+        else:
+            text = "-" if value is None else str(value)
+        fields.add_row(key, text)
+    c.print(fields)
+    if info.errors:
+        errors = Table(title="Error history", title_justify="left")
+        for column in ("attempt", "at", "error"):
+            errors.add_column(column, overflow="fold")
+        for entry in info.errors:
+            errors.add_row(str(entry.attempt), format_time(entry.at, now), entry.error)
+        c.print(errors)
+    timeline = Table(title="Timeline", title_justify="left")
+    for column in ("at", "event", "detail"):
+        timeline.add_column(column, overflow="fold")
+    for item in Inspector.timeline(info):
+        timeline.add_row(format_time(item.at, now), item.event, short(item.detail, 100))
+    c.print(timeline)
+
+
+def _act(state: CliState, verb: str, ids: tuple[str, ...], action: Callable[[Inspector, str], Any]) -> None:
+    """Apply ``action`` to each id; report each; exit 1 if any failed."""
+    inspector = state.conveyor().inspect
+    results: list[dict[str, Any]] = []
+    for task_id in ids:
+        try:
+            outcome = action(inspector, task_id)
+        except (ConveyorError, ValueError, TypeError) as exc:
+            results.append({"id": task_id, "ok": False, "error": str(exc)})
+        else:
+            results.append({"id": task_id, "ok": True, **({"state": str(outcome)} if outcome is not None else {})})
+
+    def render(c: Console) -> None:
+        for result in results:
+            if result["ok"]:
+                suffix = f" (now {result['state']})" if "state" in result else ""
+                c.print(f"{verb} {result['id']}{suffix}")
+
+    emit(state.json, results, render)
+    failures = [r for r in results if not r["ok"]]
+    if failures:
+        if not state.json:
+            for failure in failures:
+                click.echo(f"Error: {failure['id']}: {failure['error']}", err=True)
+        raise SystemExit(1)
+
+
+def _action_command(name: str, verb: str, help_text: str, action: Callable[[Inspector, str], Any]) -> click.Command:
+    @click.command(name, help=help_text)
+    @click.argument("task_ids", metavar="ID...", nargs=-1, required=True)
+    @json_option
+    @pass_state
+    def command(state: CliState, task_ids: tuple[str, ...]) -> None:
+        _act(state, verb, task_ids, action)
+
+    return command
+
+
+run_now = _action_command(
+    "run-now", "queued", "Make scheduled, retry or archived tasks pending now.", lambda i, t: i.run_now(t)
+)
+archive = _action_command(
+    "archive", "archived", "Archive waiting tasks (scheduled, pending, retry).", lambda i, t: i.archive(t)
+)
+delete = _action_command("delete", "deleted", "Delete tasks (any state but active).", lambda i, t: i.delete(t))
+cancel = _action_command(
+    "cancel", "cancelled", "Cancel waiting tasks; ask running ones to stop cooperatively.", lambda i, t: i.cancel(t)
+)

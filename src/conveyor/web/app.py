@@ -1,0 +1,95 @@
+"""``create_app``: the dashboard as a Starlette application over one ``Conveyor`` app."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from conveyor.metrics import Metrics
+from conveyor.web import actions, views
+from conveyor.web.format import age, iso, pretty_json, relative
+from conveyor.web.security import Csrf, SecurityMiddleware
+from conveyor.web.series import Throughput
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["Dashboard", "create_app"]
+
+HERE = Path(__file__).parent
+
+
+@dataclass
+class Dashboard:
+    """Everything the handlers share (found at ``request.app.state.dashboard``)."""
+
+    conveyor: Conveyor
+    templates: Jinja2Templates
+    read_only: bool = False
+    csrf: Csrf = field(default_factory=Csrf)
+    throughput: Throughput = field(default_factory=Throughput)
+    metrics: Metrics | None = None
+
+
+def create_app(
+    conveyor_app: Conveyor,
+    *,
+    token: str | None = None,
+    basic_auth: tuple[str, str] | None = None,
+    read_only: bool = False,
+) -> Starlette:
+    """The dashboard for ``conveyor_app``'s broker.
+
+    ``token``: require ``Authorization: Bearer <token>`` (a browser may open ``/?token=<token>`` once;
+    it is then kept in an HttpOnly cookie). ``basic_auth``: ``(user, password)`` for HTTP basic auth.
+    Either one protects every page but ``/healthz``. ``read_only``: show everything, refuse every action.
+
+    The app subscribes to the broker's events to chart throughput; the subscription ends with the
+    app's lifespan (a host app that mounts it without running sub-app lifespans keeps it until exit).
+    """
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"], default=True),
+    )
+    env.filters.update(iso=iso, age=age, relative=relative, pretty_json=pretty_json)
+    templates = Jinja2Templates(env=env)
+    dashboard = Dashboard(conveyor_app, templates, read_only=read_only, metrics=Metrics(conveyor_app))
+    unsubscribe = conveyor_app.broker.subscribe(dashboard.throughput.record)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            unsubscribe()
+
+    routes = [
+        Route("/", views.overview, name="overview"),
+        Route("/api/overview", views.overview_json, name="overview_json"),
+        Route("/queues/{queue}", views.queue, name="queue"),
+        Route("/tasks/{task_id}", views.task, name="task"),
+        Route("/search", views.search, name="search"),
+        Route("/metrics", views.metrics, name="metrics"),
+        Route("/healthz", views.healthz, name="healthz"),
+        Route("/tasks/{task_id}/{action}", actions.task_action, methods=["POST"], name="task_action"),
+        Route("/queues/{queue}/bulk", actions.bulk_action, methods=["POST"], name="bulk_action"),
+        Route("/queues/{queue}/{action}", actions.queue_action, methods=["POST"], name="queue_action"),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityMiddleware, token=token, basic_auth=basic_auth)],
+        lifespan=lifespan,
+    )
+    app.state.dashboard = dashboard
+    return app

@@ -1,0 +1,149 @@
+// Conveyor dashboard: live overview (polls the JSON feed every 2 s and draws SVG charts), confirmations
+// and bulk selection. No inline script anywhere (the CSP forbids it); all text goes in via textContent.
+"use strict";
+(function () {
+  const body = document.body;
+  const base = body.dataset.base || "";
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function el(tag, attrs, text) {
+    const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function age(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d" + String(Math.floor((s % 86400) / 3600)).padStart(2, "0") + "h";
+  }
+
+  // -- confirmations and bulk selection (every page) --------------------------------------------
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    let question = form.dataset.confirm;
+    if (form.id === "bulk") {
+      const action = event.submitter ? event.submitter.value : "";
+      if (!form.querySelector("input[name=ids]:checked")) { event.preventDefault(); return; }
+      if (action === "delete") question = form.dataset.confirmDelete;
+    }
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+  const all = document.getElementById("select-all");
+  if (all) {
+    all.addEventListener("change", function () {
+      for (const box of document.querySelectorAll("input[name=ids]")) box.checked = all.checked;
+    });
+  }
+
+  // -- overview: live tables and charts ----------------------------------------------------------
+  if (body.dataset.page !== "overview") return;
+
+  function chart(svg, values, maxHint, format) {
+    const W = 600, H = 140, top = 14, bottom = 4;
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    const max = Math.max(maxHint, ...values) || 1;
+    const step = values.length > 1 ? W / (values.length - 1) : W;
+    const y = (v) => H - bottom - (v / max) * (H - top - bottom);
+    svg.appendChild(el("svg:line", { x1: 0, x2: W, y1: H - bottom, y2: H - bottom, class: "axis" }));
+    svg.appendChild(el("svg:line", { x1: 0, x2: W, y1: top, y2: top, class: "axis" }));
+    const points = values.map((v, i) => (i * step).toFixed(1) + "," + y(v).toFixed(1));
+    svg.appendChild(el("svg:polygon", { points: "0," + (H - bottom) + " " + points.join(" ") + " " + W + "," + (H - bottom), class: "area" }));
+    svg.appendChild(el("svg:polyline", { points: points.join(" "), class: "line" }));
+    svg.appendChild(el("svg:text", { x: 4, y: 11, class: "label" }, "max " + format(max)));
+  }
+
+  function drawCharts(series) {
+    const per = series.bucket || 2;
+    const rates = series.processed.map((n) => n / per);
+    const failures = series.processed.map((n, i) => (n ? (100 * series.failed[i]) / n : 0));
+    chart(document.getElementById("chart-throughput"), rates, 1, (v) => v.toFixed(1) + "/s");
+    chart(document.getElementById("chart-failures"), failures, 10, (v) => v.toFixed(0) + "%");
+    const recent = (arr) => arr.slice(-16, -1).reduce((a, b) => a + b, 0);  // last 30 s, complete buckets
+    const done = recent(series.processed), failed = recent(series.failed);
+    document.getElementById("rate-now").textContent = (done / (15 * per)).toFixed(1) + "/s";
+    document.getElementById("fail-now").textContent = done ? ((100 * failed) / done).toFixed(1) + "%" : "–";
+  }
+
+  function cell(text, cls) { return el("td", cls ? { class: cls } : {}, String(text)); }
+
+  function link(href, text) { const a = el("a", { href: href }, String(text)); return a; }
+
+  function queueForm(q) {
+    const verb = q.paused ? "resume" : "pause";
+    const form = el("form", { method: "post", class: "inline", action: base + "/queues/" + encodeURIComponent(q.name) + "/" + verb });
+    form.appendChild(el("input", { type: "hidden", name: "csrf", value: body.dataset.csrf || "" }));
+    form.appendChild(el("input", { type: "hidden", name: "next", value: location.pathname }));
+    form.appendChild(el("button", { type: "submit", class: "btn" }, q.paused ? "Resume" : "Pause"));
+    return form;
+  }
+
+  function drawQueues(data) {
+    const tbody = document.querySelector("#queues tbody");
+    if (!data.queues.length) return;
+    const rows = data.queues.map(function (q) {
+      const tr = el("tr", { "data-queue": q.name });
+      const href = base + "/queues/" + encodeURIComponent(q.name);
+      const name = el("td");
+      name.appendChild(link(href, q.name));
+      if (q.paused) { name.appendChild(document.createTextNode(" ")); name.appendChild(el("span", { class: "badge paused" }, "paused")); }
+      tr.appendChild(name);
+      for (const s of data.states) {
+        const td = el("td", { class: "num state-" + s });
+        td.appendChild(link(href + "?state=" + s, q.counts[s] || 0));
+        tr.appendChild(td);
+      }
+      tr.appendChild(cell(q.counts.total || 0, "num"));
+      tr.appendChild(cell(q.oldest_pending_age == null ? "-" : age(q.oldest_pending_age)));
+      const actions = el("td", { class: "actions" });
+      if (body.dataset.readOnly !== "true") actions.appendChild(queueForm(q));
+      tr.appendChild(actions);
+      return tr;
+    });
+    tbody.replaceChildren(...rows);
+  }
+
+  function drawWorkers(data) {
+    const tbody = document.querySelector("#workers tbody");
+    if (!data.workers.length) {
+      tbody.replaceChildren(el("tr", { class: "empty" }));
+      tbody.firstChild.appendChild(el("td", { colspan: 9 }, "No live worker."));
+      return;
+    }
+    tbody.replaceChildren(...data.workers.map(function (w) {
+      const tr = el("tr");
+      for (const v of [w.id, w.host]) tr.appendChild(cell(v));
+      tr.appendChild(cell(w.pid, "num"));
+      tr.appendChild(cell(w.queues.join(", ")));
+      tr.appendChild(cell(w.concurrency, "num"));
+      tr.appendChild(cell(age(w.heartbeat_age) + " ago"));
+      const running = el("td");
+      if (!w.running.length) running.textContent = "idle";
+      for (const id of w.running) { running.appendChild(link(base + "/tasks/" + encodeURIComponent(id), id)); running.appendChild(document.createTextNode(" ")); }
+      tr.appendChild(running);
+      tr.appendChild(cell(w.processed, "num"));
+      tr.appendChild(cell(w.failed, "num"));
+      return tr;
+    }));
+  }
+
+  async function refresh() {
+    try {
+      const response = await fetch(base + "/api/overview", { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      if (!response.ok) return;
+      const data = await response.json();
+      drawCharts(data.series);
+      drawQueues(data);
+      drawWorkers(data);
+      body.dataset.refreshed = String(Date.now());
+    } catch (e) {
+      /* offline for a moment: try again on the next tick */
+    }
+  }
+
+  refresh();
+  window.setInterval(refresh, 2000);
+})();

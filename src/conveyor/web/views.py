@@ -1,0 +1,184 @@
+"""Read-only pages and endpoints: overview, queue, task, search, the JSON feed, /metrics, /healthz."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from conveyor.errors import ConveyorError
+from conveyor.inspect import Inspector
+from conveyor.metrics import CONTENT_TYPE
+from conveyor.model import TaskState
+
+if TYPE_CHECKING:
+    from conveyor.web.app import Dashboard
+
+__all__ = ["healthz", "metrics", "overview", "overview_json", "queue", "render", "search", "task"]
+
+STATES = [state.value for state in TaskState]
+PAGE_SIZES = (20, 50, 100, 200)
+
+#: Messages shown after an action (the redirect carries only these codes and numbers).
+DONE = {
+    "run-now": "queued to run now",
+    "archive": "archived",
+    "delete": "deleted",
+    "cancel": "cancelled",
+    "pause": "queue paused",
+    "resume": "queue resumed",
+    "purge": "deleted",
+}
+
+
+def dashboard_of(request: Request) -> Dashboard:
+    dashboard: Dashboard = request.app.state.dashboard
+    return dashboard
+
+
+def base_path(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def render(request: Request, template: str, context: dict[str, Any], status_code: int = 200) -> Response:
+    """Render a page with what every page needs: base path, CSRF token, read-only flag, flash message."""
+    dash = dashboard_of(request)
+    done, count, failed = (
+        request.query_params.get("done"),
+        request.query_params.get("n"),
+        request.query_params.get("failed"),
+    )
+    flash = None
+    if done in DONE:
+        flash = DONE[done] + (f": {int(count)} task(s)" if count and count.isdigit() else "")
+        if failed and failed.isdigit() and int(failed):
+            flash += f"; {int(failed)} could not be changed"
+    full = {
+        "base": base_path(request),
+        "csrf": dash.csrf.token(request),
+        "read_only": dash.read_only,
+        "flash": flash,
+        "now": dash.conveyor.now(),
+        "states": STATES,
+        **context,
+    }
+    response = dash.templates.TemplateResponse(request, template, full, status_code=status_code)
+    dash.csrf.set_cookie(request, response)
+    return response
+
+
+def message(request: Request, text: str, status_code: int, back: str | None = None) -> Response:
+    return render(request, "message.html", {"message": text, "back": back}, status_code)
+
+
+def _overview_data(dash: Dashboard) -> dict[str, Any]:
+    inspector = dash.conveyor.inspect
+    now = dash.conveyor.now()
+    queues = [
+        {
+            "name": q.name,
+            "paused": q.settings.paused,
+            "counts": q.counts,
+            "oldest_pending_age": None if q.oldest_pending_at is None else max(0.0, now - q.oldest_pending_at),
+        }
+        for q in inspector.queues()
+    ]
+    workers = [
+        {
+            "id": w.id,
+            "host": w.host,
+            "pid": w.pid,
+            "queues": list(w.queues),
+            "concurrency": w.concurrency,
+            "started_at": w.started_at,
+            "heartbeat_age": max(0.0, now - w.last_seen),
+            "running": list(w.running),
+            "processed": w.processed,
+            "failed": w.failed,
+        }
+        for w in inspector.workers()
+    ]
+    return {"now": now, "states": STATES, "queues": queues, "workers": workers, "series": dash.throughput.snapshot()}
+
+
+async def overview(request: Request) -> Response:
+    return render(request, "overview.html", _overview_data(dashboard_of(request)))
+
+
+async def overview_json(request: Request) -> Response:
+    return JSONResponse(_overview_data(dashboard_of(request)))
+
+
+def _int_param(request: Request, name: str, default: int, minimum: int = 0) -> int:
+    raw = request.query_params.get(name, "")
+    return max(minimum, int(raw)) if raw.isdigit() else default
+
+
+async def queue(request: Request) -> Response:
+    dash = dashboard_of(request)
+    name = request.path_params["queue"]
+    state = request.query_params.get("state", "pending")
+    if state not in STATES:
+        return message(request, f"unknown state {state!r}", 400)
+    limit = _int_param(request, "limit", 50, 1)
+    limit = limit if limit in PAGE_SIZES else 50
+    offset = _int_param(request, "offset", 0)
+    try:
+        tasks = dash.conveyor.inspect.list(name, state, offset=offset, limit=limit)
+    except (ConveyorError, ValueError, TypeError) as exc:
+        return message(request, str(exc), 400)
+    info = next((q for q in dash.conveyor.inspect.queues() if q.name == name), None)
+    counts = info.counts if info else {s: 0 for s in [*STATES, "total"]}
+    return render(
+        request,
+        "queue.html",
+        {
+            "queue": name,
+            "paused": bool(info and info.settings.paused),
+            "counts": counts,
+            "state": state,
+            "tasks": tasks,
+            "offset": offset,
+            "limit": limit,
+            "total": counts.get(state, 0),
+        },
+    )
+
+
+async def task(request: Request) -> Response:
+    dash = dashboard_of(request)
+    task_id = request.path_params["task_id"]
+    try:
+        info = dash.conveyor.inspect.get(task_id)
+    except (ConveyorError, ValueError, TypeError) as exc:
+        return message(request, str(exc), 404)
+    return render(request, "task.html", {"task": info, "timeline": Inspector.timeline(info)})
+
+
+async def search(request: Request) -> Response:
+    """Find a task by its exact id: go to its page, or say it was not found."""
+    dash = dashboard_of(request)
+    task_id = request.query_params.get("id", "").strip()
+    if not task_id:
+        return RedirectResponse(f"{base_path(request)}/", status_code=303)
+    try:
+        info = dash.conveyor.inspect.get(task_id)
+    except (ConveyorError, ValueError, TypeError):
+        return message(request, f"no task with id {task_id!r}", 404)
+    return RedirectResponse(f"{base_path(request)}/tasks/{info.id}", status_code=303)
+
+
+async def metrics(request: Request) -> Response:
+    dash = dashboard_of(request)
+    assert dash.metrics is not None
+    return Response(dash.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def healthz(request: Request) -> Response:
+    """200 when the broker answers, 503 otherwise (no authentication: it reveals nothing)."""
+    try:
+        dashboard_of(request).conveyor.inspect.queues()
+    except (ConveyorError, OSError) as exc:
+        return JSONResponse({"ok": False, "error": type(exc).__name__}, status_code=503)
+    return JSONResponse({"ok": True})

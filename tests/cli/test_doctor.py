@@ -1,0 +1,72 @@
+"""``doctor``: each check reported OK / WARN / FAIL; exit 1 only on FAIL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from click.testing import CliRunner, Result
+
+from conveyor import Conveyor
+from conveyor.brokers.memory import MemoryBroker
+from conveyor.cli import cli as cli_group
+from conveyor.cli.state import CliState
+
+Invoke = Callable[..., Result]
+
+
+def checks(result: Result) -> dict[str, tuple[str, str]]:
+    return {c["name"]: (c["status"], c["detail"]) for c in json.loads(result.stdout)}
+
+
+def test_doctor_reports_a_reachable_broker(cli: Invoke, broker_url: str) -> None:
+    result = cli("doctor", "--json")
+    assert result.exit_code == 0, result.output
+    found = checks(result)
+    assert found["broker"][0] == "OK"
+    assert found["workers"] == ("WARN", "no live worker")
+    if broker_url.startswith("sqlite"):
+        assert found.get("journal_mode", ("OK", ""))[0] == "OK"
+    table = cli("doctor").stdout
+    assert "broker" in table and "OK" in table
+
+
+def test_doctor_warns_about_paused_queues(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("a", queue="held")
+    app.inspect.pause("held")
+    assert checks(cli("doctor", "--json"))["paused queues"] == ("WARN", "held")
+
+
+class _RiskyBroker(MemoryBroker):
+    """A broker with the optional capabilities doctor looks for."""
+
+    journal_mode = "delete"
+    schema_version = 3
+
+    def preflight(self) -> list[str]:
+        return ["maxmemory-policy is 'allkeys-lru': Redis may evict task data; set it to 'noeviction'"]
+
+
+def test_doctor_reports_optional_broker_capabilities() -> None:
+    app = Conveyor(broker=_RiskyBroker())
+    result = CliRunner().invoke(cli_group, ["doctor", "--json"], obj=CliState(app=app))
+    assert result.exit_code == 0, result.output
+    found = checks(result)
+    assert found["journal_mode"] == ("WARN", "delete (expected wal)")
+    assert found["schema_version"] == ("OK", "3")
+    assert found["preflight"][0] == "WARN" and "noeviction" in found["preflight"][1]
+
+
+def test_doctor_fails_on_an_unreachable_broker() -> None:
+    result = CliRunner().invoke(cli_group, ["--url", "redis://:secret@127.0.0.1:1/0", "doctor", "--json"])
+    assert result.exit_code == 1
+    status, detail = checks(result)["broker"]
+    assert status == "FAIL"
+    assert "secret" not in detail and "***" in detail
+
+
+def test_bad_url_is_one_line_error_without_traceback() -> None:
+    result = CliRunner().invoke(cli_group, ["--url", "bogus://x", "stats"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: unsupported broker URL 'bogus://x'")
+    assert "Traceback" not in result.output

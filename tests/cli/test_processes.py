@@ -1,0 +1,164 @@
+"""Real processes: ``python -m conveyor`` end to end on SQLite (shared through a file): admin commands,
+a worker with its metrics port, the dashboard server, and the demo. Every process is stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from conveyor import Conveyor, TaskState
+from conveyor.cli import cli as cli_group
+from conveyor.testing.redis_server import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def conveyor(*args: str, url: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CONVEYOR_URL": url}
+    return subprocess.run(
+        [sys.executable, "-m", "conveyor", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
+    )
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll ``condition`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``python -m conveyor ...`` in the background; every process is terminated at teardown."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, url: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+        env = {**os.environ, "CONVEYOR_URL": url}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conveyor", *args],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def test_enqueue_ls_show_across_processes(sqlite_url: str) -> None:
+    done = conveyor("enqueue", "send", "--args", '["a"]', "--task-id", "p-1", "--json", url=sqlite_url)
+    assert done.returncode == 0, done.stderr
+    listed = conveyor("ls", "--json", url=sqlite_url)
+    assert [t["id"] for t in json.loads(listed.stdout)] == ["p-1"]
+    shown = conveyor("show", "p-1", url=sqlite_url)
+    assert shown.returncode == 0 and "Timeline" in shown.stdout
+
+
+def test_user_mistake_exits_1_with_one_line_and_no_traceback(sqlite_url: str) -> None:
+    done = conveyor("show", "missing", url=sqlite_url)
+    assert done.returncode == 1
+    assert done.stderr == "Error: task not found: 'missing'\n"
+
+
+def test_worker_runs_tasks_and_serves_metrics(
+    tmp_path: Path, sqlite_url: str, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    (tmp_path / "cli_tasks.py").write_text(
+        textwrap.dedent(
+            f"""
+            from conveyor import Conveyor
+
+            app = Conveyor({sqlite_url!r})
+
+            @app.task
+            def add(a: int, b: int) -> int:
+                return a + b
+            """
+        )
+    )
+    assert conveyor("enqueue", "add", "--args", "[2, 3]", "--task-id", "sum", url=sqlite_url).returncode == 0
+    port = free_port()
+    worker = spawn("worker", "cli_tasks:app", "-c", "2", "--metrics-port", str(port), url=sqlite_url, cwd=tmp_path)
+    app = Conveyor(sqlite_url)
+    try:
+        wait_for(lambda: app.get("sum").state == TaskState.COMPLETED, what="the task to complete")
+        assert app.get("sum").result == 5
+
+        def scraped() -> str:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except httpx.HTTPError:
+                return ""
+
+        wait_for(lambda: 'conveyor_tasks_processed_total{queue="default",task="add"} 1.0' in scraped(), what="metrics")
+        text = scraped()
+        assert 'conveyor_queue_tasks{queue="default",state="completed"} 1.0' in text
+        assert "conveyor_task_duration_seconds_count" in text
+    finally:
+        app.close()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+
+
+def test_worker_with_a_bad_app_path_is_one_line_error(tmp_path: Path, sqlite_url: str) -> None:
+    done = conveyor("worker", "no_such_module:app", url=sqlite_url, cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: cannot import 'no_such_module'")
+    assert "Traceback" not in done.stderr
+
+
+def test_dashboard_serves_until_terminated(sqlite_url: str, spawn: Callable[..., subprocess.Popen[str]]) -> None:
+    port = free_port()
+    server = spawn("dashboard", "--port", str(port), url=sqlite_url)
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            assert server.poll() is None, "the dashboard exited"
+            return False
+
+    wait_for(healthy, what="the dashboard")
+    page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    assert page.status_code == 200 and "Queues" in page.text
+    server.send_signal(signal.SIGTERM)
+    # uvicorn shuts down gracefully, then re-raises the signal so the exit status tells why it stopped.
+    assert server.wait(timeout=20) in (0, -signal.SIGTERM)
+    assert "Traceback" not in (server.stderr.read() if server.stderr else "")
+
+
+def test_dashboard_refuses_a_public_address_without_auth() -> None:
+    result = CliRunner().invoke(cli_group, ["--url", "memory://", "dashboard", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert "set --token or --basic-auth" in result.stderr
+
+
+def test_dashboard_rejects_malformed_basic_auth() -> None:
+    result = CliRunner().invoke(cli_group, ["--url", "memory://", "dashboard", "--basic-auth", "nopassword"])
+    assert result.exit_code == 2
+    assert "USER:PASSWORD" in result.stderr

@@ -1,0 +1,142 @@
+"""``enqueue``, ``ls``, ``show`` and the task actions, through the CLI, on every broker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from click.testing import Result
+
+from conveyor import Conveyor, TaskNotFound, TaskState
+
+Invoke = Callable[..., Result]
+
+
+def test_enqueue_stores_args_kwargs_and_options(cli: Invoke, app: Conveyor) -> None:
+    result = cli(
+        "enqueue", "send", "--args", '["a@x.com", 2]', "--kwargs", '{"subject": "hi"}',
+        "--priority", "5", "--queue", "mail", "--task-id", "welcome-1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["id"] == "welcome-1"
+    info = app.get("welcome-1")
+    assert (info.name, info.queue, info.priority) == ("send", "mail", 5)
+    assert (info.args, info.kwargs, info.state) == (["a@x.com", 2], {"subject": "hi"}, TaskState.PENDING)
+
+
+def test_enqueue_with_delay_schedules_the_task(cli: Invoke, app: Conveyor) -> None:
+    result = cli("enqueue", "later", "--delay", "60", "--task-id", "t1")
+    assert result.exit_code == 0, result.output
+    info = app.get("t1")
+    assert info.state == TaskState.SCHEDULED
+    assert info.next_run_at == app.now() + 60
+
+
+def test_enqueue_rejects_bad_json_in_one_line(cli: Invoke) -> None:
+    result = cli("enqueue", "x", "--args", "[1,")
+    assert result.exit_code == 2
+    assert "--args" in result.stderr and "not valid JSON" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_enqueue_rejects_args_that_are_not_an_array(cli: Invoke) -> None:
+    result = cli("enqueue", "x", "--args", '{"a": 1}')
+    assert result.exit_code == 2
+    assert "must be a JSON array" in result.stderr
+
+
+def test_enqueue_duplicate_id_is_one_line_error(cli: Invoke) -> None:
+    assert cli("enqueue", "x", "--task-id", "same").exit_code == 0
+    result = cli("enqueue", "x", "--task-id", "same")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "Error: duplicate task; existing task id: 'same'"
+
+
+def test_enqueue_invalid_queue_name_is_one_line_error(cli: Invoke) -> None:
+    result = cli("enqueue", "x", "--queue", "bad queue!")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_enqueue_from_file_enqueues_every_line(cli: Invoke, app: Conveyor, tmp_path: Path) -> None:
+    lines = [json.dumps({"args": [i], "kwargs": {"n": i}}) for i in range(1200)]
+    path = tmp_path / "calls.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = cli("enqueue", "bulk", "--file", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["enqueued"] == 1200
+    assert app.stats()["default"]["pending"] == 1200
+
+
+def test_ls_lists_a_page_of_one_state(cli: Invoke, app: Conveyor) -> None:
+    for i in range(5):
+        app.enqueue("job", args=[i], task_id=f"job-{i}")
+    result = cli("ls", "--queue", "default", "--state", "pending", "--limit", "2", "--offset", "1", "--json")
+    assert result.exit_code == 0, result.output
+    assert [t["id"] for t in json.loads(result.stdout)] == ["job-1", "job-2"]
+    table = cli("ls")
+    assert table.exit_code == 0
+    assert all(f"job-{i}" in table.stdout for i in range(5))
+
+
+def test_ls_rejects_an_unknown_state(cli: Invoke) -> None:
+    result = cli("ls", "--state", "done")
+    assert result.exit_code == 2
+
+
+def test_show_prints_every_field_errors_and_timeline(cli: Invoke, failing_task: Callable[[], str]) -> None:
+    task_id = failing_task()
+    data = json.loads(cli("show", task_id, "--json").stdout)
+    assert data["state"] == "archived" and data["archive_reason"] == "failed"
+    assert data["errors"][0]["error"] == "ValueError: boom 7"
+    assert [entry["event"] for entry in data["timeline"]][:3] == ["enqueued", "started", "failed"]
+    text = cli("show", task_id).stdout
+    for heading in ("retries_left", "Error history", "Timeline", "ValueError: boom 7"):
+        assert heading in text
+
+
+def test_show_unknown_task_is_one_line_error(cli: Invoke) -> None:
+    result = cli("show", "nope")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "Error: task not found: 'nope'"
+
+
+def test_run_now_requeues_an_archived_task(cli: Invoke, app: Conveyor, failing_task: Callable[[], str]) -> None:
+    task_id = failing_task()
+    result = cli("run-now", task_id)
+    assert result.exit_code == 0, result.output
+    assert app.get(task_id).state == TaskState.PENDING
+
+
+def test_archive_and_cancel_and_delete_take_several_ids(cli: Invoke, app: Conveyor) -> None:
+    ids = [app.enqueue("job", args=[i]).id for i in range(6)]
+    assert cli("archive", ids[0], ids[1]).exit_code == 0
+    assert cli("cancel", ids[2], ids[3], "--json").exit_code == 0
+    assert cli("delete", ids[4], ids[5]).exit_code == 0
+    assert [app.get(i).archive_reason for i in ids[:4]] == ["manual", "manual", "cancelled", "cancelled"]
+    for gone in ids[4:]:
+        try:
+            app.get(gone)
+        except TaskNotFound:
+            continue
+        raise AssertionError(f"{gone} was not deleted")
+
+
+def test_action_reports_each_failure_and_exits_1(cli: Invoke, app: Conveyor) -> None:
+    good = app.enqueue("job").id
+    result = cli("archive", good, "missing", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == [
+        {"id": good, "ok": True},
+        {"id": "missing", "ok": False, "error": "task not found: 'missing'"},
+    ]
+    assert app.get(good).state == TaskState.ARCHIVED
+
+
+def test_action_on_wrong_state_says_why(cli: Invoke, app: Conveyor) -> None:
+    task_id = app.enqueue("job").id
+    result = cli("run-now", task_id)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {task_id}: ")
+    assert "Traceback" not in result.output

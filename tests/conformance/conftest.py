@@ -1,0 +1,89 @@
+"""Fixtures of the conformance suite: every test that takes ``app`` runs once per broker backend.
+
+Tests here go through the public, backend-neutral API only, so a new backend passes them unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conveyor import BrokerPolicy, Conveyor, FakeClock, Worker
+
+AppFactory = Callable[..., Conveyor]
+Transition = tuple[str | None, str]
+
+
+@pytest.fixture
+def worker(app: Conveyor) -> Worker:
+    """A steppable worker on the ``default`` queue."""
+    return app.worker()
+
+
+@pytest.fixture
+def producer(app: Conveyor, clock: FakeClock) -> Conveyor:
+    """Producer-only code: a second app on the same broker with no handler registered."""
+    return Conveyor(broker=app.broker, clock=clock)
+
+
+@pytest.fixture
+def make_app(broker_url: str, clock: FakeClock) -> Iterator[AppFactory]:
+    """Open apps on this test's broker URL with their own policy or RNG (not mixed with ``app``)."""
+    opened: list[Conveyor] = []
+
+    def make(*, policy: BrokerPolicy | None = None, rng: random.Random | None = None) -> Conveyor:
+        application = Conveyor(broker_url, clock=clock, policy=policy, rng=rng)
+        opened.append(application)
+        return application
+
+    yield make
+    for application in opened:
+        application.close()
+
+
+class Events:
+    """Records ``on_state_change`` calls; backends may deliver them asynchronously, so wait with a deadline."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self._lock = threading.Lock()
+        self._seen: list[tuple[str, str | None, str]] = []
+        self.unsubscribe = app.on_state_change(self._record)
+
+    def _record(self, task_id: str, old: str | None, new: str) -> None:
+        with self._lock:
+            self._seen.append((task_id, old, new))
+
+    def of(self, task_id: str) -> list[Transition]:
+        with self._lock:
+            return [(old, new) for tid, old, new in self._seen if tid == task_id]
+
+    def wait_for(self, task_id: str, expected: list[Transition], timeout: float = 5.0) -> list[Transition]:
+        """The task's transitions once they equal ``expected`` (or at the deadline, for the assert)."""
+        deadline = time.monotonic() + timeout
+        while self.of(task_id) != expected and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.of(task_id)
+
+
+@pytest.fixture
+def events(app: Conveyor) -> Events:
+    return Events(app)
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll ``predicate`` until it holds or the deadline passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return predicate()
+        time.sleep(0.005)
+    return True
+
+
+@pytest.fixture(name="eventually")
+def eventually_fixture() -> Callable[..., bool]:
+    return eventually

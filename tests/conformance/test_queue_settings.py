@@ -1,0 +1,127 @@
+"""Queue settings live in the broker: max_size, concurrency, aging, paused."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor import Conveyor, QueueFull, TaskState, Worker
+
+
+@pytest.fixture
+def noop(app: Conveyor) -> str:
+    @app.task
+    def noop(n: int = 0) -> int:
+        return n
+
+    return noop.name
+
+
+def test_max_size_bounds_unfinished_tasks_and_a_full_queue_writes_nothing(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", max_size=2)
+    app.enqueue(noop, args=[1])
+    app.enqueue(noop, args=[2], delay=60)
+    with pytest.raises(QueueFull):
+        app.enqueue(noop, args=[3])
+    assert app.stats()["default"]["total"] == 2
+
+
+def test_finished_tasks_do_not_count_against_max_size(app: Conveyor, worker: Worker, noop: str) -> None:
+    app.configure_queue("default", max_size=1)
+    app.enqueue(noop)
+    worker.process_next()
+    app.enqueue(noop)
+    assert app.stats()["default"]["completed"] == app.stats()["default"]["pending"] == 1
+
+
+def test_a_batch_that_would_overflow_max_size_writes_nothing(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", max_size=2)
+    with pytest.raises(QueueFull):
+        app.enqueue_many(noop, [([n], {}) for n in range(3)])
+    assert app.stats()["default"]["total"] == 0
+
+
+def test_max_size_of_one_queue_does_not_bound_another(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", max_size=1)
+    app.enqueue(noop)
+    app.enqueue(noop, queue="other")
+    app.enqueue(noop, queue="other")
+    assert app.stats()["other"]["total"] == 2
+
+
+def test_concurrency_one_gives_a_single_active_queue(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", concurrency=1)
+    app.enqueue(noop, args=[1])
+    app.enqueue(noop, args=[2])
+    first = app.claim()
+    assert first is not None
+    assert app.claim() is None
+    first.complete(1)
+    second = app.claim()
+    assert second is not None and second.task.args == [2]
+
+
+def test_concurrency_bounds_active_tasks_across_every_app_on_the_broker(
+    app: Conveyor, producer: Conveyor, noop: str
+) -> None:
+    app.configure_queue("default", concurrency=2)
+    for n in range(3):
+        app.enqueue(noop, args=[n])
+    assert app.claim() is not None
+    assert producer.claim() is not None
+    assert producer.claim() is None
+    assert app.worker().process_next() is False
+    assert app.stats()["default"]["active"] == 2
+
+
+def test_concurrency_of_one_queue_does_not_limit_another(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", concurrency=1)
+    app.enqueue(noop)
+    app.enqueue(noop, queue="other")
+    assert app.claim() is not None
+    assert app.claim(queues=["default", "other"]) is not None
+
+
+def test_settings_configured_by_one_app_apply_to_every_app_on_the_broker(
+    app: Conveyor, producer: Conveyor, noop: str
+) -> None:
+    producer.configure_queue("default", max_size=1)
+    app.enqueue(noop)
+    with pytest.raises(QueueFull):
+        app.enqueue(noop)
+
+
+def test_paused_queue_is_not_claimed_until_resumed(app: Conveyor, worker: Worker, noop: str) -> None:
+    app.inspect.pause("default")
+    handle = app.enqueue(noop)
+    assert worker.process_next() is False
+    assert app.claim() is None
+    app.inspect.resume("default")
+    assert worker.process_next() is True
+    assert app.get(handle.id).state is TaskState.COMPLETED
+
+
+def test_pausing_one_queue_leaves_the_others_running(app: Conveyor, noop: str) -> None:
+    app.inspect.pause("default")
+    app.enqueue(noop)
+    app.enqueue(noop, queue="other")
+    assert app.worker(queues=["default", "other"]).run_until_idle() == 1
+
+
+def test_inspector_reports_each_queues_settings_and_paused_flag(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", max_size=10, concurrency=2, aging=30.0)
+    app.inspect.pause("default")
+    (queue,) = app.inspect.queues()
+    settings = queue.settings
+    assert (settings.name, settings.max_size, settings.concurrency, settings.aging, settings.paused) == (
+        "default",
+        10,
+        2,
+        30.0,
+        True,
+    )
+
+
+def test_reconfiguring_a_queue_keeps_it_paused(app: Conveyor) -> None:
+    app.inspect.pause("default")
+    app.configure_queue("default", max_size=5)
+    assert app.inspect.queues()[0].settings.paused is True

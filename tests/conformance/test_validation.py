@@ -1,0 +1,276 @@
+"""Validation at the call: TypeError for wrong types, ValueError for wrong values; nothing written."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, Exponential, FakeClock, Fixed, Retry, SerializationError, TaskState
+
+NAN, INF = math.nan, math.inf
+
+
+@pytest.fixture
+def nothing_written(app: Conveyor) -> Iterator[None]:
+    """Asserts, after the test, that no task was stored."""
+    yield
+    assert all(counts["total"] == 0 for counts in app.stats().values())
+
+
+# -- task options (at registration and per enqueue) ------------------------------------------------
+
+BAD_OPTIONS: list[tuple[dict[str, Any], type[Exception]]] = [
+    ({"max_retries": -1}, ValueError),
+    ({"max_retries": 1.5}, TypeError),
+    ({"max_retries": "3"}, TypeError),
+    ({"max_retries": True}, TypeError),
+    ({"timeout": -1}, ValueError),
+    ({"timeout": NAN}, ValueError),
+    ({"timeout": INF}, ValueError),
+    ({"timeout": "10"}, TypeError),
+    ({"retention": -1}, ValueError),
+    ({"retention": INF}, ValueError),
+    ({"retry_on": ()}, ValueError),
+    ({"retry_on": [ValueError]}, TypeError),
+    ({"retry_on": ValueError}, TypeError),
+    ({"retry_on": (int,)}, TypeError),
+    ({"retry_on": (ValueError("instance"),)}, TypeError),
+    ({"priority": True}, TypeError),
+    ({"priority": 1.0}, TypeError),
+    ({"queue": "has space"}, ValueError),
+    ({"queue": ""}, ValueError),
+    ({"queue": "q" * 65}, ValueError),
+    ({"queue": 7}, TypeError),
+    ({"backoff": 5}, TypeError),
+    ({"expires": -1}, ValueError),
+    ({"expires": NAN}, ValueError),
+    ({"expires": datetime(2030, 1, 1)}, ValueError),  # naive: ambiguous
+]
+
+BAD_ENQUEUE_ONLY: list[tuple[dict[str, Any], type[Exception]]] = [
+    ({"delay": -1}, ValueError),
+    ({"delay": NAN}, ValueError),
+    ({"delay": INF}, ValueError),
+    ({"delay": "5"}, TypeError),
+    ({"delay": True}, TypeError),
+    ({"eta": NAN}, ValueError),
+    ({"eta": datetime(2030, 1, 1)}, ValueError),
+    ({"eta": "tomorrow"}, TypeError),
+    ({"delay": 5, "eta": 2_000_000_000.0}, ValueError),
+    ({"task_id": ""}, ValueError),
+    ({"task_id": "has space"}, ValueError),
+    ({"task_id": "slash/not/allowed"}, ValueError),
+    ({"task_id": "x" * 129}, ValueError),
+    ({"task_id": 42}, TypeError),
+    ({"unique_for": -1}, ValueError),
+    ({"unique_for": NAN}, ValueError),
+    ({"unique_key": 42}, TypeError),
+    ({"colour": "blue"}, TypeError),
+]
+
+
+def _ids(cases: list[tuple[dict[str, Any], type[Exception]]]) -> list[str]:
+    return [",".join(f"{k}={v!r}"[:40] for k, v in options.items()) for options, _ in cases]
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS, ids=_ids(BAD_OPTIONS))
+def test_bad_task_option_at_registration_is_rejected(
+    app: Conveyor, options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+
+        @app.task(**options)
+        def handler() -> None: ...
+
+    assert app.handler("handler") is None
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS + BAD_ENQUEUE_ONLY, ids=_ids(BAD_OPTIONS + BAD_ENQUEUE_ONLY))
+def test_bad_option_to_app_enqueue_is_rejected_and_nothing_is_written(
+    app: Conveyor, nothing_written: None, options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        app.enqueue("job", args=[1], **options)
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS + BAD_ENQUEUE_ONLY, ids=_ids(BAD_OPTIONS + BAD_ENQUEUE_ONLY))
+def test_bad_option_to_with_options_is_rejected_and_nothing_is_written(
+    app: Conveyor, nothing_written: None, options: dict[str, Any], error: type[Exception]
+) -> None:
+    @app.task
+    def job(n: int) -> None: ...
+
+    with pytest.raises(error):
+        job.with_options(**options).enqueue(1)
+
+
+def test_task_id_and_queue_at_their_maximum_length_are_accepted(app: Conveyor) -> None:
+    handle = app.enqueue("job", task_id="A-z.0:_" + "x" * 121, queue="Q-z.0_" + "q" * 58)
+    assert app.get(handle.id).queue == "Q-z.0_" + "q" * 58
+
+
+# -- arguments -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[NAN], [INF], [{"nested": [-INF]}], [object()], [{1, 2}], [b"bytes"], [{1: "int key"}]],
+    ids=["nan", "inf", "nested-inf", "object", "set", "bytes", "int-key"],
+)
+def test_non_json_arguments_are_rejected_at_enqueue_and_nothing_is_written(
+    app: Conveyor, nothing_written: None, args: list[Any]
+) -> None:
+    with pytest.raises(SerializationError):
+        app.enqueue("job", args=args)
+
+
+def test_non_json_keyword_argument_is_rejected_at_enqueue(app: Conveyor, nothing_written: None) -> None:
+    @app.task
+    def job(value: float) -> None: ...
+
+    with pytest.raises(SerializationError):
+        job.enqueue(value=NAN)
+
+
+def test_serialization_error_is_a_value_error(app: Conveyor) -> None:
+    with pytest.raises(ValueError):
+        app.enqueue("job", args=[NAN])
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [("abc", {}), ({"a": 1}, {}), ((), [("k", 1)])])
+def test_args_must_be_a_sequence_and_kwargs_a_dict(
+    app: Conveyor, nothing_written: None, args: Any, kwargs: Any
+) -> None:
+    with pytest.raises(TypeError):
+        app.enqueue("job", args=args, kwargs=kwargs)
+
+
+@pytest.mark.parametrize(("name", "error"), [("", ValueError), ("has space", ValueError), (42, TypeError)])
+def test_bad_task_name_is_rejected(app: Conveyor, nothing_written: None, name: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        app.enqueue(name)
+
+
+# -- backoff, Retry, clock -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"factor": 0}, ValueError),
+        ({"factor": -2}, ValueError),
+        ({"factor": NAN}, ValueError),
+        ({"initial": -1}, ValueError),
+        ({"initial": INF}, ValueError),
+        ({"initial": "1"}, TypeError),
+        ({"max": -1}, ValueError),
+        ({"max": NAN}, ValueError),
+        ({"jitter": 1}, TypeError),
+    ],
+)
+def test_bad_exponential_backoff_is_rejected(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Exponential(**kwargs)
+
+
+@pytest.mark.parametrize(("seconds", "error"), [(-1, ValueError), (NAN, ValueError), ("1", TypeError)])
+def test_bad_fixed_backoff_is_rejected(seconds: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Fixed(seconds)
+
+
+@pytest.mark.parametrize(("delay", "error"), [(-1, ValueError), (NAN, ValueError), (INF, ValueError), ("1", TypeError)])
+def test_retry_with_a_bad_delay_is_rejected(delay: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Retry(delay=delay)
+
+
+@pytest.mark.parametrize("clock", [5, "now", 1.5])
+def test_clock_must_be_callable(broker_url: str, clock: Any) -> None:
+    with pytest.raises(TypeError):
+        Conveyor(broker_url, clock=clock)
+
+
+# -- queues, leases, admin -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_size": -1}, ValueError),
+        ({"max_size": "10"}, TypeError),
+        ({"max_size": True}, TypeError),
+        ({"concurrency": 0}, ValueError),
+        ({"concurrency": 1.0}, TypeError),
+        ({"aging": 0}, ValueError),
+        ({"aging": -5}, ValueError),
+        ({"aging": NAN}, ValueError),
+        ({"aging": "slow"}, TypeError),
+    ],
+)
+def test_bad_queue_setting_is_rejected(app: Conveyor, settings: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        app.configure_queue("default", **settings)
+
+
+@pytest.mark.parametrize(("name", "error"), [("bad name", ValueError), ("", ValueError), (None, TypeError)])
+def test_bad_queue_name_is_rejected_everywhere(app: Conveyor, name: Any, error: type[Exception]) -> None:
+    for call in (
+        lambda: app.configure_queue(name),
+        lambda: app.claim(queues=[name]),
+        lambda: app.worker(queues=[name]),
+        lambda: app.inspect.pause(name),
+        lambda: app.inspect.list(name, "pending"),
+    ):
+        with pytest.raises(error):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("lease_for", "error"), [(0, ValueError), (-1, ValueError), (NAN, ValueError), ("30", TypeError)]
+)
+def test_claim_with_a_bad_lease_time_is_rejected(app: Conveyor, lease_for: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        app.claim(lease_for=lease_for)
+
+
+@pytest.mark.parametrize(("seconds", "error"), [(0, ValueError), (-1, ValueError), (INF, ValueError), ("5", TypeError)])
+def test_lease_extend_with_a_bad_time_is_rejected_and_keeps_the_lease(
+    app: Conveyor, clock: FakeClock, seconds: Any, error: type[Exception]
+) -> None:
+    app.enqueue("external")
+    lease = app.claim(lease_for=10)
+    assert lease is not None
+    with pytest.raises(error):
+        lease.extend(seconds)
+    assert app.get(lease.task.id).lease_expires_at == clock.now() + 10
+
+
+def test_lease_complete_with_a_non_json_result_is_rejected_and_keeps_the_task_active(app: Conveyor) -> None:
+    app.enqueue("external")
+    lease = app.claim()
+    assert lease is not None
+    with pytest.raises(SerializationError):
+        lease.complete(object())
+    assert app.get(lease.task.id).state is TaskState.ACTIVE
+
+
+@pytest.mark.parametrize(("state", "error"), [("finished", ValueError), (3, TypeError)])
+def test_inspector_list_with_a_bad_state_is_rejected(app: Conveyor, state: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        app.inspect.list("default", state)
+
+
+@pytest.mark.parametrize(("offset", "limit"), [(-1, 10), (0, 0)])
+def test_inspector_list_with_a_bad_page_is_rejected(app: Conveyor, offset: int, limit: int) -> None:
+    with pytest.raises(ValueError):
+        app.inspect.list("default", "pending", offset=offset, limit=limit)
+
+
+def test_get_with_a_non_str_id_is_a_type_error(app: Conveyor) -> None:
+    with pytest.raises(TypeError):
+        app.get(42)  # type: ignore[arg-type]

@@ -1,0 +1,146 @@
+"""Dashboard pages and feeds: overview, queue, task, search, JSON, /metrics, /healthz, mounting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from conveyor import Conveyor
+from conveyor.model import WorkerInfo
+from conveyor.web import create_app
+
+if TYPE_CHECKING:
+    from starlette.testclient import TestClient
+
+Csrf = Callable[..., str]
+
+
+def test_overview_lists_queues_counts_and_paused_flag(client: TestClient, app: Conveyor) -> None:
+    app.enqueue("a", queue="mail")
+    app.enqueue("b", queue="reports", delay=60)
+    app.inspect.pause("reports")
+    page = client.get("/")
+    assert page.status_code == 200
+    assert 'data-queue="mail"' in page.text and 'data-queue="reports"' in page.text
+    assert "paused" in page.text
+    data = client.get("/api/overview").json()
+    queues = {q["name"]: q for q in data["queues"]}
+    assert queues["mail"]["counts"]["pending"] == 1 and queues["reports"]["paused"] is True
+    assert set(data["series"]) == {"bucket", "t", "processed", "failed"}
+
+
+def test_overview_shows_workers_with_heartbeats_and_running_tasks(client: TestClient, app: Conveyor) -> None:
+    worker = WorkerInfo("w-1", "host-a", 42, ("default",), 4, app.now() - 60, app.now() - 3, ("task-9",), 10, 1)
+    app.broker.register_worker(worker, app.now(), ttl=60)
+    page = client.get("/")
+    assert "host-a" in page.text and "0s ago" in page.text and 'href="/tasks/task-9"' in page.text
+    worker_json = client.get("/api/overview").json()["workers"][0]
+    assert worker_json["running"] == ["task-9"] and worker_json["heartbeat_age"] == 0
+
+
+def test_throughput_counts_executions_and_failures(client: TestClient, app: Conveyor) -> None:
+    @app.task
+    def ok() -> None:
+        pass
+
+    @app.task(max_retries=0)
+    def bad() -> None:
+        raise ValueError("no")
+
+    ok.enqueue()
+    ok.enqueue()
+    bad.enqueue()
+    app.worker().run_until_idle()
+    series = client.get("/api/overview").json()["series"]
+
+    def settled() -> tuple[int, int]:
+        current = client.get("/api/overview").json()["series"]
+        return sum(current["processed"]), sum(current["failed"])
+
+    # Brokers shared between processes deliver events asynchronously: poll with a deadline.
+    deadline = time.monotonic() + 10
+    while settled() != (3, 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert settled() == (3, 1), series
+
+
+def test_queue_page_lists_tasks_by_state_with_paging(client: TestClient, app: Conveyor) -> None:
+    for i in range(25):
+        app.enqueue("job", task_id=f"job-{i:02d}")
+    first = client.get("/queues/default?state=pending&limit=20")
+    assert first.status_code == 200
+    assert "job-00" in first.text and "job-19" in first.text and "job-20" not in first.text
+    assert "offset=20" in first.text  # a link to the next page
+    second = client.get("/queues/default?state=pending&limit=20&offset=20")
+    assert "job-20" in second.text and "job-24" in second.text and "job-19" not in second.text
+    assert "job-00" not in client.get("/queues/default?state=archived").text
+
+
+def test_queue_page_rejects_an_unknown_state(client: TestClient) -> None:
+    assert client.get("/queues/default?state=done").status_code == 400
+
+
+def test_task_page_shows_args_result_errors_and_timeline(client: TestClient, app: Conveyor) -> None:
+    @app.task(max_retries=0)
+    def explode(n: int, *, label: str) -> None:
+        raise ValueError(f"boom {n}")
+
+    @app.task
+    def answer() -> dict[str, int]:
+        return {"answer": 42}
+
+    failed = explode.enqueue(7, label="seven")
+    done = answer.enqueue()
+    app.worker().run_until_idle()
+    page = client.get(f"/tasks/{failed.id}")
+    assert page.status_code == 200
+    for text in ("explode", "seven", "ValueError: boom 7", "Error history", "Timeline", "enqueued", "archived"):
+        assert text in page.text
+    assert "&#34;answer&#34;: 42" in client.get(f"/tasks/{done.id}").text
+
+
+def test_unknown_task_is_404(client: TestClient) -> None:
+    assert client.get("/tasks/nope").status_code == 404
+
+
+def test_search_by_id_goes_to_the_task(client: TestClient, app: Conveyor) -> None:
+    app.enqueue("job", task_id="find-me")
+    found = client.get("/search", params={"id": "find-me"})
+    assert found.status_code == 303 and found.headers["location"] == "/tasks/find-me"
+    missing = client.get("/search", params={"id": "nope"})
+    assert missing.status_code == 404 and "no task with id" in missing.text
+
+
+def test_metrics_endpoint_serves_queue_gauges(client: TestClient, app: Conveyor) -> None:
+    app.enqueue("job")
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert 'conveyor_queue_tasks{queue="default",state="pending"} 1.0' in metrics.text
+
+
+def test_healthz_answers_when_the_broker_does(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"ok": True}
+
+
+def test_static_assets_are_served(client: TestClient) -> None:
+    assert client.get("/static/app.js").status_code == 200
+    assert client.get("/static/style.css").status_code == 200
+
+
+def test_mounted_under_a_prefix_links_and_actions_stay_inside(
+    make_client: Callable[..., TestClient], app: Conveyor, csrf: Csrf
+) -> None:
+    host = Starlette(routes=[Mount("/admin/queues", create_app(app))])
+    client = make_client(host)
+    app.enqueue("job", task_id="m-1")
+    page = client.get("/admin/queues/")
+    assert page.status_code == 200
+    assert 'href="/admin/queues/static/style.css"' in page.text and 'href="/admin/queues/queues/default"' in page.text
+    token = csrf(client, "/admin/queues/")
+    done = client.post("/admin/queues/tasks/m-1/archive", data={"csrf": token, "next": "/admin/queues/tasks/m-1"})
+    assert done.status_code == 303 and done.headers["location"].startswith("/admin/queues/tasks/m-1?")
+    assert app.get("m-1").state == "archived"
