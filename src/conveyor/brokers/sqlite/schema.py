@@ -6,6 +6,8 @@ page: ``ready_key()`` while pending, ``next_run_at`` while scheduled/retry, ``st
 active, ``finished_at`` once completed/archived. Partial indexes cover the time-driven sweeps
 (due, lease expiry, retention, ``expires``) so each sweep reads only what is due.
 
+``events`` is written only while some broker object is subscribed (it holds a row in ``listeners``,
+refreshed by its poller with wall-clock liveness), so a file nobody watches pays nothing for events.
 ``uniques`` mirrors the reference broker's "current holder of a unique key" map; a trigger drops the
 entry when its holder row is deleted. ``queues`` rowids keep the order in which queues became known.
 """
@@ -79,6 +81,7 @@ _V1 = (
     )
     """,
     "CREATE TABLE workers (id TEXT PRIMARY KEY, info TEXT NOT NULL, until REAL NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE listeners (origin TEXT PRIMARY KEY, until REAL NOT NULL) WITHOUT ROWID",
     """
     CREATE TABLE events (
         id INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,146 @@
+"""Reads and operator actions: ``get``, ``list_tasks``, ``queues``, queue settings, run/archive/cancel/delete/purge."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+
+from conveyor.brokers.sqlite.rows import SELECT_TASK, from_row
+from conveyor.brokers.sqlite.tx import Tx, load_settings
+from conveyor.errors import InvalidTransition
+from conveyor.model import ArchiveReason, QueueInfo, QueueSettings, TaskRecord, TaskState
+
+__all__ = [
+    "archive",
+    "cancel",
+    "configure_queue",
+    "delete",
+    "get",
+    "list_tasks",
+    "purge",
+    "queues",
+    "run_now",
+    "set_paused",
+]
+
+_S = TaskState
+_VISIBLE = "(keep_until IS NULL OR keep_until > ?)"
+
+# -- reading (plain connections, one snapshot each) -----------------------------------------------
+
+
+def get(conn: sqlite3.Connection, task_id: str, now: float) -> TaskRecord | None:
+    row = conn.execute(f"{SELECT_TASK} WHERE id = ? AND {_VISIBLE}", (task_id, now)).fetchone()
+    return None if row is None else from_row(row).rec
+
+
+def list_tasks(
+    conn: sqlite3.Connection, queue: str, state: TaskState, now: float, offset: int, limit: int
+) -> list[TaskRecord]:
+    order = "sort_key DESC, seq DESC" if state in (_S.COMPLETED, _S.ARCHIVED) else "sort_key, seq"
+    cursor = conn.execute(
+        f"{SELECT_TASK} WHERE queue = ? AND state = ? AND {_VISIBLE} ORDER BY {order} LIMIT ? OFFSET ?",
+        (queue, state.value, now, limit, offset),
+    )
+    return [from_row(row).rec for row in cursor]
+
+
+def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
+    settings = {
+        row[0]: QueueSettings(row[0], row[1], row[2], row[3], bool(row[4]))
+        for row in conn.execute("SELECT name, max_size, concurrency, aging, paused FROM queues")
+    }
+    counts: dict[str, dict[str, int]] = {name: _empty_counts() for name in settings}
+    for queue, state, count in conn.execute(
+        f"SELECT queue, state, count(*) FROM tasks WHERE {_VISIBLE} GROUP BY queue, state", (now,)
+    ):
+        bucket = counts.setdefault(queue, _empty_counts())
+        bucket[state] += count
+        bucket["total"] += count
+    oldest = dict(conn.execute("SELECT queue, min(ready_at) FROM tasks WHERE state = 'pending' GROUP BY queue"))
+    return [
+        QueueInfo(settings.get(name) or QueueSettings(name=name), counts[name], oldest.get(name))
+        for name in sorted(counts)
+    ]
+
+
+def _empty_counts() -> dict[str, int]:
+    counts = {state.value: 0 for state in TaskState}
+    counts["total"] = 0
+    return counts
+
+
+# -- queue settings ------------------------------------------------------------------------------
+
+
+def configure_queue(tx: Tx, settings: QueueSettings) -> None:
+    old = load_settings(tx.conn, settings.name)
+    tx.execute(
+        "INSERT INTO queues (name, max_size, concurrency, aging) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
+        " SET max_size = excluded.max_size, concurrency = excluded.concurrency, aging = excluded.aging",
+        (settings.name, settings.max_size, settings.concurrency, settings.aging),
+    )
+    if old.aging != settings.aging:  # the only rescoring: ready keys depend on aging (see base.ready_key)
+        aging = settings.aging or 0.0
+        tx.execute(
+            "UPDATE tasks SET sort_key = CASE WHEN ? THEN ready_at - priority * ? ELSE CAST(-priority AS REAL) END"
+            " WHERE queue = ? AND state = 'pending'",
+            (bool(settings.aging), aging, settings.name),
+        )
+
+
+def set_paused(tx: Tx, queue: str, paused: bool) -> None:
+    tx.execute(
+        "INSERT INTO queues (name, paused) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+        (queue, int(paused)),
+    )
+
+
+# -- admin ---------------------------------------------------------------------------------------
+
+
+def run_now(tx: Tx, task_id: str, now: float) -> None:
+    stored = tx.existing(task_id, now)
+    state = stored.rec.state
+    if state in (_S.SCHEDULED, _S.RETRY):
+        tx.make_pending(stored, now, now)
+    elif state is _S.ARCHIVED:
+        tx.make_pending(stored, now, now, retries=0, stalls=0, archive_reason=None, finished_at=None, keep_until=None)
+    else:
+        raise InvalidTransition(f"cannot run {state.value} task {task_id!r} now")
+
+
+def archive(tx: Tx, task_id: str, now: float) -> None:
+    stored = tx.existing(task_id, now)
+    if stored.rec.state not in (_S.SCHEDULED, _S.PENDING, _S.RETRY):
+        raise InvalidTransition(f"cannot archive {stored.rec.state.value} task {task_id!r}")
+    tx.archive(stored, ArchiveReason.MANUAL, now, None)
+
+
+def cancel(tx: Tx, task_id: str, now: float) -> TaskState:
+    stored = tx.existing(task_id, now)
+    state = stored.rec.state
+    if state is _S.ACTIVE:
+        tx.put(replace(stored, rec=replace(stored.rec, cancel_requested=True)), state, now)
+        return _S.ACTIVE
+    if state in (_S.SCHEDULED, _S.PENDING, _S.RETRY):
+        tx.archive(stored, ArchiveReason.CANCELLED, now, None)
+        return _S.ARCHIVED
+    raise InvalidTransition(f"cannot cancel {state.value} task {task_id!r}")
+
+
+def delete(tx: Tx, task_id: str, now: float) -> None:
+    stored = tx.existing(task_id, now)
+    if stored.rec.state is _S.ACTIVE:
+        raise InvalidTransition(f"cannot delete active task {task_id!r}; cancel it first")
+    tx.remove(stored, now, report=True)
+
+
+def purge(tx: Tx, queue: str, state: TaskState, now: float, limit: int | None) -> int:
+    doomed = tx.rows(
+        f"WHERE queue = ? AND state = ? AND {_VISIBLE} ORDER BY seq LIMIT ?",
+        (queue, state.value, now, -1 if limit is None else limit),
+    )
+    for stored in doomed:
+        tx.remove(stored, now, report=True)
+    return len(doomed)

@@ -1,0 +1,222 @@
+"""``sqlite:///path.db``: the embedded, durable broker that several processes on one machine share.
+
+Semantics are exactly the reference broker's (``memory.py``); this module only decides *how* each
+call touches the file: every mutating call is one ``BEGIN IMMEDIATE`` transaction (a batch claim,
+a batch enqueue, a batch settle: one transaction each), every read is one snapshot. See ``db`` for
+connections and busy handling, ``schema`` for the layout, ``events`` for cross-process events.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from conveyor.brokers.base import EventCallback
+from conveyor.brokers.sqlite import admin, ops
+from conveyor.brokers.sqlite.config import SQLiteConfig
+from conveyor.brokers.sqlite.db import Database
+from conveyor.brokers.sqlite.events import EventHub
+from conveyor.brokers.sqlite.tx import Tx
+from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
+from conveyor.model import (
+    BrokerPolicy,
+    LeaseStatus,
+    NewTask,
+    Outcome,
+    QueueInfo,
+    QueueSettings,
+    TaskRecord,
+    TaskState,
+    WorkerInfo,
+)
+
+__all__ = ["SQLiteBroker"]
+
+T = TypeVar("T")
+
+#: A broker trims the events table after writing this many events.
+_TRIM_EVERY = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A domain error (QueueFull, TaskNotFound, ...) raised inside a transaction that still commits."""
+
+    error: Exception
+
+
+class SQLiteBroker:
+    """A broker on one SQLite file in WAL mode; thread-safe, and safe to share between processes."""
+
+    def __init__(self, config: SQLiteConfig, policy: BrokerPolicy | None = None) -> None:
+        self.config = config
+        self.policy = policy or BrokerPolicy()
+        self._db = Database(config)
+        self._origin = secrets.token_hex(8)
+        self._events = EventHub(self._db, self._origin, config.poll_interval)
+        self._written_since_trim = 0
+
+    @classmethod
+    def from_url(cls, url: str, policy: BrokerPolicy) -> SQLiteBroker:
+        """``sqlite:///relative.db`` or ``sqlite:////abs/path.db``, options as in ``SQLiteConfig``."""
+        return cls(SQLiteConfig.from_url(url), policy)
+
+    def __repr__(self) -> str:
+        return f"SQLiteBroker({self.config.path!r})"
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[Tx], T]) -> T:
+        """Run ``fn`` in one write transaction, then deliver its events to this process's subscribers.
+
+        A domain error raised by ``fn`` (QueueFull, TaskNotFound, InvalidTransition, ValueError) is
+        raised before ``fn`` wrote anything of its own; the transaction still commits what came
+        before (housekeeping, earlier items of a batch), exactly like the reference broker.
+        """
+        last: list[Tx] = []
+
+        def attempt(conn: sqlite3.Connection) -> T | _Failed:
+            tx = Tx(conn, self.policy)
+            last[:] = [tx]
+            result: T | _Failed
+            try:
+                result = fn(tx)
+            except BrokerError:
+                raise
+            except (ConveyorError, ValueError) as exc:
+                result = _Failed(exc)
+            self._trim_events(tx, tx.save_events(self._origin))
+            return result
+
+        outcome = self._db.write(attempt)
+        self._events.deliver(last[0].events)
+        if isinstance(outcome, _Failed):
+            raise outcome.error
+        return outcome
+
+    def _trim_events(self, tx: Tx, written: int) -> None:
+        self._written_since_trim += written
+        if self._written_since_trim >= _TRIM_EVERY:
+            self._written_since_trim = 0
+            tx.execute("DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?", (self.config.events_kept,))
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        batch = list(tasks)
+        return self._write(lambda tx: ops.enqueue(tx, batch, now))
+
+    # -- consuming -----------------------------------------------------------------------------
+
+    def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        names = list(queues)
+        return self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit))
+
+    def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        batch = list(outcomes)
+        return self._write(lambda tx: ops.settle(tx, batch, now))
+
+    def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
+        return self._write(lambda tx: ops.extend(tx, task_id, token, now, lease_for))
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def promote(self, now: float, limit: int = 1000) -> int:
+        return self._write(lambda tx: tx.promote(now, limit))
+
+    def reap(self, now: float, limit: int = 1000) -> int:
+        def run(tx: Tx) -> int:
+            tx.promote(now, None)
+            return tx.reap(now, limit)
+
+        return self._write(run)
+
+    def clean(self, now: float, limit: int = 1000) -> int:
+        def run(tx: Tx) -> int:
+            removed = ops.clean(tx, now, limit, self.policy.max_archived)
+            self._written_since_trim = _TRIM_EVERY  # the janitor also bounds the events table
+            return removed
+
+        return self._write(run)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, task_id: str, now: float) -> TaskRecord | None:
+        return self._db.read(lambda conn: admin.get(conn, task_id, now))
+
+    def list_tasks(
+        self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100
+    ) -> list[TaskRecord]:
+        wanted = TaskState(state)
+        return self._db.read(lambda conn: admin.list_tasks(conn, queue, wanted, now, offset, limit))
+
+    def queues(self, now: float) -> list[QueueInfo]:
+        return self._db.read(lambda conn: admin.queues(conn, now))
+
+    # -- queue settings ------------------------------------------------------------------------
+
+    def configure_queue(self, settings: QueueSettings) -> None:
+        self._write(lambda tx: admin.configure_queue(tx, settings))
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        self._write(lambda tx: admin.set_paused(tx, queue, paused))
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def run_now(self, task_id: str, now: float) -> None:
+        self._write(lambda tx: admin.run_now(tx, task_id, now))
+
+    def archive(self, task_id: str, now: float) -> None:
+        self._write(lambda tx: admin.archive(tx, task_id, now))
+
+    def cancel(self, task_id: str, now: float) -> TaskState:
+        return self._write(lambda tx: admin.cancel(tx, task_id, now))
+
+    def delete(self, task_id: str, now: float) -> None:
+        self._write(lambda tx: admin.delete(tx, task_id, now))
+
+    def purge(self, queue: str, state: TaskState, now: float, limit: int | None = None) -> int:
+        wanted = TaskState(state)
+        if wanted is TaskState.ACTIVE:
+            raise InvalidTransition("cannot purge active tasks; cancel them first")
+        return self._write(lambda tx: admin.purge(tx, queue, wanted, now, limit))
+
+    # -- workers and events ----------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo, now: float, ttl: float) -> None:
+        data = asdict(info)
+        data["last_seen"] = now
+        text = json.dumps(data)
+        self._write(
+            lambda tx: tx.execute(
+                "INSERT OR REPLACE INTO workers (id, info, until) VALUES (?, ?, ?)", (info.id, text, now + ttl)
+            )
+        )
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._write(lambda tx: tx.execute("DELETE FROM workers WHERE id = ?", (worker_id,)))
+
+    def workers(self, now: float) -> list[WorkerInfo]:
+        rows = self._db.read(
+            lambda conn: conn.execute("SELECT info FROM workers WHERE until > ? ORDER BY id", (now,)).fetchall()
+        )
+        return [_worker(json.loads(row[0])) for row in rows]
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        """Deliver every transition: this broker's at once, other processes' within ``poll_interval``."""
+        return self._events.subscribe(callback)
+
+    def close(self) -> None:
+        """Stop the event poller and close every connection. Idempotent; a later call reopens lazily."""
+        self._events.close()
+        self._db.close()
+
+
+def _worker(data: dict[str, Any]) -> WorkerInfo:
+    data["queues"] = tuple(data["queues"])
+    data["running"] = tuple(data["running"])
+    return WorkerInfo(**data)

@@ -1,0 +1,198 @@
+"""Connections to one SQLite file: opening checks, one connection per thread, busy retries, error mapping.
+
+Each thread gets its own connection (reads never wait for each other; a WAL reader never blocks a
+writer). Write transactions of one broker object are serialized by a process-local lock, so threads
+of one process queue up in Python instead of spinning in SQLite's busy handler. Writers of *other
+processes* meet ``SQLITE_BUSY``: SQLite's own handler only covers the first few milliseconds
+(``_SQLITE_WAIT``), then this module retries the whole transaction with short jittered sleeps
+(capped at ``_RETRY_MAX``) until ``busy_timeout`` has passed, then raises ``BrokerUnavailable``.
+SQLite's built-in schedule backs off to 100 ms sleeps, so a waiting process keeps losing the lock
+to a busy one; short random sleeps share the file far more fairly. Every ``sqlite3`` exception
+leaves here as a :mod:`conveyor.errors` type.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from conveyor.brokers.sqlite.config import SQLiteConfig
+from conveyor.brokers.sqlite.schema import check_version, migrate, stored_version
+from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError, SchemaError
+
+__all__ = ["Database"]
+
+log = logging.getLogger("conveyor.brokers.sqlite")
+
+T = TypeVar("T")
+
+_SQLITE_WAIT = 0.01  # seconds SQLite's own busy handler waits before we take over
+_RETRY_FIRST = 0.0005
+_RETRY_MAX = 0.01
+
+
+class Database:
+    """One SQLite file, opened (created, checked, migrated) at construction."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        self.config = config
+        self.path = config.path
+        self.write_lock = threading.Lock()
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._generation = 0
+        self._check_path()
+        try:
+            self._retry(self._open_schema)
+        except SchemaError:
+            self.close()
+            raise
+        except BrokerUnavailable:
+            self.close()
+            raise
+        except BrokerError as exc:  # the file is there but is not a database we can use
+            self.close()
+            raise ConfigurationError(f"cannot use {self.path} as a Conveyor SQLite database: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _check_path(self) -> None:
+        path = os.path.abspath(self.path)
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            raise ConfigurationError(f"cannot open {self.path}: directory {directory} does not exist")
+        if os.path.isdir(path):
+            raise ConfigurationError(f"cannot open {self.path}: it is a directory")
+        if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+            raise ConfigurationError(f"cannot open {self.path}: the file is not readable and writable")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise ConfigurationError(
+                f"cannot open {self.path}: directory {directory} is read-only (SQLite needs it for the WAL)"
+            )
+
+    def _open_schema(self) -> None:
+        conn = self.connection()
+        check_version(stored_version(conn), self.path)  # read-only check first: a newer file stays untouched
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise ConfigurationError(f"cannot switch {self.path} to WAL mode (journal_mode is {mode!r})")
+        migrate(conn, self.path)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=_SQLITE_WAIT,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise ConfigurationError(f"cannot open {self.path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(_SQLITE_WAIT * 1000)}")
+            conn.execute(f"PRAGMA synchronous = {self.config.synchronous}")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute("PRAGMA cache_size = -16000")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use, and again after :meth:`close`)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and local.generation == self._generation:
+            return conn
+        conn = self._connect()
+        with self._conns_lock:
+            self._conns.append(conn)
+            local.conn, local.generation = conn, self._generation
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this object opened (in any thread). Idempotent."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+            self._generation += 1
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:  # pragma: no cover - closing never matters more than the caller's work
+                log.debug("closing %s failed", self.path, exc_info=True)
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, retried whole while the file is busy."""
+        with self.write_lock:
+            return self._retry(lambda: self._transaction(fn, "BEGIN IMMEDIATE"))
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction (a consistent snapshot)."""
+        return self._retry(lambda: self._transaction(fn, "BEGIN"))
+
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
+        conn = self.connection()
+        conn.execute(begin)
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:  # the original error matters more
+                    log.debug("rollback on %s failed", self.path, exc_info=True)
+            raise
+        return result
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.config.busy_timeout
+        delay = _RETRY_FIRST
+        while True:
+            try:
+                return fn()
+            except sqlite3.Error as exc:
+                if not _is_busy(exc):
+                    raise _translate(exc, self.path) from exc
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BrokerUnavailable(
+                        f"{self.path} stayed locked by another connection for more than"
+                        f" {self.config.busy_timeout:g}s (busy_timeout): {exc}"
+                    ) from None
+                time.sleep(min(random.uniform(0, delay), remaining))
+                delay = min(delay * 2, _RETRY_MAX)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return True
+    message = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
+
+
+def _translate(exc: sqlite3.Error, path: str) -> BrokerError:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_READONLY"):
+        return BrokerError(f"{path} is read-only: {exc}")
+    if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+        return BrokerError(f"{path} is not a valid SQLite database or is corrupt: {exc}")
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_PROTOCOL")):
+        return BrokerUnavailable(f"{path} cannot be read or written: {exc}")
+    return BrokerError(f"SQLite error on {path}: {exc}")

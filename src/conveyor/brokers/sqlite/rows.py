@@ -1,0 +1,117 @@
+"""Mapping between ``tasks`` rows and :class:`~conveyor.model.TaskRecord` (plus the row's bookkeeping)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.brokers.base import ready_key
+from conveyor.model import ArchiveReason, ErrorEntry, TaskRecord, TaskState
+
+__all__ = ["SELECT_TASK", "UPDATE_TASK", "Stored", "encode_errors", "from_row", "sort_key", "update_params"]
+
+_S = TaskState
+
+#: Every column a :class:`Stored` is built from, in :func:`from_row` order.
+SELECT_TASK = (
+    "SELECT seq, ready_at, id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
+    " next_run_at, attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until,"
+    " last_error, archive_reason, result, errors, lease_token, lease_expires_at, cancel_requested FROM tasks"
+)
+
+#: Writes every mutable column of a task (parameters from :func:`update_params`).
+UPDATE_TASK = (
+    "UPDATE tasks SET state = ?, next_run_at = ?, attempts = ?, retries = ?, stalls = ?, started_at = ?,"
+    " finished_at = ?, keep_until = ?, last_error = ?, archive_reason = ?, result = ?, errors = ?,"
+    " lease_token = ?, lease_expires_at = ?, cancel_requested = ?, ready_at = ?, sort_key = ? WHERE seq = ?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A task record with its row's enqueue sequence and the time it last became pending."""
+
+    rec: TaskRecord
+    seq: int
+    ready_at: float
+
+
+def from_row(row: tuple[Any, ...]) -> Stored:
+    reason = row[21]
+    rec = TaskRecord(
+        id=row[2],
+        name=row[3],
+        queue=row[4],
+        state=_S(row[5]),
+        payload=row[6],
+        options=row[7],
+        priority=row[8],
+        enqueued_at=row[9],
+        first_due_at=row[10],
+        next_run_at=row[11],
+        attempts=row[12],
+        retries=row[13],
+        stalls=row[14],
+        expires_at=row[15],
+        unique_key=row[16],
+        started_at=row[17],
+        finished_at=row[18],
+        keep_until=row[19],
+        last_error=row[20],
+        archive_reason=None if reason is None else ArchiveReason(reason),
+        result=row[22],
+        errors=decode_errors(row[23]),
+        lease_token=row[24],
+        lease_expires_at=row[25],
+        cancel_requested=bool(row[26]),
+    )
+    return Stored(rec, row[0], row[1])
+
+
+def sort_key(rec: TaskRecord, ready_at: float, aging: float | None) -> float:
+    """The task's order key within its state (see ``schema``)."""
+    state = rec.state
+    if state is _S.PENDING:
+        return ready_key(rec.priority, ready_at, aging)
+    if state is _S.SCHEDULED or state is _S.RETRY:
+        return rec.next_run_at or 0.0
+    if state is _S.ACTIVE:
+        return rec.started_at or 0.0
+    return rec.finished_at or 0.0
+
+
+def update_params(stored: Stored, key: float) -> tuple[Any, ...]:
+    rec = stored.rec
+    return (
+        rec.state.value,
+        rec.next_run_at,
+        rec.attempts,
+        rec.retries,
+        rec.stalls,
+        rec.started_at,
+        rec.finished_at,
+        rec.keep_until,
+        rec.last_error,
+        None if rec.archive_reason is None else rec.archive_reason.value,
+        rec.result,
+        encode_errors(rec.errors),
+        rec.lease_token,
+        rec.lease_expires_at,
+        int(rec.cancel_requested),
+        stored.ready_at,
+        key,
+        stored.seq,
+    )
+
+
+def encode_errors(errors: tuple[ErrorEntry, ...]) -> str:
+    if not errors:
+        return "[]"
+    return json.dumps([[e.attempt, e.at, e.error] for e in errors])
+
+
+def decode_errors(text: str) -> tuple[ErrorEntry, ...]:
+    if text == "[]":
+        return ()
+    return tuple(ErrorEntry(int(a), float(at), str(err)) for a, at, err in json.loads(text))

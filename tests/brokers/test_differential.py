@@ -1,0 +1,216 @@
+"""Differential test: the same random sequence of broker calls against the reference and each backend.
+
+``MemoryBroker`` is the reference semantics; every backend in ``CANDIDATES`` must return the same
+results, emit the same events and hold the same tasks after every call. Lease tokens are random,
+so each broker keeps its own token per task and records are compared with the token masked.
+A backend joins by adding a factory to ``CANDIDATES`` (a context manager yielding a fresh broker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conveyor.brokers.base import Broker
+from conveyor.brokers.memory import MemoryBroker
+from conveyor.brokers.sqlite import SQLiteBroker
+from conveyor.errors import ConveyorError
+from conveyor.model import (
+    ArchiveReason,
+    BrokerPolicy,
+    Event,
+    NewTask,
+    Outcome,
+    QueueSettings,
+    TaskRecord,
+    TaskState,
+    WorkerInfo,
+)
+
+POLICY = BrokerPolicy(max_stalls=2, archive_retention=40.0, max_archived=3)
+START = 1_000.0
+IDS = [f"t{i}" for i in range(8)]
+QUEUES = ["a", "b"]
+
+BrokerFactory = Callable[[], contextlib.AbstractContextManager[Broker]]
+
+
+@contextlib.contextmanager
+def _sqlite() -> Iterator[Broker]:
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = SQLiteBroker.from_url(f"sqlite:///{Path(tmp) / 'diff.db'}", POLICY)
+        try:
+            yield broker
+        finally:
+            broker.close()
+
+
+CANDIDATES: dict[str, BrokerFactory] = {"sqlite": _sqlite}
+
+# -- operations ----------------------------------------------------------------------------------
+
+offsets = st.sampled_from([None, 0.0, 3.0, 10.0, 25.0])
+new_tasks = st.builds(
+    lambda i, q, prio, run_at, expires, key, until: (IDS[i], q, prio, run_at, expires, key, until),
+    st.integers(0, len(IDS) - 1),
+    st.sampled_from(QUEUES),
+    st.integers(-2, 2),
+    offsets,
+    st.sampled_from([None, 4.0, 30.0]),
+    st.sampled_from([None, "k1", "k2"]),
+    st.sampled_from([None, 5.0, 50.0]),
+)
+operations = st.one_of(
+    st.tuples(st.just("enqueue"), st.lists(new_tasks, min_size=1, max_size=4)),
+    st.tuples(st.just("claim"), st.permutations(QUEUES), st.sampled_from([5.0, 15.0]), st.integers(1, 3)),
+    st.tuples(
+        st.just("settle"),
+        st.lists(
+            st.tuples(
+                st.sampled_from(IDS),
+                st.sampled_from(["complete", "retry", "archive", "release"]),
+                offsets,
+                st.booleans(),  # stale token
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    ),
+    st.tuples(st.just("extend"), st.sampled_from(IDS), st.sampled_from([5.0, 20.0]), st.booleans()),
+    st.tuples(st.just("advance"), st.sampled_from([1.0, 3.0, 6.0, 16.0, 45.0])),
+    st.tuples(st.sampled_from(["promote", "reap", "clean"]), st.sampled_from([1, 2, 1000])),
+    st.tuples(st.sampled_from(["run_now", "archive", "cancel", "delete"]), st.sampled_from(IDS)),
+    st.tuples(st.just("purge"), st.sampled_from(QUEUES), st.sampled_from(list(TaskState)), st.sampled_from([None, 1])),
+    st.tuples(
+        st.just("configure"),
+        st.sampled_from(QUEUES),
+        st.sampled_from([None, 2, 5]),
+        st.sampled_from([None, 1, 2]),
+        st.sampled_from([None, 5.0]),
+    ),
+    st.tuples(st.just("pause"), st.sampled_from(QUEUES), st.booleans()),
+    st.tuples(st.just("list"), st.sampled_from(QUEUES), st.sampled_from(list(TaskState)), st.integers(0, 2)),
+    st.tuples(st.just("workers"), st.sampled_from(["w1", "w2"]), st.sampled_from([None, 5.0, 30.0])),
+)
+
+
+@dataclass
+class Driver:
+    """One broker under test, with the lease tokens it handed out and the events it reported."""
+
+    broker: Broker
+    tokens: dict[str, str]
+    events: list[Event]
+
+
+def _mask(value: Any) -> Any:
+    """Lease tokens are random per broker: compare only whether one is set."""
+    if isinstance(value, TaskRecord):
+        return replace(value, lease_token="<token>" if value.lease_token else None)
+    if isinstance(value, list):
+        return [_mask(item) for item in value]
+    return value
+
+
+def _run(driver: Driver, op: tuple[Any, ...], now: float) -> Any:
+    broker, kind = driver.broker, op[0]
+    if kind == "enqueue":
+        tasks = [
+            NewTask(
+                id=i, name="job", queue=q, payload="[]", priority=prio,
+                run_at=None if run_at is None else now + run_at,
+                expires_at=None if expires is None else now + expires,
+                unique_key=key, unique_until=None if until is None else now + until,
+            )
+            for i, q, prio, run_at, expires, key, until in op[1]
+        ]  # fmt: skip
+        return broker.enqueue(tasks, now)
+    if kind == "claim":
+        claimed = broker.claim(op[1], now, op[2], op[3])
+        driver.tokens.update((rec.id, rec.lease_token or "") for rec in claimed)
+        return claimed
+    if kind == "settle":
+        outcomes = [
+            Outcome(
+                task_id, "stale" if stale else driver.tokens.get(task_id, "none"), kind_,
+                result='"ok"', error=f"{kind_} error",
+                run_at=None if run_at is None else now + run_at,
+                reason=ArchiveReason.FAILED if kind_ == "archive" else None, keep_for=20.0,
+            )
+            for task_id, kind_, run_at, stale in op[1]
+        ]  # fmt: skip
+        return broker.settle(outcomes, now)
+    if kind == "extend":
+        return broker.extend(op[1], "stale" if op[3] else driver.tokens.get(op[1], "none"), now, op[2])
+    if kind == "promote":
+        return broker.promote(now, op[1])
+    if kind == "reap":
+        return broker.reap(now, op[1])
+    if kind == "clean":
+        return broker.clean(now, op[1])
+    if kind == "run_now":
+        return broker.run_now(op[1], now)
+    if kind == "archive":
+        return broker.archive(op[1], now)
+    if kind == "cancel":
+        return broker.cancel(op[1], now)
+    if kind == "delete":
+        return broker.delete(op[1], now)
+    if kind == "purge":
+        return broker.purge(op[1], op[2], now, op[3])
+    if kind == "configure":
+        return broker.configure_queue(QueueSettings(op[1], max_size=op[2], concurrency=op[3], aging=op[4]))
+    if kind == "pause":
+        return broker.set_paused(op[1], op[2])
+    if kind == "list":
+        return broker.list_tasks(op[1], op[2], now, offset=op[3], limit=3)
+    if kind == "workers":
+        if op[2] is None:
+            broker.unregister_worker(op[1])
+        else:
+            broker.register_worker(WorkerInfo(op[1], "host", 1, ("a",), 2, START), now, op[2])
+        return broker.workers(now)
+    raise AssertionError(kind)
+
+
+def _outcome(driver: Driver, op: tuple[Any, ...], now: float) -> Any:
+    try:
+        return _mask(_run(driver, op, now))
+    except ConveyorError as exc:
+        return type(exc).__name__
+
+
+def _snapshot(broker: Broker, now: float) -> Any:
+    tasks = {task_id: _mask(broker.get(task_id, now)) for task_id in IDS}
+    return tasks, broker.queues(now)
+
+
+def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> None:
+    with factory() as candidate:
+        drivers = [Driver(MemoryBroker(POLICY), {}, []), Driver(candidate, {}, [])]
+        for driver in drivers:
+            driver.broker.subscribe(driver.events.append)
+        now = START
+        for step, op in enumerate(ops):
+            if op[0] == "advance":
+                now += op[1]
+                continue
+            reference, actual = (_outcome(driver, op, now) for driver in drivers)
+            assert actual == reference, f"step {step}: {op!r} at {now}"
+            assert drivers[1].events == drivers[0].events, f"events after step {step}: {op!r}"
+            assert _snapshot(candidate, now) == _snapshot(drivers[0].broker, now), f"state after step {step}: {op!r}"
+
+
+@pytest.mark.parametrize("backend", sorted(CANDIDATES))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(operations, min_size=1, max_size=40))
+def test_backend_behaves_like_the_reference(backend: str, ops: list[tuple[Any, ...]]) -> None:
+    check_same_behaviour(CANDIDATES[backend], ops)
