@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from conveyor.brokers.base import Broker
 from conveyor.brokers.memory import MemoryBroker
+from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.errors import ConveyorError
 from conveyor.model import (
@@ -34,6 +35,7 @@ from conveyor.model import (
     TaskState,
     WorkerInfo,
 )
+from conveyor.testing.redis_server import RedisServer
 
 POLICY = BrokerPolicy(max_stalls=2, archive_retention=40.0, max_archived=3)
 START = 1_000.0
@@ -53,7 +55,29 @@ def _sqlite() -> Iterator[Broker]:
             broker.close()
 
 
-CANDIDATES: dict[str, BrokerFactory] = {"sqlite": _sqlite}
+_REDIS: list[RedisServer] = []  # one private server for the module, started on first use
+
+
+@contextlib.contextmanager
+def _redis() -> Iterator[Broker]:
+    if not _REDIS:
+        _REDIS.append(RedisServer().start())
+    broker = RedisBroker.from_url(_REDIS[0].namespace_url(), POLICY)  # a fresh namespace per example
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_redis() -> Iterator[None]:
+    yield
+    for server in _REDIS:
+        server.stop()
+    _REDIS.clear()
+
+
+CANDIDATES: dict[str, BrokerFactory] = {"redis": _redis, "sqlite": _sqlite}
 
 # -- operations ----------------------------------------------------------------------------------
 

@@ -1,0 +1,372 @@
+"""``redis://``: the Broker contract on Redis 7+ / Valkey, every transition one atomic Lua script.
+
+The semantics are those of ``memory://`` (see ``conveyor.brokers.base``); the layout is in ``keys.py``.
+Round trips: ``enqueue`` one per chunk of :data:`ENQUEUE_CHUNK` tasks (each chunk atomic: on
+``QueueFull`` earlier chunks of the call stay written), ``claim`` one for any ``limit`` (due tasks are
+promoted and expired leases reaped inside it, at most :data:`MAINTENANCE_BUDGET` of each per call),
+``settle`` one per chunk of :data:`SETTLE_CHUNK` outcomes, reads one each.
+
+Faults: connection loss and timeouts become ``BrokerUnavailable`` (bounded by the URL's timeouts,
+see ``config.py``), an out-of-memory server becomes a ``BrokerError`` saying so (scripts check before
+their first write, so nothing is half-written), any other Redis error a ``BrokerError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, cast
+
+import redis
+
+from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
+from conveyor.brokers.redis.codec import (
+    decode_events,
+    decode_record,
+    decode_worker,
+    encode_outcome,
+    encode_task,
+    encode_worker,
+)
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.events import EventHub
+from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.scripts import Arg, Scripts
+from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.errors import BrokerError, BrokerUnavailable, InvalidTransition, QueueFull, TaskNotFound
+from conveyor.model import (
+    BrokerPolicy,
+    LeaseStatus,
+    NewTask,
+    Outcome,
+    QueueInfo,
+    QueueSettings,
+    TaskRecord,
+    TaskState,
+    WorkerInfo,
+)
+
+__all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
+
+log = logging.getLogger("conveyor.brokers.redis")
+
+#: Tasks per ``enqueue.lua`` call: one round trip and one atomic unit each (~5 ms of server time).
+ENQUEUE_CHUNK = 500
+#: Outcomes per ``settle.lua`` call.
+SETTLE_CHUNK = 1000
+#: Due tasks promoted and expired leases reaped (each) inside one claim or reap call, at most.
+MAINTENANCE_BUDGET = 1000
+
+_SCRIPTS: Scripts | None = None
+
+
+def _scripts() -> Scripts:
+    global _SCRIPTS
+    if _SCRIPTS is None:
+        _SCRIPTS = Scripts()
+    return _SCRIPTS
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map every redis-py exception to ``conveyor.errors``."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        raise BrokerError(
+            "Redis is out of memory (maxmemory reached); nothing was written. Free memory, raise "
+            f"maxmemory, or drain queues. Server said: {exc}"
+        ) from exc
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if text.startswith("OOM"):
+            raise BrokerError(f"Redis is out of memory (maxmemory reached); nothing was written: {text}") from exc
+        if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN")):
+            raise BrokerUnavailable(f"Redis cannot serve the call now: {text}") from exc
+        raise BrokerError(f"Redis refused the call: {text}") from exc
+    except redis.RedisError as exc:
+        raise BrokerError(f"Redis client error: {exc}") from exc
+
+
+class RedisBroker:
+    """A broker shared by any number of processes and hosts through one Redis-compatible server."""
+
+    def __init__(self, config: RedisConfig, policy: BrokerPolicy | None = None) -> None:
+        self.config = config
+        self.policy = policy or BrokerPolicy()
+        self.keys = Keys(config.namespace)
+        self._client = config.client()
+        self._script_keys = self.keys.script_keys()
+        self._scripts = _scripts()
+        self._origin = secrets.token_hex(8)
+        self._events = EventHub(self._client, self.keys.events, self._origin, config.socket_connect_timeout)
+        self._clock: ServerClock | None = None
+
+    @classmethod
+    def from_url(cls, url: str, policy: BrokerPolicy) -> RedisBroker:
+        return cls(RedisConfig.from_url(url), policy)
+
+    @property
+    def client(self) -> redis.Redis:
+        """The underlying redis-py client (for diagnostics and tests; not part of the Broker contract)."""
+        return self._client
+
+    # -- calling scripts -----------------------------------------------------------------------
+
+    def _call(self, name: str, now: float, *args: Arg) -> Any:
+        head: list[Arg] = [
+            self.keys.prefix,
+            repr(float(now)),
+            self._origin,
+            "1" if self._events.active else "0",
+            MAX_ERRORS_KEPT,
+            repr(float(self.policy.archive_retention)),
+            self.policy.max_stalls,
+        ]
+        try:
+            with translate_errors():
+                reply = self._scripts.call(self._client, name, self._script_keys, [*head, *args])
+        except BrokerError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, redis.ResponseError) and str(cause).startswith("CONVEYOR_"):
+                raise _Refused(str(cause)) from None
+            raise
+        if len(reply) > 1:
+            self._events.deliver(decode_events(reply[1], now))
+        return reply[0]
+
+    def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
+        records = []
+        for item in items:
+            try:
+                record = decode_record(item)
+            except (ValueError, KeyError, TypeError):
+                log.exception("skipping a task hash that cannot be decoded: %r", item)
+                continue
+            if record is not None:
+                records.append(record)
+        return records
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        results: list[str | None] = []
+        for start in range(0, len(tasks), ENQUEUE_CHUNK):
+            chunk = tasks[start : start + ENQUEUE_CHUNK]
+            args: list[Arg] = [len(chunk)]
+            for task in chunk:
+                args.extend(encode_task(task))
+            try:
+                reply = self._call("enqueue", now, *args)
+            except _Refused as exc:
+                _, queue, max_size = exc.text.split(" ")
+                raise QueueFull(queue, int(float(max_size))) from None
+            results.extend(dup or None for dup in reply)
+        return results
+
+    # -- consuming -----------------------------------------------------------------------------
+
+    def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        base = secrets.token_hex(12)
+        reply = self._call("claim", now, repr(float(lease_for)), limit, base, MAINTENANCE_BUDGET, *queues)
+        return self._records(reply)
+
+    def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        applied: list[bool] = []
+        for start in range(0, len(outcomes), SETTLE_CHUNK):
+            chunk = outcomes[start : start + SETTLE_CHUNK]
+            args: list[Arg] = [len(chunk)]
+            for outcome in chunk:
+                args.extend(encode_outcome(outcome))
+            applied.extend(bool(flag) for flag in self._call("settle", now, *args))
+        return applied
+
+    def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
+        reply = self._call("extend", now, task_id, token, repr(float(lease_for)))
+        if not reply:
+            return None
+        return LeaseStatus(float(reply[0]), reply[1] == "1")
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def promote(self, now: float, limit: int = 1000) -> int:
+        return int(self._call("promote", now, limit))
+
+    def reap(self, now: float, limit: int = 1000) -> int:
+        return int(self._call("reap", now, limit, MAINTENANCE_BUDGET))
+
+    def clean(self, now: float, limit: int = 1000) -> int:
+        return int(self._call("clean", now, limit, self.policy.max_archived))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, task_id: str, now: float) -> TaskRecord | None:
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hgetall(self.keys.task(task_id))
+            pipe.lrange(self.keys.errors(task_id), 0, -1)
+            flat, failures = pipe.execute()
+        items = [x for pair in flat.items() for x in pair]
+        records = self._records([[items, failures]])
+        if not records:
+            return None
+        record = records[0]
+        if record.keep_until is not None and now >= record.keep_until:
+            return None
+        return record
+
+    def list_tasks(
+        self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100
+    ) -> list[TaskRecord]:
+        state = TaskState(state)
+        return self._records(self._call("list", now, queue, state.value, max(0, offset), max(0, limit)))
+
+    def queues(self, now: float) -> list[QueueInfo]:
+        infos = []
+        for row in self._call("stats", now):
+            name, max_size, concurrency, aging, paused = row[:5]
+            settings = QueueSettings(
+                name=name,
+                max_size=int(float(max_size)) if max_size else None,
+                concurrency=int(float(concurrency)) if concurrency else None,
+                aging=float(aging) if aging else None,
+                paused=paused == "1",
+            )
+            counts = dict(
+                zip(("scheduled", "pending", "active", "retry", "completed", "archived"), row[5:11], strict=True)
+            )
+            counts = {state.value: int(counts[state.value]) for state in TaskState}
+            counts["total"] = sum(counts.values())
+            infos.append(QueueInfo(settings, counts, float(row[11]) if row[11] else None))
+        return sorted(infos, key=lambda info: info.name)
+
+    # -- queue settings ------------------------------------------------------------------------
+
+    def configure_queue(self, settings: QueueSettings) -> None:
+        def text(value: float | None) -> str:
+            return "" if value is None else repr(value)
+
+        self._call(
+            "configure", 0.0, settings.name, text(settings.max_size), text(settings.concurrency), text(settings.aging)
+        )
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=True)
+            pipe.sadd(self.keys.queues, queue)
+            pipe.hset(self.keys.settings(queue), "pa", "1" if paused else "0")
+            pipe.execute()
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def _admin(self, name: str, verb: str, task_id: str, now: float) -> Any:
+        try:
+            return self._call(name, now, task_id)
+        except _Refused as exc:
+            if exc.text.startswith("CONVEYOR_NOTFOUND"):
+                raise TaskNotFound(task_id) from None
+            state = exc.text.partition(" ")[2]
+            hint = "; cancel it first" if name == "delete" else ""
+            raise InvalidTransition(f"cannot {verb} {state} task {task_id!r}{hint}") from None
+
+    def run_now(self, task_id: str, now: float) -> None:
+        self._admin("run_now", "run now a", task_id, now)
+
+    def archive(self, task_id: str, now: float) -> None:
+        self._admin("archive", "archive", task_id, now)
+
+    def cancel(self, task_id: str, now: float) -> TaskState:
+        return TaskState(self._admin("cancel", "cancel", task_id, now))
+
+    def delete(self, task_id: str, now: float) -> None:
+        self._admin("delete", "delete", task_id, now)
+
+    def purge(self, queue: str, state: TaskState, now: float, limit: int | None = None) -> int:
+        state = TaskState(state)
+        if state is TaskState.ACTIVE:
+            raise InvalidTransition("cannot purge active tasks; cancel them first")
+        return int(self._call("purge", now, queue, state.value, -1 if limit is None else max(0, limit)))
+
+    # -- workers and events ----------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo, now: float, ttl: float) -> None:
+        with translate_errors():
+            dead = self._client.zrangebyscore(self.keys.worker_ttl, "-inf", repr(float(now)), start=0, num=100)
+            pipe = self._client.pipeline(transaction=True)
+            if dead:
+                pipe.zrem(self.keys.worker_ttl, *dead)
+                pipe.hdel(self.keys.workers, *dead)
+            pipe.hset(self.keys.workers, info.id, encode_worker(replace(info, last_seen=now)))
+            pipe.zadd(self.keys.worker_ttl, {info.id: now + ttl})
+            pipe.execute()
+
+    def unregister_worker(self, worker_id: str) -> None:
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hdel(self.keys.workers, worker_id)
+            pipe.zrem(self.keys.worker_ttl, worker_id)
+            pipe.execute()
+
+    def workers(self, now: float) -> list[WorkerInfo]:
+        with translate_errors():
+            ids = sorted(
+                cast("list[str]", self._client.zrangebyscore(self.keys.worker_ttl, f"({float(now)!r}", "+inf"))
+            )
+            texts = cast("list[str | None]", self._client.hmget(self.keys.workers, ids) if ids else [])
+        return [decode_worker(text) for text in texts if text is not None]
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        return self._events.subscribe(callback)
+
+    def close(self) -> None:
+        self._events.close()
+        self._client.close()
+
+    # -- Redis specifics -----------------------------------------------------------------------
+
+    def server_clock(self) -> ServerClock:
+        """A clock agreeing with the server's TIME (see ``serverclock.py``); one per broker object."""
+        if self._clock is None:
+            self._clock = ServerClock(self._client, self.config.clock_refresh)
+        return self._clock
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds (<= socket_timeout - 1) until some call made tasks pending.
+
+        For idle workers: wake at once instead of polling ``claim``. A True answer is a hint, not a
+        promise (another worker may claim first); False means the timeout passed. One token wakes one
+        waiter; delayed tasks becoming due wake nobody until someone runs ``promote``/``claim``.
+        """
+        with translate_errors():
+            return self._client.blpop([self.keys.wake], timeout=max(0.01, timeout)) is not None
+
+    def preflight(self) -> list[str]:
+        """Warnings about server settings that can lose tasks; each is also logged."""
+        warnings: list[str] = []
+        try:
+            with translate_errors():
+                config = self._client.config_get("maxmemory-policy")
+                config.update(self._client.config_get("appendonly"))
+                config.update(self._client.config_get("save"))
+        except BrokerError as exc:
+            warnings.append(f"could not read the server configuration ({exc}); check persistence and eviction by hand")
+            config = {}
+        policy = config.get("maxmemory-policy")
+        if policy is not None and policy != "noeviction":
+            warnings.append(f"maxmemory-policy is {policy!r}: Redis may evict task data; set it to 'noeviction'")
+        if config and config.get("appendonly") != "yes" and not config.get("save"):
+            warnings.append("persistence is off (appendonly no, no save points): a restart loses every task")
+        for warning in warnings:
+            log.warning("preflight: %s", warning)
+        return warnings
+
+
+class _Refused(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text

@@ -1,0 +1,94 @@
+"""``redis://`` URL options and the client built from them.
+
+``redis://[user:pass@]host:port/db?namespace=...`` (``rediss://`` for TLS). Conveyor's own query
+options are taken out; every other query option goes to redis-py unchanged (e.g. ``ssl_cert_reqs``).
+
+============================== ========== ===========================================================
+option                         default    meaning
+============================== ========== ===========================================================
+``namespace``                  conveyor   key prefix (hash tag) so apps or tenants share a server
+``socket_timeout``             5.0        seconds a command may take before ``BrokerUnavailable``
+``socket_connect_timeout``     2.0        seconds to connect before ``BrokerUnavailable``
+``max_connections``            64         connection pool size per broker object
+``retries``                    2          reconnect attempts (short backoff) on a dropped connection
+``clock_refresh``              60.0       seconds between re-measurements of the server clock offset
+============================== ========== ===========================================================
+
+So a producer learns ``BrokerUnavailable`` within about ``socket_connect_timeout * (retries + 1)``
+seconds (plus backoff, at most 0.25 s per retry) when the server is down.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from conveyor.brokers.redis.keys import Keys
+from conveyor.errors import ConfigurationError
+
+__all__ = ["RedisConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """Where the server is and how to talk to it (see the module docstring for the defaults)."""
+
+    url: str  # the URL without Conveyor's own query options
+    namespace: str = "conveyor"
+    socket_timeout: float = 5.0
+    socket_connect_timeout: float = 2.0
+    max_connections: int = 64
+    retries: int = 2
+    clock_refresh: float = 60.0
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisConfig:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ConfigurationError(f"not a redis:// or rediss:// URL: {url!r}")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        try:
+            config = cls(
+                url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),
+                namespace=query.get("namespace", "conveyor"),
+                socket_timeout=_positive("socket_timeout", query.get("socket_timeout", "5.0")),
+                socket_connect_timeout=_positive("socket_connect_timeout", query.get("socket_connect_timeout", "2.0")),
+                max_connections=int(query.get("max_connections", "64")),
+                retries=int(query.get("retries", "2")),
+                clock_refresh=_positive("clock_refresh", query.get("clock_refresh", "60.0")),
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"bad redis URL {url!r}: {exc}") from exc
+        Keys(config.namespace)  # validates the namespace
+        if config.max_connections < 1 or config.retries < 0:
+            raise ConfigurationError(f"bad redis URL {url!r}: max_connections >= 1 and retries >= 0 required")
+        return config
+
+    def client(self) -> redis.Redis:
+        """A pooled, thread-safe client that decodes replies as UTF-8 text."""
+        return redis.Redis.from_url(
+            self.url,
+            decode_responses=True,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_connect_timeout,
+            max_connections=self.max_connections,
+            retry=Retry(ExponentialBackoff(cap=0.25, base=0.025), self.retries, (redis.ConnectionError,)),
+            health_check_interval=30,
+        )
+
+
+_OURS = frozenset(
+    {"namespace", "socket_timeout", "socket_connect_timeout", "max_connections", "retries", "clock_refresh"}
+)
+
+
+def _positive(name: str, text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {text!r}")
+    return value

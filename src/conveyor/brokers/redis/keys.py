@@ -1,0 +1,113 @@
+"""Every Redis key the broker uses, built in one place.
+
+All keys of a namespace share the hash tag ``{<namespace>}``, so every Lua script touches one hash
+slot (Redis Cluster safe) and stays atomic. Why one tag per *namespace* rather than per queue: the
+``Broker`` contract addresses tasks by id alone (``get``, ``settle``, ``extend``, admin calls) and makes
+task ids and unique keys unique across queues, checked atomically by ``enqueue``. With a tag per queue,
+that check would span slots (no longer one atomic script) and every by-id call would need an extra
+round trip to an id→queue index. A namespace is therefore the unit of sharding: tenants or apps on
+one cluster get their own namespaces, which spread over the nodes.
+
+Layout (``P`` = ``{ns}:``; a task's *member* is ``%016d(seq) + id``: equal scores order by member,
+i.e. by enqueue sequence, which gives the exact tie-break of the contract without packing two
+numbers into one double)::
+
+    P t:<id>                 hash    the task body (fields: see ``codec.py``)
+    P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
+    P q:<queue>:pending      zset    member by ready_key (the claim order)
+    P q:<queue>:waiting      zset    member by ready_at (oldest pending)
+    P q:<queue>:scheduled    zset    member by next_run_at (likewise retry)
+    P q:<queue>:active       zset    member by started_at
+    P q:<queue>:completed    zset    member by finished_at (likewise archived)
+    P q:<queue>:completed:keep zset  member by keep_until (likewise archived:keep)
+    P qs:<queue>             hash    queue settings: ms (max_size), cc (concurrency), ag (aging), pa (paused)
+    P due  P leases  P expiring   zsets over all queues: next_run_at, lease deadline, expires_at
+    P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id
+    P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
+    P events                      pub/sub channel of transitions
+    P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from conveyor.errors import ConfigurationError
+
+__all__ = ["NAMESPACE_RE", "Keys"]
+
+NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names of one namespace."""
+
+    namespace: str
+
+    def __post_init__(self) -> None:
+        if not NAMESPACE_RE.fullmatch(self.namespace):
+            raise ConfigurationError(f"namespace must match [A-Za-z0-9._:-]{{1,64}}, got {self.namespace!r}")
+
+    @property
+    def prefix(self) -> str:
+        """``{ns}:``: the start of every key, hash tag included."""
+        return "{" + self.namespace + "}:"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}t:{task_id}"
+
+    def errors(self, task_id: str) -> str:
+        return f"{self.prefix}e:{task_id}"
+
+    def queue(self, queue: str, part: str) -> str:
+        """A per-queue index: ``part`` is a state name, ``waiting``, or ``completed:keep``/``archived:keep``."""
+        return f"{self.prefix}q:{queue}:{part}"
+
+    def settings(self, queue: str) -> str:
+        return f"{self.prefix}qs:{queue}"
+
+    @property
+    def due(self) -> str:
+        return self.prefix + "due"
+
+    @property
+    def leases(self) -> str:
+        return self.prefix + "leases"
+
+    @property
+    def expiring(self) -> str:
+        return self.prefix + "expiring"
+
+    @property
+    def seq(self) -> str:
+        return self.prefix + "seq"
+
+    @property
+    def queues(self) -> str:
+        return self.prefix + "queues"
+
+    @property
+    def uniq(self) -> str:
+        return self.prefix + "uniq"
+
+    @property
+    def workers(self) -> str:
+        return self.prefix + "workers"
+
+    @property
+    def worker_ttl(self) -> str:
+        return self.prefix + "wttl"
+
+    @property
+    def events(self) -> str:
+        return self.prefix + "events"
+
+    @property
+    def wake(self) -> str:
+        return self.prefix + "wake"
+
+    def script_keys(self) -> list[str]:
+        """KEYS handed to every script, in the order ``lua/_lib.lua`` names them."""
+        return [self.due, self.leases, self.expiring, self.seq, self.queues, self.uniq, self.events, self.wake]

@@ -1,0 +1,303 @@
+-- _lib.lua: the prelude scripts.py puts in front of every operation script (code only, no values).
+--
+-- KEYS (the same for every script: keys.Keys.script_keys()), all under the namespace's hash tag:
+--   KEYS[1] due       zset   scheduled + retry tasks by next_run_at
+--   KEYS[2] leases    zset   active tasks by lease_expires_at
+--   KEYS[3] expiring  zset   pending/scheduled/retry tasks by expires_at
+--   KEYS[4] seq       string enqueue counter
+--   KEYS[5] queues    set    known queue names
+--   KEYS[6] uniq      hash   unique_key -> holder task id
+--   KEYS[7] events    pub/sub channel of transitions
+--   KEYS[8] wake      list   one token, pushed when a call made tasks pending (idle workers BLPOP it)
+-- ARGV head (the same for every script):
+--   ARGV[1] key prefix "{ns}:" (task and per-queue keys are built from it: same hash slot)
+--   ARGV[2] now (epoch seconds, from the caller's clock)
+--   ARGV[3] origin: id of the calling broker object (tags published events)
+--   ARGV[4] "1": also return the events to the caller (it has local subscribers)
+--   ARGV[5] MAX_ERRORS_KEPT   ARGV[6] policy.archive_retention   ARGV[7] policy.max_stalls
+-- Operation arguments follow: A(1) is ARGV[8]. Optional strings travel as "" (None) or "=" .. value.
+-- Every script returns {result} or, with events wanted and some made, {result, events}; events are
+-- also PUBLISHed as "origin\nnow\n" .. lines "id\told\tnew\tqueue".
+-- Scripts check everything before their first write, so an error (e.g. OOM, raised by Redis at the
+-- first write) leaves nothing half-written.
+
+local P, NOW, ORIGIN, WANT = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
+local MAX_ERRORS, RETENTION, MAX_STALLS = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local WAKE = KEYS[8]
+local EVENTS = {}
+local WOKEN = false
+local NOWS = string.format('%.17g', NOW)
+
+-- Sorted-set writes while DEFER is on are buffered per key (order kept per key) and sent as one
+-- ZADD/ZREM per key and run by flush_z(); a script turns DEFER on only where it no longer reads the
+-- sorted sets it writes. Hash writes are never deferred.
+local DEFER = false
+local ZOPS, ZORDER = {}, {}
+local function zop(cmd, key, a, b)
+  if not DEFER then
+    if b then return redis.call(cmd, key, a, b) end
+    return redis.call(cmd, key, a)
+  end
+  local ops = ZOPS[key]
+  if not ops then
+    ops = {}
+    ZOPS[key] = ops
+    ZORDER[#ZORDER + 1] = key
+  end
+  local last = ops[#ops]
+  if not last or last[1] ~= cmd then
+    last = {cmd, key}
+    ops[#ops + 1] = last
+  end
+  last[#last + 1] = a
+  if b then last[#last + 1] = b end
+end
+local function flush_z()
+  for _, key in ipairs(ZORDER) do
+    for _, op in ipairs(ZOPS[key]) do
+      local step = op[1] == 'ZADD' and 4000 or 2000
+      for i = 3, #op, step do
+        redis.call(op[1], key, unpack(op, i, math.min(#op, i + step - 1)))
+      end
+    end
+  end
+  ZOPS, ZORDER = {}, {}
+end
+local SETTINGS = {}
+
+local function A(i) return ARGV[7 + i] end
+local function num(s) if s == nil or s == false or s == '' then return nil end return tonumber(s) end
+local function opt(s) if s == nil or s == '' then return nil end return string.sub(s, 2) end
+-- numbers reach Redis as strings; Lua's own tostring keeps 14 digits only, times need 17
+local function f(x) return string.format('%.17g', x) end
+local function tkey(id) return P .. 't:' .. id end
+local function ekey(id) return P .. 'e:' .. id end
+local function qkey(q, part) return P .. 'q:' .. q .. ':' .. part end
+local function skey(q) return P .. 'qs:' .. q end
+local function idof(m) return string.sub(m, 17) end
+local function unfinished(s) return s == 'pending' or s == 'scheduled' or s == 'retry' or s == 'active' end
+
+local function event(id, old, new, q)
+  EVENTS[#EVENTS + 1] = id .. '\t' .. (old or '') .. '\t' .. new .. '\t' .. q
+end
+
+local function finish(result)
+  flush_z()
+  if WOKEN then
+    redis.call('LPUSH', WAKE, '1')
+    redis.call('LTRIM', WAKE, 0, 0)
+  end
+  if #EVENTS > 0 then
+    local blob = table.concat(EVENTS, '\n')
+    redis.call('PUBLISH', CHANNEL, ORIGIN .. '\n' .. f(NOW) .. '\n' .. blob)
+    if WANT then return {result, blob} end
+  end
+  return {result}
+end
+
+local function settings(q)
+  local s = SETTINGS[q]
+  if not s then
+    local v = redis.call('HMGET', skey(q), 'ms', 'cc', 'ag', 'pa')
+    s = {ms = num(v[1]), cc = num(v[2]), ag = num(v[3]), pa = v[4] == '1'}
+    SETTINGS[q] = s
+  end
+  return s
+end
+
+-- base.ready_key(): lower runs first
+local function ready_score(pr, ra, ag)
+  if ag and ag ~= 0 then return ra - pr * ag end
+  return -pr
+end
+
+local FIELDS = {'q', 's', 'm', 'pr', 'ra', 'x', 'nr', 'a', 'r', 'st', 'sa', 'lx', 'tk', 'c', 'uk', 'ku', 'le', 'fa', 'ar'}
+
+-- a task from its hash fields (h: field -> string), or nil if the hash is missing or unusable
+local function totask(id, h)
+  if not h.q or not h.s or not h.m then return nil end
+  return {id = id, q = h.q, s = h.s, m = h.m, pr = num(h.pr) or 0, ra = num(h.ra) or NOW, x = num(h.x),
+    nr = num(h.nr), a = num(h.a) or 0, r = num(h.r) or 0, st = num(h.st) or 0, sa = num(h.sa), lx = num(h.lx),
+    tk = h.tk ~= '' and h.tk or nil, c = h.c, uk = h.uk, ku = num(h.ku), le = h.le, fa = num(h.fa), ar = h.ar}
+end
+
+-- the fields transitions need (not payload/result), or nil if the hash is missing or unusable
+local function load(id)
+  local v = redis.call('HMGET', tkey(id), unpack(FIELDS))
+  local h = {}
+  for i, k in ipairs(FIELDS) do
+    if v[i] then h[k] = v[i] end
+  end
+  return totask(id, h)
+end
+
+local function visible(t) return t ~= nil and (t.ku == nil or NOW < t.ku) end
+
+local function unindex(t)
+  local q, m, s = t.q, t.m, t.s
+  if s == 'pending' then
+    zop('ZREM', qkey(q, 'pending'), m)
+    zop('ZREM', qkey(q, 'waiting'), m)
+    zop('ZREM', EXPIRING, m)
+  elseif s == 'scheduled' or s == 'retry' then
+    zop('ZREM', qkey(q, s), m)
+    zop('ZREM', DUE, m)
+    zop('ZREM', EXPIRING, m)
+  elseif s == 'active' then
+    zop('ZREM', qkey(q, 'active'), m)
+    zop('ZREM', LEASES, m)
+  elseif s == 'completed' or s == 'archived' then
+    zop('ZREM', qkey(q, s), m)
+    zop('ZREM', qkey(q, s .. ':keep'), m)
+  end
+end
+
+local function index(t)
+  local q, m, s = t.q, t.m, t.s
+  if s == 'pending' then
+    WOKEN = true
+    local ag = settings(q).ag
+    zop('ZADD', qkey(q, 'pending'), (ag and ag ~= 0) and f(t.ra - t.pr * ag) or tostring(-t.pr), m)
+    zop('ZADD', qkey(q, 'waiting'), t.ra == NOW and NOWS or f(t.ra), m)
+    if t.x then zop('ZADD', EXPIRING, f(t.x), m) end
+  elseif s == 'scheduled' or s == 'retry' then
+    local nr = f(t.nr)
+    zop('ZADD', qkey(q, s), nr, m)
+    zop('ZADD', DUE, nr, m)
+    if t.x then zop('ZADD', EXPIRING, f(t.x), m) end
+  elseif s == 'active' then
+    zop('ZADD', qkey(q, 'active'), t.sa == NOW and NOWS or f(t.sa), m)
+    zop('ZADD', LEASES, f(t.lx), m)
+  else
+    zop('ZADD', qkey(q, s), t.fa == NOW and NOWS or f(t.fa), m)
+    zop('ZADD', qkey(q, s .. ':keep'), f(t.ku), m)
+  end
+end
+
+-- move t to state s: set holds field -> string, del lists fields to clear ("" stands for None,
+-- except for le, which is deleted); t's numbers already updated
+local function move(t, s, set, del)
+  unindex(t)
+  local old = t.s
+  t.s = s
+  local args = {'s', s}
+  local drop_le = false
+  for _, k in ipairs(del) do
+    if k == 'le' then drop_le = true elseif set[k] == nil then set[k] = '' end
+  end
+  for k, v in pairs(set) do
+    args[#args + 1] = k
+    args[#args + 1] = v
+  end
+  redis.call('HSET', tkey(t.id), unpack(args))
+  if drop_le and t.le then redis.call('HDEL', tkey(t.id), 'le') end
+  index(t)
+  if old ~= s then event(t.id, old, s, t.q) end
+end
+
+local function add_error(t, err)
+  redis.call('RPUSH', ekey(t.id), f(t.a) .. '\t' .. NOWS .. '\t' .. err)
+  redis.call('LTRIM', ekey(t.id), -MAX_ERRORS, -1)
+  redis.call('HSET', tkey(t.id), 'ne', '1')
+end
+
+local function make_pending(t, ra, set, del)
+  t.ra = ra
+  set.ra = f(ra)
+  for _, k in ipairs({'nr', 'tk', 'lx'}) do del[#del + 1] = k end
+  move(t, 'pending', set, del)
+end
+
+local function finish_task(t, s, keep_for, set, del)
+  t.fa = NOW
+  t.ku = NOW + keep_for
+  set.fa = NOWS
+  set.ku = f(t.ku)
+  set.c = '0'
+  for _, k in ipairs({'nr', 'tk', 'lx'}) do del[#del + 1] = k end
+  move(t, s, set, del)
+end
+
+local function archive_task(t, reason, err)
+  local set, del = {ar = reason}, {}
+  if err then
+    add_error(t, err)
+    set.le = err
+  end
+  finish_task(t, 'archived', RETENTION, set, del)
+end
+
+local function remove_task(t, report)
+  unindex(t)
+  redis.call('DEL', tkey(t.id), ekey(t.id))
+  if t.uk and redis.call('HGET', UNIQ, t.uk) == t.id then redis.call('HDEL', UNIQ, t.uk) end
+  if report then event(t.id, t.s, 'deleted', t.q) end
+end
+
+-- promote up to n due scheduled/retry tasks (ready_at = next_run_at)
+local function promote(n)
+  local moved = 0
+  if n <= 0 then return 0 end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', DUE, '-inf', f(NOW), 'LIMIT', 0, n)) do
+    local t = load(idof(m))
+    if t and (t.s == 'scheduled' or t.s == 'retry') and t.m == m then
+      make_pending(t, t.nr, {}, {})
+      moved = moved + 1
+    else
+      redis.call('ZREM', DUE, m)
+    end
+  end
+  return moved
+end
+
+-- reclaim up to n expired leases, then archive expired waiting tasks (within the same budget)
+local function reap(n)
+  local done = 0
+  if n <= 0 then return 0 end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', f(NOW), 'LIMIT', 0, n)) do
+    local t = load(idof(m))
+    if t and t.s == 'active' and t.m == m then
+      local lx = t.lx
+      t.st = t.st + 1
+      local err = 'LeaseExpired: lease expired without an acknowledgement (' .. t.st .. ' stall(s))'
+      if t.st >= MAX_STALLS then
+        redis.call('HSET', tkey(t.id), 'st', t.st)
+        archive_task(t, 'poison', err)
+      else
+        add_error(t, err)
+        make_pending(t, lx, {st = tostring(t.st), le = err}, {})
+      end
+      done = done + 1
+    else
+      redis.call('ZREM', LEASES, m)
+    end
+  end
+  if done >= n then return done end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', EXPIRING, '-inf', f(NOW), 'LIMIT', 0, n - done)) do
+    local t = load(idof(m))
+    if t and (t.s == 'pending' or t.s == 'scheduled' or t.s == 'retry') and t.m == m then
+      archive_task(t, 'expired', 'Expired: not started before its deadline')
+      done = done + 1
+    else
+      redis.call('ZREM', EXPIRING, m)
+    end
+  end
+  return done
+end
+
+-- a task as stored: {flat HGETALL, failures}
+local function dump(id)
+  local flat = redis.call('HGETALL', tkey(id))
+  for i = 1, #flat, 2 do
+    if flat[i] == 'ne' then return {flat, redis.call('LRANGE', ekey(id), 0, -1)} end
+  end
+  return {flat, {}}
+end
+
+-- admin calls: the visible task, or an error reply the caller maps to TaskNotFound
+local function existing(id)
+  local t = load(id)
+  if not visible(t) then return nil end
+  return t
+end

@@ -1,0 +1,38 @@
+-- clean.lua: the janitor. Bounded work: at most `limit` deletions, ZRANGE windows of that size.
+-- KEYS: the standard set (_lib.lua).
+-- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue).
+-- Returns: how many tasks were deleted.
+-- Transition: completed/archived past keep_until -> deleted (not reported); then the oldest archived
+--             tasks beyond max_archived per queue -> deleted (not reported).
+local limit, cap = tonumber(A(1)), tonumber(A(2))
+local removed = 0
+local queues = redis.call('SMEMBERS', QUEUES)
+table.sort(queues)
+for _, q in ipairs(queues) do
+  for _, s in ipairs({'completed', 'archived'}) do
+    if removed >= limit then break end
+    local key = qkey(q, s .. ':keep')
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', f(NOW), 'LIMIT', 0, limit - removed)) do
+      local t = load(idof(m))
+      if t and t.m == m then
+        remove_task(t, false)
+        removed = removed + 1
+      else
+        redis.call('ZREM', key, m)
+        redis.call('ZREM', qkey(q, s), m)
+      end
+    end
+  end
+end
+for _, q in ipairs(queues) do
+  if removed >= limit then break end
+  local excess = redis.call('ZCARD', qkey(q, 'archived')) - cap
+  if excess > 0 then
+    for _, m in ipairs(redis.call('ZRANGE', qkey(q, 'archived'), 0, math.min(excess, limit - removed) - 1)) do
+      local t = load(idof(m))
+      if t and t.m == m then remove_task(t, false) else redis.call('ZREM', qkey(q, 'archived'), m) end
+      removed = removed + 1
+    end
+  end
+end
+return finish(removed)

@@ -1,0 +1,21 @@
+-- configure.lua: store a queue's max_size, concurrency and aging (paused is kept).
+-- KEYS: the standard set (_lib.lua).
+-- ARGV: head (_lib.lua), then A(1) queue, A(2) max_size, A(3) concurrency, A(4) aging ("" = None).
+-- Returns: "ok".
+-- Transition: none. When aging changes, the queue's pending tasks are re-scored (the only rescoring;
+--             O(pending), done once per configuration change).
+local q = A(1)
+local old = settings(q).ag
+redis.call('SADD', QUEUES, q)
+for i, field in ipairs({'ms', 'cc', 'ag'}) do
+  if A(1 + i) == '' then redis.call('HDEL', skey(q), field) else redis.call('HSET', skey(q), field, A(1 + i)) end
+end
+local ag = num(A(4))
+if ag ~= old then
+  local key = qkey(q, 'pending')
+  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    local v = redis.call('HMGET', tkey(idof(m)), 'pr', 'ra')
+    if v[1] and v[2] then redis.call('ZADD', key, f(ready_score(tonumber(v[1]), tonumber(v[2]), ag)), m) end
+  end
+end
+return finish('ok')

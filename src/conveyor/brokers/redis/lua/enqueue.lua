@@ -1,0 +1,93 @@
+-- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
+-- KEYS: the standard set (_lib.lua).
+-- ARGV: head (_lib.lua), then A(1) = n, then per task 10 values: id, name, queue, payload, priority,
+--       run_at ("" none), expires_at ("" none), unique_key (opt), unique_until ("" none), options.
+-- Returns: per task "" (stored) or the id of the existing task (duplicate, not stored); or the error
+--          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing written).
+-- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
+--             (past keep_until) task replaces it silently.
+local n = tonumber(A(1))
+local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
+for i = 0, n - 1 do
+  local b = 2 + i * 10
+  local id, q, uk = A(b), A(b + 2), opt(A(b + 7))
+  local dup = nil
+  local old = nil
+  if redis.call('EXISTS', tkey(id)) == 1 then old = load(id) end
+  if taken[id] or visible(old) then
+    dup = id
+  elseif uk then
+    if ukeys[uk] then
+      dup = ukeys[uk]
+    else
+      local holder = redis.call('HGET', UNIQ, uk)
+      if holder then
+        local h = redis.call('HMGET', tkey(holder), 's', 'uu', 'ku')
+        local until_ = num(h[2])
+        if h[1] and unfinished(h[1]) and until_ and NOW < until_ then dup = holder end
+      end
+    end
+  end
+  if dup then
+    results[#results + 1] = dup
+  else
+    results[#results + 1] = ''
+    taken[id] = true
+    if old then stale[id] = old end
+    if uk then ukeys[uk] = id end
+    adding[q] = (adding[q] or 0) + 1
+  end
+end
+for q, count in pairs(adding) do
+  local ms = settings(q).ms
+  if ms then
+    local size = redis.call('ZCARD', qkey(q, 'pending')) + redis.call('ZCARD', qkey(q, 'scheduled'))
+      + redis.call('ZCARD', qkey(q, 'retry')) + redis.call('ZCARD', qkey(q, 'active'))
+    if size + count > ms then return redis.error_reply('CONVEYOR_QUEUEFULL ' .. q .. ' ' .. ms) end
+  end
+end
+DEFER = true -- no sorted set is read below
+local new = 0
+for _, count in pairs(adding) do new = new + count end
+local seq = new > 0 and redis.call('INCRBY', SEQ, new) - new or 0
+for q, _ in pairs(adding) do redis.call('SADD', QUEUES, q) end
+for i = 0, n - 1 do
+  if results[i + 1] == '' then
+    local b = 2 + i * 10
+    local id, name, q, payload, pr = A(b), A(b + 1), A(b + 2), A(b + 3), tonumber(A(b + 4))
+    local run_at, x, uk, uu, options = num(A(b + 5)), num(A(b + 6)), opt(A(b + 7)), num(A(b + 8)), A(b + 9)
+    if stale[id] then remove_task(stale[id], false) end
+    seq = seq + 1
+    local t = {id = id, q = q, m = string.format('%016d', seq) .. id, pr = pr, ra = NOW, x = x}
+    local fields = {'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', A(b + 4), 'ea', NOWS,
+      'ra', NOWS, 'a', '0', 'r', '0', 'st', '0'}
+    if run_at and run_at > NOW then
+      t.s, t.nr = 'scheduled', run_at
+      fields[#fields + 1] = 'nr'
+      fields[#fields + 1] = f(run_at)
+    else
+      t.s = 'pending'
+    end
+    fields[#fields + 1] = 's'
+    fields[#fields + 1] = t.s
+    fields[#fields + 1] = 'fd'
+    fields[#fields + 1] = t.nr and f(t.nr) or NOWS
+    if x then
+      fields[#fields + 1] = 'x'
+      fields[#fields + 1] = f(x)
+    end
+    if uk then
+      fields[#fields + 1] = 'uk'
+      fields[#fields + 1] = uk
+      if uu then
+        fields[#fields + 1] = 'uu'
+        fields[#fields + 1] = f(uu)
+        redis.call('HSET', UNIQ, uk, id)
+      end
+    end
+    redis.call('HSET', tkey(id), unpack(fields))
+    index(t)
+    event(id, nil, t.s, q)
+  end
+end
+return finish(results)

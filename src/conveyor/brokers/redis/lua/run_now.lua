@@ -1,0 +1,16 @@
+-- run_now.lua: make a waiting or archived task runnable now.
+-- KEYS: the standard set (_lib.lua).
+-- ARGV: head (_lib.lua), then A(1) task id.
+-- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
+-- Transition: scheduled | retry -> pending; archived -> pending (retries, stalls and the archive
+--             fields reset).
+local t = existing(A(1))
+if not t then return redis.error_reply('CONVEYOR_NOTFOUND') end
+if t.s == 'scheduled' or t.s == 'retry' then
+  make_pending(t, NOW, {}, {})
+elseif t.s == 'archived' then
+  make_pending(t, NOW, {r = '0', st = '0'}, {'ar', 'fa', 'ku'})
+else
+  return redis.error_reply('CONVEYOR_INVALID ' .. t.s)
+end
+return finish('ok')

@@ -1,0 +1,21 @@
+-- stats.lua: every known queue's settings and visible counts (read only).
+-- KEYS: the standard set (_lib.lua).
+-- ARGV: head (_lib.lua) only.
+-- Returns: per queue {name, max_size, concurrency, aging, paused, scheduled, pending, active, retry,
+--          completed, archived, oldest ready_at of a pending task}; "" stands for None.
+-- Transition: none.
+local out = {}
+for _, q in ipairs(redis.call('SMEMBERS', QUEUES)) do
+  local v = redis.call('HMGET', skey(q), 'ms', 'cc', 'ag', 'pa')
+  local row = {q, v[1] or '', v[2] or '', v[3] or '', v[4] or '0'}
+  for _, s in ipairs({'scheduled', 'pending', 'active', 'retry'}) do
+    row[#row + 1] = redis.call('ZCARD', qkey(q, s))
+  end
+  for _, s in ipairs({'completed', 'archived'}) do
+    row[#row + 1] = redis.call('ZCARD', qkey(q, s)) - redis.call('ZCOUNT', qkey(q, s .. ':keep'), '-inf', f(NOW))
+  end
+  local oldest = redis.call('ZRANGE', qkey(q, 'waiting'), 0, 0, 'WITHSCORES')
+  row[#row + 1] = oldest[2] or ''
+  out[#out + 1] = row
+end
+return finish(out)

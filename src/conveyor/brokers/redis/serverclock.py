@@ -1,0 +1,57 @@
+"""A clock that agrees with the Redis server: ``time.time()`` plus the offset to the server's TIME.
+
+Workers on hosts whose clocks disagree would otherwise see leases and due times differently. The
+offset is measured (TIME, midpoint of the round trip) when the clock is made and again every
+``refresh`` seconds, inline in a call (one round trip per refresh; if the server cannot be reached the
+last offset is kept and another try is made 5 s later). The app uses ``RedisBroker.server_clock()``
+when the user injected no clock; tests inject a FakeClock instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+
+__all__ = ["ServerClock"]
+
+log = logging.getLogger("conveyor.brokers.redis.clock")
+
+
+class ServerClock:
+    """Callable returning the server's idea of now, in epoch seconds."""
+
+    def __init__(self, client: redis.Redis, refresh: float = 60.0) -> None:
+        self._client = client
+        self._refresh = refresh
+        self._lock = threading.Lock()
+        self.offset = 0.0
+        self._next_sync = 0.0
+        self.sync()
+
+    def sync(self) -> float:
+        """Measure the offset now; returns it (the previous one is kept if the server is unreachable)."""
+        try:
+            before = time.time()
+            seconds, micros = self._client.time()
+            after = time.time()
+        except redis.RedisError as exc:
+            log.warning("could not read the server clock (%s); keeping offset %.6fs", exc, self.offset)
+            self._next_sync = time.monotonic() + 5.0
+            return self.offset
+        self.offset = seconds + micros / 1e6 - (before + after) / 2
+        self._next_sync = time.monotonic() + self._refresh
+        return self.offset
+
+    def __call__(self) -> float:
+        if time.monotonic() >= self._next_sync and self._lock.acquire(blocking=False):
+            try:
+                self.sync()
+            finally:
+                self._lock.release()
+        return time.time() + self.offset
+
+    def now(self) -> float:
+        return self()

@@ -1,0 +1,329 @@
+"""Redis-specific behaviour of ``redis://`` (the shared semantics are the conformance suite's job).
+
+Everything runs against private servers this suite starts (``redis_server`` / ``RedisServer``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conveyor.brokers import open_broker
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.scripts import OPERATIONS, read_source
+from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
+from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskState
+from conveyor.testing.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+NOW = 1_000_000.0
+
+
+def crc16(data: bytes) -> int:
+    """CRC16-XMODEM, as Redis Cluster computes key slots."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def keyslot(key: str) -> int:
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return crc16(key.encode()) % 16384
+
+
+def task(task_id: str, queue: str = "q", payload: str = "[[], {}]") -> NewTask:
+    return NewTask(id=task_id, name="job", queue=queue, payload=payload)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[RedisBroker]:
+    opened = RedisBroker.from_url(redis_url, BrokerPolicy(max_stalls=2))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server for tests that stop it or change its configuration."""
+    with RedisServer() as server:
+        yield server
+
+
+# -- keys and scripts ---------------------------------------------------------------------------
+
+
+def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
+    keys = Keys("app")
+    touched = [
+        *keys.script_keys(),
+        keys.task("t-1"),
+        keys.errors("t-1"),
+        keys.settings("emails"),
+        keys.workers,
+        keys.worker_ttl,
+        *(keys.queue(q, part) for q in ("emails", "q.2") for part in ("pending", "waiting", "completed:keep")),
+    ]
+    assert {keyslot(key) for key in touched} == {keyslot(keys.prefix)}
+    assert all(key.startswith("{app}:") for key in touched)
+
+
+def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBroker) -> None:
+    broker.enqueue([task("a", "emails")], NOW)
+    client, keys = broker.client, broker.keys
+    assert client.exists(keys.task("a"), keys.queue("emails", "pending"), keys.queue("emails", "waiting")) == 3
+    assert set(client.keys(keys.prefix + "*")) <= {
+        keys.task("a"),
+        keys.queue("emails", "pending"),
+        keys.queue("emails", "waiting"),
+        keys.seq,
+        keys.queues,
+        keys.wake,
+    }
+
+
+def test_lua_scripts_ship_as_package_data_with_a_header() -> None:
+    for name in OPERATIONS:
+        source = read_source(name)
+        header = source.split("\n\n")[0]
+        assert source.startswith(f"-- {name}.lua:")
+        for part in ("KEYS:", "ARGV:", "Returns:", "Transition:"):
+            assert part in header, f"{name}.lua header lacks {part}"
+    assert "KEYS[1]" in read_source("_lib")
+
+
+def test_scripts_take_values_only_through_keys_and_argv() -> None:
+    for name in (*OPERATIONS, "_lib"):
+        assert not re.search(r"%\(|\{\{|\$\{", read_source(name)), f"{name}.lua looks templated"
+
+
+def test_scripts_are_reloaded_after_script_flush(broker: RedisBroker) -> None:
+    broker.enqueue([task("before")], NOW)
+    broker.client.script_flush()
+    assert broker.enqueue([task("after")], NOW) == [None]
+    assert [r.id for r in broker.claim(["q"], NOW, 30.0, limit=5)] == ["before", "after"]
+
+
+# -- URLs and namespaces --------------------------------------------------------------------------
+
+
+def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: RedisServer) -> None:
+    broker = open_broker(f"{redis_server.url}?namespace=shop&socket_timeout=1.5&socket_connect_timeout=0.5")
+    try:
+        assert isinstance(broker, RedisBroker)
+        assert broker.keys.prefix == "{shop}:"
+        assert broker.config.socket_timeout == 1.5
+        assert broker.config.socket_connect_timeout == 0.5
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://h/0?namespace=bad{ns}", "redis://h/0?socket_timeout=-1", "redis://h/0?retries=x", "http://h"]
+)
+def test_bad_urls_are_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        RedisConfig.from_url(url)
+
+
+def test_namespaces_are_isolated(redis_server: RedisServer) -> None:
+    one = RedisBroker.from_url(redis_server.namespace_url(), BrokerPolicy())
+    two = RedisBroker.from_url(redis_server.namespace_url(), BrokerPolicy())
+    try:
+        one.enqueue([task("same-id")], NOW)
+        assert two.get("same-id", NOW) is None
+        assert two.queues(NOW) == []
+        assert two.enqueue([task("same-id")], NOW) == [None]
+        assert [r.id for r in one.claim(["q"], NOW, 30.0, limit=5)] == ["same-id"]
+        assert two.get("same-id", NOW) is not None
+        assert two.get("same-id", NOW).state is TaskState.PENDING  # type: ignore[union-attr]
+        stored: list[str] = one.client.keys(one.keys.prefix + "*")  # type: ignore[assignment]
+        assert stored
+        assert all(key.startswith(one.keys.prefix) for key in stored)
+    finally:
+        one.close()
+        two.close()
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+
+def test_calls_raise_broker_unavailable_quickly_when_the_server_is_down(own_server: RedisServer) -> None:
+    url = own_server.namespace_url() + "&socket_connect_timeout=0.5&socket_timeout=1"
+    broker = RedisBroker.from_url(url, BrokerPolicy())
+    try:
+        broker.enqueue([task("a")], NOW)
+        own_server.stop()
+        for call in (
+            lambda: broker.enqueue([task("b")], NOW),
+            lambda: broker.claim(["q"], NOW, 30.0),
+            lambda: broker.get("a", NOW),
+        ):
+            started = time.monotonic()
+            with pytest.raises(BrokerUnavailable):
+                call()
+            assert time.monotonic() - started < 3.0
+    finally:
+        broker.close()
+
+
+def test_out_of_memory_is_a_clear_error_and_writes_nothing(own_server: RedisServer) -> None:
+    broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
+    try:
+        broker.enqueue([task("first")], NOW)
+        client = own_server.client()
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", str(int(client.info("memory")["used_memory"]) - 1024))
+        with pytest.raises(BrokerError, match="out of memory") as caught:
+            broker.enqueue([task("second", payload="x" * 10_000)], NOW)
+        assert not isinstance(caught.value, BrokerUnavailable)
+        client.config_set("maxmemory", "0")
+        assert broker.get("second", NOW) is None
+        assert not client.exists(broker.keys.task("second"))
+        assert [info.counts["pending"] for info in broker.queues(NOW)] == [1]
+        client.close()
+    finally:
+        broker.close()
+
+
+def test_a_garbage_payload_is_stored_and_claimed_untouched(broker: RedisBroker) -> None:
+    broker.enqueue([task("junk", payload="\x00not json{")], NOW)
+    (claimed,) = broker.claim(["q"], NOW, 30.0)
+    assert claimed.payload == "\x00not json{"
+    outcome = Outcome("junk", claimed.lease_token or "", "archive", error="undecodable payload", reason=None)
+    assert broker.settle([outcome], NOW) == [True]
+    assert broker.get("junk", NOW).state is TaskState.ARCHIVED  # type: ignore[union-attr]
+
+
+def test_a_task_hash_deleted_under_a_live_lease_is_handled(broker: RedisBroker) -> None:
+    broker.enqueue([task("gone"), task("kept")], NOW)
+    gone, _kept = broker.claim(["q"], NOW, 30.0, limit=2)
+    broker.client.delete(broker.keys.task("gone"))
+    assert broker.get("gone", NOW) is None
+    assert broker.extend("gone", gone.lease_token or "", NOW, 30.0) is None
+    assert broker.settle([Outcome("gone", gone.lease_token or "", "complete")], NOW) == [False]
+    assert broker.reap(NOW + 60, 100) == 1  # "kept" only; the orphan lease entry is dropped
+    assert broker.get("kept", NOW + 60).state is TaskState.PENDING  # type: ignore[union-attr]
+    assert broker.client.zcard(broker.keys.leases) == 0
+    assert [r.id for r in broker.claim(["q"], NOW + 60, 30.0, limit=5)] == ["kept"]
+
+
+def test_a_mangled_task_hash_is_skipped_not_fatal(broker: RedisBroker) -> None:
+    broker.enqueue([task("bad"), task("good")], NOW)
+    broker.client.hset(broker.keys.task("bad"), "pr", "not a number")
+    claimed = broker.claim(["q"], NOW, 30.0, limit=5)
+    assert "good" in [r.id for r in claimed]
+
+
+# -- events, clock, preflight, wake-up ------------------------------------------------------------
+
+
+def test_events_reach_other_broker_objects_through_pub_sub(redis_url: str) -> None:
+    producer = RedisBroker.from_url(redis_url, BrokerPolicy())
+    listener = RedisBroker.from_url(redis_url, BrokerPolicy())
+    seen: list[Event] = []
+    lock = threading.Lock()
+
+    def record(event: Event) -> None:
+        with lock:
+            seen.append(event)
+
+    try:
+        listener.subscribe(record)
+        producer.enqueue([task("e1")], NOW)
+        (claimed,) = producer.claim(["q"], NOW, 30.0)
+        producer.settle([Outcome("e1", claimed.lease_token or "", "complete")], NOW)
+        assert wait_until(lambda: len(seen) == 3)
+        assert [(e.task_id, e.old_state, e.new_state, e.queue, e.at) for e in seen] == [
+            ("e1", None, "pending", "q", NOW),
+            ("e1", "pending", "active", "q", NOW),
+            ("e1", "active", "completed", "q", NOW),
+        ]
+    finally:
+        producer.close()
+        listener.close()
+
+
+def test_own_events_are_delivered_before_the_call_returns(broker: RedisBroker) -> None:
+    seen: list[Event] = []
+    broker.subscribe(seen.append)
+    broker.enqueue([task("mine")], NOW)
+    assert [(e.task_id, e.new_state) for e in seen] == [("mine", "pending")]
+
+
+def test_a_raising_subscriber_does_not_break_the_broker(broker: RedisBroker) -> None:
+    def explode(event: Event) -> None:
+        raise RuntimeError("subscriber bug")
+
+    broker.subscribe(explode)
+    assert broker.enqueue([task("x")], NOW) == [None]
+
+
+def test_server_clock_follows_the_server_time(broker: RedisBroker) -> None:
+    clock = broker.server_clock()
+    seconds, micros = broker.client.time()
+    assert abs(clock() - (seconds + micros / 1e6)) < 0.5
+    assert broker.server_clock() is clock
+
+
+def test_preflight_warns_when_persistence_is_off(broker: RedisBroker, caplog: pytest.LogCaptureFixture) -> None:
+    warnings = broker.preflight()
+    assert any("persistence is off" in warning for warning in warnings)
+    assert "persistence is off" in caplog.text
+
+
+def test_preflight_warns_about_an_evicting_memory_policy(own_server: RedisServer) -> None:
+    own_server.client().config_set("maxmemory-policy", "allkeys-lru")
+    broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
+    try:
+        assert any("noeviction" in warning for warning in broker.preflight())
+    finally:
+        broker.close()
+
+
+def test_an_idle_worker_wakes_when_a_task_becomes_pending(redis_url: str) -> None:
+    producer = RedisBroker.from_url(redis_url, BrokerPolicy())
+    worker = RedisBroker.from_url(redis_url, BrokerPolicy())
+    woke: list[bool] = []
+    try:
+        waiter = threading.Thread(target=lambda: woke.append(worker.wait_for_work(3.0)))
+        waiter.start()
+        producer.enqueue([task("wake")], NOW)
+        waiter.join()
+        assert woke == [True]
+        assert worker.wait_for_work(0.05) is False
+    finally:
+        producer.close()
+        worker.close()
+
+
+def test_a_batch_larger_than_a_chunk_is_stored_in_order(broker: RedisBroker) -> None:
+    from conveyor.brokers.redis.broker import ENQUEUE_CHUNK
+
+    count = ENQUEUE_CHUNK * 2 + 7
+    assert broker.enqueue([task(f"t{i}") for i in range(count)], NOW) == [None] * count
+    claimed = broker.claim(["q"], NOW, 30.0, limit=count)
+    assert [r.id for r in claimed] == [f"t{i}" for i in range(count)]
