@@ -43,7 +43,8 @@ passes the whole suite unchanged. The rules, shared by all backends:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.model import (
@@ -58,9 +59,21 @@ from conveyor.model import (
     WorkerInfo,
 )
 
-__all__ = ["MAX_ERRORS_KEPT", "Broker", "EventCallback", "ready_key"]
+__all__ = ["MAX_ERRORS_KEPT", "Broker", "EventCallback", "deliver", "ready_key"]
+
+log = logging.getLogger("conveyor.brokers")
 
 EventCallback = Callable[[Event], None]
+
+
+def deliver(events: Iterable[Event], subscribers: Sequence[EventCallback]) -> None:
+    """Call every subscriber with every event, in order; a raising subscriber is logged and skipped."""
+    for event in events:
+        for callback in subscribers:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event callback %r raised on %r", callback, event)
 
 #: A task keeps its most recent failures only (``TaskRecord.errors``).
 MAX_ERRORS_KEPT = 20

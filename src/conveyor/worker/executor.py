@@ -1,23 +1,21 @@
-"""Running one claimed task: decode, look the handler up by name, call it, decide the outcome.
+"""Preparing one claimed task and deciding its outcome: decode, look the handler up by name, and map
+a result or an exception to an ``Outcome``.
 
 The executor never touches the broker's state itself; it returns an ``Outcome`` for the caller to
-settle (fenced by the lease token). Sync handlers run in the calling thread; ``async def`` handlers
-run on an event loop (``run_async``) or, from sync code, on a private loop (``run``).
+settle (fenced by the lease token). Calling the handler (with middleware, timeouts, sync or async)
+is ``runner.py``'s job.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor import outcomes
-from conveyor.context import TaskContext, reset_current, set_current
-from conveyor.errors import SerializationError, TaskTimeout, UnknownTask
+from conveyor.context import TaskContext
+from conveyor.errors import SerializationError, UnknownTask
 from conveyor.model import ArchiveReason, Outcome, TaskRecord
 from conveyor.options import EffectiveOptions, resolve
 from conveyor.serializers import decode, decode_payload, encode
@@ -112,61 +110,3 @@ class Executor:
         return outcomes.failure(
             job.record, job.token, exc, job.options, self.app.now(), self.app.rng, retryable=retryable
         )
-
-    def run(self, record: TaskRecord) -> Outcome:
-        """Run in this thread (async handlers on a private event loop) and return the outcome.
-
-        A sync handler cannot be interrupted from Python: its timeout is checked when it returns
-        (a late result fails with TaskTimeout). Async handlers are cancelled at their timeout.
-        """
-        prepared = self.prepare(record)
-        if isinstance(prepared, Outcome):
-            return prepared
-        job = prepared
-        if job.is_async:
-            outcome: Outcome = _run_coroutine(self.run_async(job))
-            return outcome
-        token = set_current(job.ctx)
-        started = time.monotonic()
-        try:
-            result = job.fn(*job.args, **job.kwargs)
-            if inspect.isawaitable(result):
-                result = _run_coroutine(_await_with_timeout(result, job.options.timeout))
-        except Exception as exc:
-            return self.failed(job, exc)
-        finally:
-            reset_current(token)
-        timeout = job.options.timeout
-        if timeout is not None and time.monotonic() - started > timeout:
-            return self.failed(job, TaskTimeout(f"handler ran past its {timeout} s timeout"))
-        return self.succeeded(job, result)
-
-    async def run_async(self, job: Job) -> Outcome:
-        """Run an async handler on the current loop, cancelled at its timeout."""
-        token = set_current(job.ctx)
-        try:
-            result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
-        except Exception as exc:
-            return self.failed(job, exc)
-        finally:
-            reset_current(token)
-        return self.succeeded(job, result)
-
-
-async def _await_with_timeout(awaitable: Any, seconds: float | None) -> Any:
-    if seconds is None:
-        return await awaitable
-    try:
-        return await asyncio.wait_for(awaitable, seconds)
-    except TimeoutError:
-        raise TaskTimeout(f"handler ran past its {seconds} s timeout") from None
-
-
-def _run_coroutine(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, even if this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

@@ -7,6 +7,8 @@ same fields as ``extra={"conveyor": {...}}`` for structured handlers.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import inspect
 import logging
 import time
@@ -16,7 +18,7 @@ from typing import Any
 from conveyor.context import reset_current, set_current
 from conveyor.errors import TaskTimeout
 from conveyor.model import Outcome, TaskRecord
-from conveyor.worker.executor import Executor, Job, _await_with_timeout, _run_coroutine
+from conveyor.worker.executor import Executor, Job
 from conveyor.worker.middleware import Middleware, call_after, call_before, call_on_error
 
 __all__ = ["Runner", "log_event"]
@@ -95,3 +97,22 @@ class Runner:
             reset_current(token)
         call_after(self.middleware, job.ctx, outcome)
         return outcome
+
+
+async def _await_with_timeout(awaitable: Any, seconds: float | None) -> Any:
+    if seconds is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise TaskTimeout(f"handler ran past its {seconds} s timeout") from None
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even if this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

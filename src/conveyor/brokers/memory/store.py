@@ -7,13 +7,12 @@ entry whose version is stale is skipped when popped, so every operation is O(log
 from __future__ import annotations
 
 import heapq
-import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, ready_key
+from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, deliver, ready_key
 from conveyor.errors import TaskNotFound
 from conveyor.model import (
     UNFINISHED,
@@ -28,8 +27,6 @@ from conveyor.model import (
     TaskState,
     WorkerInfo,
 )
-
-log = logging.getLogger("conveyor.brokers.memory")
 
 __all__ = ["MemoryStore", "empty_counts", "with_error"]
 
@@ -111,12 +108,7 @@ class MemoryStore:
         with self._lock:
             events, self._pending_events = self._pending_events, []
             subscribers = list(self._subscribers)
-        for event in events:
-            for callback in subscribers:
-                try:
-                    callback(event)
-                except Exception:
-                    log.exception("event callback %r raised on %r", callback, event)
+        deliver(events, subscribers)
 
     def _finish(self, rec: TaskRecord, state: TaskState, now: float, **changes: Any) -> TaskRecord:
         keep_for = changes.pop("keep_for", self.policy.archive_retention)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from conveyor.brokers.base import EventCallback
+from conveyor.brokers.base import EventCallback, deliver
 from conveyor.brokers.sqlite.db import Database
 from conveyor.errors import BrokerError
 from conveyor.model import Event
@@ -73,12 +73,7 @@ class EventHub:
             return
         with self._lock:
             subscribers = list(self._subscribers)
-        for event in events:
-            for callback in subscribers:
-                try:
-                    callback(event)
-                except Exception:
-                    log.exception("event callback %r raised on %r", callback, event)
+        deliver(events, subscribers)
 
     def close(self) -> None:
         with self._lock:
