@@ -31,8 +31,15 @@ def _cli() -> list[str]:
 
 
 @pytest.mark.slow
-def test_quickstart_runs_with_a_real_worker_process(tmp_path: Path) -> None:
-    (tmp_path / "tasks.py").write_text(_named("tasks.py"))
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_quickstart_runs_with_a_real_worker_process(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    tasks = _named("tasks.py")
+    if backend == "redis":  # the same example on the private test server
+        assert 'Conveyor("sqlite:///conveyor.db")' in tasks
+        tasks = tasks.replace("sqlite:///conveyor.db", request.getfixturevalue("redis_url"))
+    (tmp_path / "tasks.py").write_text(tasks)
     (tmp_path / "producer.py").write_text(_named("producer.py"))
     env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_URL"}
     env["PYTHONPATH"] = str(tmp_path)
@@ -49,7 +56,7 @@ def test_quickstart_runs_with_a_real_worker_process(tmp_path: Path) -> None:
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
-    assert (tmp_path / "conveyor.db").exists()
+    assert (tmp_path / "conveyor.db").exists() is (backend == "sqlite")
 
 
 @pytest.mark.parametrize(
