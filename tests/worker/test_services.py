@@ -15,6 +15,7 @@ from conveyor.model import Outcome
 from conveyor.worker.config import parse_queues
 from conveyor.worker.fetcher import QueueOrder
 from conveyor.worker.loader import load_app
+from conveyor.worker.service import RetryDelay
 
 Start = Callable[..., Worker]
 Wait = Callable[..., None]
@@ -166,3 +167,12 @@ def test_load_app_names_what_is_wrong() -> None:
         load_app("no_such_module_xyz:app")
     with pytest.raises(ConfigurationError, match="not a Conveyor"):
         load_app("conveyor:Worker")
+
+
+def test_retry_delay_doubles_up_to_its_cap_with_jitter_and_resets() -> None:
+    retry = RetryDelay(0.1, 1.0)
+    waits = [retry.next() for _ in range(8)]
+    caps = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0]
+    assert all(cap / 2 <= wait <= cap for wait, cap in zip(waits, caps, strict=True))
+    retry.reset()
+    assert 0.05 <= retry.next() <= 0.1

@@ -17,6 +17,7 @@ from conveyor.errors import BrokerError
 from conveyor.model import Outcome
 from conveyor.worker.inflight import Held, Inflight
 from conveyor.worker.runner import log_event, outcome_event
+from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -80,15 +81,17 @@ class Acker:
                 return
 
     def _write(self, batch: list[tuple[Held, Outcome]], persistent: bool) -> None:
+        retry = RetryDelay(min(0.1, self.retry_every), 5.0)
         while True:
             try:
                 self.settle_now(batch)
                 return
-            except BrokerError:
+            except BrokerError as exc:
                 if not persistent:
                     raise
-                log.warning("acker: settle failed; retrying %d outcome(s)", len(batch), exc_info=True)
-                time.sleep(self.retry_every)  # a broker outage: the leases are still heartbeated
+                delay = retry.next()
+                log_failure(f"acker: settle of {len(batch)} outcome(s)", exc, delay)
+                time.sleep(delay)  # a broker outage: the leases are still heartbeated
 
     def settle_now(self, batch: list[tuple[Held, Outcome]]) -> list[bool]:
         """Settle ``batch`` in one call, log each result, and drop the tasks from ``inflight``."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from conveyor.model import TaskRecord
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
+from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -84,6 +85,7 @@ class Fetcher:
             self._thread.join(timeout=30.0)
 
     def _loop(self) -> None:
+        retry = RetryDelay(min(0.1, self.config.poll_interval), 5.0)  # a broker outage: back off, reconnect
         while not self._stop.is_set():
             room = self.capacity - len(self.inflight)
             if room <= 0:
@@ -91,10 +93,12 @@ class Fetcher:
                 continue
             try:
                 records = self.fetch(room)
-            except Exception:
-                log.exception("fetcher: claim failed; retrying in %.1f s", self.config.poll_interval)
-                self._stop.wait(self.config.poll_interval)
+            except Exception as exc:
+                delay = retry.next()
+                log_failure("fetcher: claim", exc, delay)
+                self._stop.wait(delay)
                 continue
+            retry.reset()
             if not records:
                 self._stop.wait(self.config.poll_interval)
 
