@@ -80,6 +80,15 @@ def test_killed_after_return_before_ack_completes_with_at_most_one_duplicate(clu
     assert handle.status().attempts == 2
 
 
+def test_middleware_given_by_reference_runs_in_supervised_children(cluster: Cluster, app: Conveyor) -> None:
+    cluster.spawn("--processes", "2", "--concurrency", "1", "--middleware", "apps.ledger_app:kill_after_return")
+    handle = app.enqueue("work", args=["k", 0.0])
+    wait_for(lambda: handle.status().state is TaskState.COMPLETED, 20, "completed")
+    assert len(cluster.entries("returned")) == 1  # the middleware ran in a child, which it then killed
+    assert len(cluster.entries("done", "k")) == 2
+    assert handle.status().attempts == 2
+
+
 def test_sigstop_past_the_lease_lets_another_worker_finish_and_fences_the_stale_ack(
     cluster: Cluster, app: Conveyor
 ) -> None:

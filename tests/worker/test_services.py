@@ -12,6 +12,7 @@ import pytest
 from conveyor import Conveyor, Middleware, TaskContext, TaskState, Worker, WorkerConfig
 from conveyor.errors import ConfigurationError
 from conveyor.model import Outcome
+from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.config import parse_queues
 from conveyor.worker.fetcher import QueueOrder
 from conveyor.worker.loader import load_app
@@ -176,3 +177,13 @@ def test_retry_delay_doubles_up_to_its_cap_with_jitter_and_resets() -> None:
     assert all(cap / 2 <= wait <= cap for wait, cap in zip(waits, caps, strict=True))
     retry.reset()
     assert 0.05 <= retry.next() <= 0.1
+
+
+def test_middleware_references_survive_the_trip_to_child_arguments() -> None:
+    ref = "conveyor.metrics:Metrics"  # any importable object: the round trip only carries the reference
+    config = config_from_args(parse(["pkg:app", "--middleware", ref]), WorkerConfig())
+    assert config.middleware_refs == (ref,)
+    args = config_to_args(config)
+    assert args[args.index("--middleware") + 1] == ref
+    again = config_from_args(parse(["pkg:app", *config_to_args(config)]), WorkerConfig())
+    assert again.middleware_refs == (ref,) and len(again.middleware) == 1

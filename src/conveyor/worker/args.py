@@ -51,6 +51,7 @@ def config_from_args(ns: argparse.Namespace, base: WorkerConfig | None = None) -
         from conveyor.worker.loader import load_object
 
         changes["middleware"] = (*config.middleware, *(load_object(ref) for ref in ns.middleware))
+        changes["middleware_refs"] = (*config.middleware_refs, *ns.middleware)
     for field, _ in _OPTIONS.values():
         value = getattr(ns, field, None)
         if value is not None:
@@ -59,12 +60,14 @@ def config_from_args(ns: argparse.Namespace, base: WorkerConfig | None = None) -
 
 
 def config_to_args(config: WorkerConfig) -> list[str]:
-    """The options that make ``config_from_args`` rebuild ``config`` (except middleware)."""
+    """The options that make ``config_from_args`` rebuild ``config`` (middleware: by its references)."""
     weights = config.weights or (1,) * len(config.queues)
     spec = ",".join(f"{q}={w}" if config.weights else q for q, w in zip(config.queues, weights, strict=True))
     out = ["--queues", spec]
     if config.strict:
         out.append("--strict")
+    for ref in config.middleware_refs:
+        out += ["--middleware", ref]
     for option, (field, _) in _OPTIONS.items():
         value = getattr(config, field)
         if value is not None:

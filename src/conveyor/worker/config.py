@@ -49,6 +49,9 @@ class WorkerConfig:
     registry_interval (5 s): how often the worker advertises itself (``Broker.register_worker``,
         visible for 3 intervals).
     middleware (()): hooks called around every task (see ``conveyor.Middleware``).
+    middleware_refs (()): import references (``pkg.module:obj``) of middleware given on the command
+        line; they are loaded into ``middleware`` and passed on to ``--processes`` children, which
+        load them too (middleware objects given in code cannot cross a process boundary).
     unregistered_delay / unregistered_window: a task whose name this worker does not know is put back
         ``unregistered_delay`` seconds later (30 s), until ``unregistered_window`` seconds (1 h) after it
         was first due; then it is archived ``unregistered``. Rolling deploys lose nothing.
@@ -69,6 +72,7 @@ class WorkerConfig:
     shutdown_grace: float = 20.0
     registry_interval: float = 5.0
     middleware: tuple[Middleware, ...] = ()
+    middleware_refs: tuple[str, ...] = ()
     unregistered_delay: float = 30.0
     unregistered_window: float = 3600.0
 
@@ -79,6 +83,8 @@ class WorkerConfig:
             object.__setattr__(self, "weights", tuple(self.weights))
         if isinstance(self.middleware, list):
             object.__setattr__(self, "middleware", tuple(self.middleware))
+        if isinstance(self.middleware_refs, list):
+            object.__setattr__(self, "middleware_refs", tuple(self.middleware_refs))
         if not isinstance(self.queues, tuple) or not self.queues:
             raise ValueError("queues must be a non-empty tuple of queue names")
         for queue in self.queues:
@@ -122,7 +128,7 @@ class WorkerConfig:
         types = {f.name: f.type for f in fields(cls)}
         for name, kind in types.items():
             raw = env.get(_ENV_PREFIX + name.upper())
-            if raw is None or name in ("middleware", "weights"):
+            if raw is None or name in ("middleware", "middleware_refs", "weights"):
                 continue
             if name == "queues":
                 values["queues"], values["weights"] = parse_queues(raw)

@@ -2,7 +2,9 @@
 
 It holds at most ``concurrency + prefetch`` tasks: one ``claim(limit=room)`` takes as many as there
 are free slots (plus the prefetch allowance), so a busy worker makes one round trip per batch, not
-per task. An idle fetcher waits ``poll_interval`` between claims; a full one waits for a free slot.
+per task. An idle fetcher waits up to ``poll_interval`` between claims: woken early by the broker
+when it can (``WaitsForWork``, e.g. Redis's blocking pop on a notification key), else sleeping. A
+full one waits for a free slot.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from conveyor.brokers.base import WaitsForWork
 from conveyor.model import TaskRecord
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
@@ -91,8 +94,9 @@ class Fetcher:
             if room <= 0:
                 self.inflight.wait_below(self.capacity, self.config.poll_interval)
                 continue
+            queues = self.order.next()
             try:
-                records = self.fetch(room)
+                records = self.fetch(room, queues)
             except Exception as exc:
                 delay = retry.next()
                 log_failure("fetcher: claim", exc, delay)
@@ -100,11 +104,23 @@ class Fetcher:
                 continue
             retry.reset()
             if not records:
-                self._stop.wait(self.config.poll_interval)
+                self._idle(queues)
 
-    def fetch(self, room: int) -> list[TaskRecord]:
-        """Claim up to ``room`` tasks now and hand them to the buffer."""
-        records = self.app.broker.claim(self.order.next(), self.app.now(), self.config.lease_for, room)
+    def _idle(self, queues: Sequence[str]) -> None:
+        """Nothing to claim: wait up to ``poll_interval`` (less when the broker signals new work)."""
+        broker = self.app.broker
+        if isinstance(broker, WaitsForWork) and not self._stop.is_set():
+            try:
+                broker.wait_for_work(queues, self.config.poll_interval)
+                return
+            except Exception:
+                log.warning("fetcher: waiting for work failed; polling instead", exc_info=True)
+        self._stop.wait(self.config.poll_interval)
+
+    def fetch(self, room: int, queues: Sequence[str] | None = None) -> list[TaskRecord]:
+        """Claim up to ``room`` tasks now (from ``queues``, default the next order) into the buffer."""
+        queues = self.order.next() if queues is None else queues
+        records = self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room)
         self.inflight.add(records)
         for record in records:
             self.buffer.put(record)

@@ -59,8 +59,8 @@ class Supervisor:
         self._respawn_at: dict[int, float] = {}
 
     def run(self) -> int:
-        if self.config.middleware:
-            log.warning("middleware objects are not passed to child processes; register them in the app module")
+        if len(self.config.middleware) > len(self.config.middleware_refs):
+            log.warning("middleware objects given in code are not passed to child processes; use --middleware REF")
         previous = install_signals(self._on_signal)
         try:
             for slot in range(self.config.processes):
