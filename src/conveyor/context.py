@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,46 +22,60 @@ _current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("conveyor
 
 
 class TaskContext:
-    """The running task: ``task_id``, ``name``, ``queue``, ``attempt``; ``lease_lost``; ``extend()``."""
+    """The running task: ``task_id``, ``name``, ``queue``, ``attempt``; ``lease_lost``; ``extend()``.
 
-    def __init__(self, info: TaskInfo, extend: Callable[[float], float | None]) -> None:
-        self.info = info
+    ``info`` (the full ``TaskInfo``) is decoded on first use only. The flags are plain attributes:
+    set by the worker's threads, read by the handler (a bool store is atomic in CPython).
+    """
+
+    __slots__ = ("_cancel", "_extend", "_info", "_lease_lost", "_timed_out", "attempt", "name", "queue", "task_id")
+
+    def __init__(
+        self,
+        info: TaskInfo | Callable[[], TaskInfo],
+        extend: Callable[[float], float | None],
+        *,
+        task_id: str = "",
+        name: str = "",
+        queue: str = "",
+        attempt: int = 0,
+    ) -> None:
+        if isinstance(info, TaskInfo):
+            self._info: TaskInfo | Callable[[], TaskInfo] = info
+            task_id, name, queue, attempt = info.id, info.name, info.queue, info.attempts
+        else:
+            self._info = info
+        self.task_id = task_id
+        self.name = name
+        self.queue = queue
+        #: 1 on the first execution, 2 on the second, ...
+        self.attempt = attempt
         self._extend = extend
-        self._lease_lost = threading.Event()
-        self._cancel = threading.Event()
-        self._timed_out = threading.Event()
+        self._lease_lost = False
+        self._cancel = False
+        self._timed_out = False
 
     @property
-    def task_id(self) -> str:
-        return self.info.id
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def queue(self) -> str:
-        return self.info.queue
-
-    @property
-    def attempt(self) -> int:
-        """1 on the first execution, 2 on the second, ..."""
-        return self.info.attempts
+    def info(self) -> TaskInfo:
+        """The task as it was claimed (arguments decoded, retry budget resolved)."""
+        if not isinstance(self._info, TaskInfo):
+            self._info = self._info()
+        return self._info
 
     @property
     def lease_lost(self) -> bool:
         """True once this worker no longer holds the task: stop, nothing you write will be committed."""
-        return self._lease_lost.is_set()
+        return self._lease_lost
 
     @property
     def cancel_requested(self) -> bool:
         """True once an operator asked this task to stop."""
-        return self._cancel.is_set()
+        return self._cancel
 
     @property
     def timed_out(self) -> bool:
         """True once a sync handler ran past its timeout (Python cannot interrupt a thread: stop)."""
-        return self._timed_out.is_set()
+        return self._timed_out
 
     def should_stop(self) -> bool:
         """True if the handler should stop cooperatively (lease lost, cancel requested, timed out)."""
@@ -78,13 +91,13 @@ class TaskContext:
         return deadline
 
     def mark_lease_lost(self) -> None:
-        self._lease_lost.set()
+        self._lease_lost = True
 
     def mark_cancel_requested(self) -> None:
-        self._cancel.set()
+        self._cancel = True
 
     def mark_timed_out(self) -> None:
-        self._timed_out.set()
+        self._timed_out = True
 
     def __repr__(self) -> str:
         return f"TaskContext(task_id={self.task_id!r}, name={self.name!r}, attempt={self.attempt})"

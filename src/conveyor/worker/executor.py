@@ -17,7 +17,7 @@ from conveyor import outcomes
 from conveyor.context import TaskContext
 from conveyor.errors import SerializationError, UnknownTask
 from conveyor.model import ArchiveReason, Outcome, TaskRecord
-from conveyor.options import EffectiveOptions, resolve
+from conveyor.options import EffectiveOptions, TaskOptions, resolve
 from conveyor.serializers import decode, decode_payload, encode
 from conveyor.worker.config import WorkerConfig
 
@@ -49,6 +49,9 @@ class Executor:
     def __init__(self, app: Conveyor, config: WorkerConfig) -> None:
         self.app = app
         self.config = config
+        # Options of tasks enqueued without explicit options, per task name: resolved once (a
+        # registration's options are frozen), not once per execution.
+        self._registered_options: dict[str, EffectiveOptions] = {}
 
     def prepare(self, record: TaskRecord) -> Job | Outcome:
         """A Job to run, or at once an Outcome (unknown name → put back / archived; bad payload → poison)."""
@@ -59,10 +62,7 @@ class Executor:
             return self._unregistered(record, token)
         try:
             args, kwargs = decode_payload(record.payload)
-            stored = decode(record.options)
-            if not isinstance(stored, dict):
-                raise SerializationError("task options are not a JSON object")
-            options = resolve(stored, task.options)
+            options = self._options(record, task.options)
         except (SerializationError, ValueError, KeyError, TypeError) as exc:
             return Outcome(record.id, token, "archive", error=outcomes.describe(exc), reason=ArchiveReason.POISON)
         broker = self.app.broker
@@ -75,12 +75,30 @@ class Executor:
                 ctx.mark_cancel_requested()
             return status.expires_at
 
-        ctx = TaskContext(self.app.to_info(record), extend)
+        ctx = TaskContext(
+            lambda: self.app.to_info(record),
+            extend,
+            task_id=record.id,
+            name=record.name,
+            queue=record.queue,
+            attempt=record.attempts,
+        )
         if self.app.wants_context(record.name):
             args = [ctx, *args]
         fn = task.fn
         is_async = inspect.iscoroutinefunction(fn)
         return Job(record, token, fn, args, kwargs, options, ctx, is_async)
+
+    def _options(self, record: TaskRecord, registered: TaskOptions) -> EffectiveOptions:
+        if record.options == "{}":
+            cached = self._registered_options.get(record.name)
+            if cached is None:
+                cached = self._registered_options[record.name] = resolve({}, registered)
+            return cached
+        stored = decode(record.options)
+        if not isinstance(stored, dict):
+            raise SerializationError("task options are not a JSON object")
+        return resolve(stored, registered)
 
     def _unregistered(self, record: TaskRecord, token: str) -> Outcome:
         now = self.app.now()

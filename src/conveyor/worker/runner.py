@@ -30,6 +30,8 @@ _EVENT = {"complete": "completed", "retry": "retry", "archive": "archived", "rel
 
 def log_event(record: TaskRecord, event: str, duration: float | None = None, **more: Any) -> None:
     """One structured INFO line: ``task <event> id=... name=... queue=... attempt=... duration=...``."""
+    if not log.isEnabledFor(logging.INFO):
+        return
     fields: dict[str, Any] = {
         "event": event,
         "task_id": record.id,

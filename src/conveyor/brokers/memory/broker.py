@@ -174,7 +174,9 @@ class MemoryBroker(MemoryStore):
             for rec in self._tasks.values():
                 if not self._visible(rec, now):
                     continue
-                bucket = counts.setdefault(rec.queue, empty_counts())
+                bucket = counts.get(rec.queue)
+                if bucket is None:
+                    bucket = counts[rec.queue] = empty_counts()
                 bucket[rec.state.value] += 1
                 bucket["total"] += 1
                 if rec.state is _S.PENDING:
