@@ -1,0 +1,197 @@
+"""Writes ``docs/benchmarks.md`` from the saved figures (``results.json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.measure import Figure
+
+__all__ = ["write_report"]
+
+COLUMNS = [
+    ("enqueue_single", "enqueue 1-by-1 /s"),
+    ("enqueue_bulk", "enqueue bulk /s"),
+    ("drain", "drain /s"),
+    ("latency_p50", "p50 ms"),
+    ("latency_p99", "p99 ms"),
+    ("mixed", "mixed /s"),
+    ("io", "1 ms I/O /s"),
+    ("server_bytes", "server B/task"),
+    ("worker_rss", "worker RSS MB"),
+]
+RATIO_WORKLOADS = ["enqueue_single", "enqueue_bulk", "drain", "latency_p50", "latency_p99", "mixed", "io"]
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _rows(figures: list[Figure]) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    for figure in figures:
+        key = (figure.library, figure.variant)
+        if figure.library != "server floor" and key not in seen:
+            seen.append(key)
+    return seen
+
+
+def _best(figures: list[Figure], workload: str, prefix: str | None) -> Figure | None:
+    """The best measured figure of libraries starting with ``prefix`` (None: the peers)."""
+    candidates = [
+        f
+        for f in figures
+        if f.workload == workload
+        and f.value is not None
+        and f.library != "server floor"
+        and (f.library.startswith(prefix) if prefix else not f.library.startswith("Conveyor"))
+    ]
+    if not candidates:
+        return None
+    pick = max if candidates[0].higher_is_better else min
+    return pick(candidates, key=lambda f: f.value or 0.0)
+
+
+def _merge_warning(meta: dict[str, Any], figures: list[Figure]) -> list[str]:
+    """When rows come from several runs, say how loaded the machine was in each (the PING floor)."""
+    merged = meta.get("merged_runs") or []
+    if not merged:
+        return []
+    now = next((f.value for f in figures if f.workload == "round_trip"), None)
+    runs = [f"{meta['date']}: {_fmt(now)}"] + [f"{m['date']}: {_fmt(m['round_trips'])}" for m in merged]
+    return [
+        "",
+        "**Caution — not one run.** Rows were measured in different runs, and the machine's load differed:",
+        f"PING round trips/s from one Python process were {'; '.join(runs)}. Ratios across rows of",
+        "different runs are not side by side; rerun `make bench` in one go before quoting them.",
+    ]
+
+
+def _cell(figure: Figure | None, missing: str) -> str:
+    return f"{_fmt(figure.value)} ({figure.library}, {figure.variant})" if figure else missing
+
+
+def write_report(data: dict[str, Any], path: Path) -> None:
+    meta = data["meta"]
+    figures = [Figure.from_json(f) for f in data["figures"]]
+    by_key = {(f.library, f.variant, f.workload): f for f in figures}
+    notes: list[str] = []
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python -m bench`); do not edit by hand. Same machine, same private server,",
+        "one run. Every figure is the median of its repetitions; see *Method* below.",
+        "",
+        f"**Run:** {meta['date']}, N={meta['n']}, {meta['reps']} repetition(s)"
+        + (" — **smoke run, not representative**" if meta.get("smoke") else "")
+        + f", {meta.get('duration_s', '?')} s.  ",
+        f"**Machine:** {meta['nproc']} cores, {meta['cpu']}, Python {meta['python']}.  ",
+        f"**Server:** {meta.get('server', '?')}.  ",
+        f"**Placement:** {meta['placement']}.  ",
+        *(
+            [f"**Merged:** rows not re-measured come from the run(s) of {meta['peers_from']} (same harness).  "]
+            if meta.get("peers_from")
+            else []
+        ),
+        "The machine is shared with other engineers' test runs: absolute figures move between runs, so read",
+        "medians and ratios, not single numbers.",
+        *_merge_warning(meta, figures),
+        "",
+        "## Floors: the server from one Python process",
+        "",
+        "| floor | ops/s |",
+        "| --- | ---: |",
+    ]
+    lines += [f"| {f.metric} | {_fmt(f.value)} |" for f in figures if f.library == "server floor"]
+    lines += ["", "## Results", "", "| library | settings | " + " | ".join(c for _, c in COLUMNS) + " |"]
+    lines.append("| --- | --- |" + " ---: |" * len(COLUMNS))
+    for library, variant in _rows(figures):
+        cells = []
+        for workload, _ in COLUMNS:
+            figure = by_key.get((library, variant, workload))
+            if figure is None:
+                cells.append("")
+                continue
+            cell = _fmt(figure.value)
+            if figure.note:
+                notes.append(f"{library} [{variant}], {figure.metric}: {figure.note}")
+                cell += f" [{len(notes)}]"
+            cells.append(cell)
+        lines.append(f"| {library} | {variant} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Conveyor against the best peer",
+        "",
+        "Conveyor on Redis (same server as the peers, best of its settings) over the best peer (any settings);",
+        "for rates above 1 means Conveyor is faster, for latency below 1 means Conveyor is faster. The last",
+        "column is Conveyor's best figure on any backend (memory and SQLite need no server round trips).",
+        "",
+        "| workload | Conveyor (redis) | best peer | ratio | best Conveyor, any backend |",
+        "| --- | --- | --- | ---: | --- |",
+    ]
+    for workload in RATIO_WORKLOADS:
+        mine = _best(figures, workload, "Conveyor (redis)")
+        theirs = _best(figures, workload, None)
+        anywhere = _best(figures, workload, "Conveyor")
+        either = mine or theirs or anywhere
+        metric = either.metric if either is not None else workload
+        ratio = f"{(mine.value or 0) / theirs.value:.2f}" if mine and theirs and theirs.value else "—"
+        lines.append(
+            f"| {metric} | {_cell(mine, 'not available')} | {_cell(theirs, 'not measured')} | {ratio} "
+            f"| {_cell(anywhere, 'not available')} |"
+        )
+    if notes:
+        lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
+    lines += ["", "## Settings", ""]
+    for library, variants in data.get("settings", {}).items():
+        for variant, text in variants.items():
+            lines.append(f"- **{library}** [{variant}]: {text}")
+    versions = meta.get("versions")
+    lines += ["", "## Versions", ""]
+    if versions:
+        lines.append(", ".join(f"{name} {version}" for name, version in sorted(versions.items())))
+        lines.append("(pinned in `bench/peers/requirements.txt`, installed into `bench/.venv-peers`).")
+    else:
+        lines.append("Peers not run.")
+    lines += ["", _METHOD]
+    path.write_text("\n".join(lines) + "\n")
+
+
+_METHOD = """## Method
+
+- One private server (`bench/server.py`) on a free 127.0.0.1 port, persistence off, pinned with `taskset`
+  to one core; the harness and every producer and worker it starts are pinned to the other core. A round
+  trip costs far less when client and server share a core, which reorders libraries, so this is fixed.
+- Each peer runs in its own subprocesses from `bench/.venv-peers`, given the server URL: one producer
+  process, one worker process (the library's own worker; Dramatiq's `Worker` in one process, taskiq's
+  `--workers 1`, Celery's pool children count as that worker). The store is flushed between runs.
+- **Conveyor** on SQLite and Redis is driven exactly like a peer (`bench/conveyor_peer.py` through the same
+  driver: a producer process and a `Worker.run()` process), with `WorkerConfig` defaults and a tuned variant.
+  The memory broker cannot be shared between processes, so it is measured in one process
+  (`bench/conveyor_runs.py`): `steppable` is `Worker.run_until_idle()`, `batch loop` is
+  `claim(limit=64)` + one `settle` per batch without threads; latency and I/O do not apply to it.
+  Conveyor's enqueue figures come from one process calling `task.enqueue` N times, then
+  `enqueue_many` in chunks of 10,000.
+- **enqueue**: N no-op tasks from one process, one call each; bulk where the library has an API for it
+  (RQ `enqueue_many`, Conveyor `enqueue_many`). **server B/task**: `INFO memory` `used_memory` delta over
+  the tasks enqueued one by one.
+- **drain**: N no-op tasks queued first, then one worker process started; rate from the first task's start
+  to the last task's end, measured inside the worker (`bench/recorder.py`), so start-up is excluded.
+  Slow peers run a fraction of N (RQ 0.15, Celery 0.25, arq/Dramatiq/taskiq/SAQ 0.5): the figures are rates.
+- **latency**: an idle, warmed-up worker; 600 tasks enqueued at a paced 200/s each carrying `time.time()`;
+  latency is the handler's start minus that stamp (both on the same machine clock).
+- **mixed**: N/4 tasks into a running worker: 10% fail always with 2 retries and no backoff (3 executions),
+  10% are delayed 0.5 s, priorities 0-9 where the library has per-task priorities. Rate is tasks over the
+  time from the first enqueue to the last execution. Delays and scheduler poll intervals (RQ, Huey: 1 s)
+  weigh on it: compare libraries, not against the drain figures.
+- **1 ms I/O**: N/4 tasks sleeping 1 ms (`asyncio.sleep` for async libraries) with 100 concurrent tasks
+  where the library allows it.
+- **worker RSS**: resident memory of the worker process tree after draining up to 100k no-op tasks
+  (fewer for slow peers; the count is noted).
+"""

@@ -1,0 +1,266 @@
+"""Runs every workload on Conveyor and on the peers, collecting :class:`Figure` s.
+
+Sizes: ``n`` no-op tasks for enqueue and drain (times each peer's ``scale``), ``n // 4`` for the
+mixed and I/O workloads, a paced 200 tasks/s for latency, ``Plan.rss_tasks`` for the worker RSS
+figure (``min(100_000, 5 n)``; smoke: the drain's own N). Each figure is the median of ``reps``
+runs; a figure that cannot be measured carries a note saying why instead of a value, and the run
+goes on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.measure import Figure
+from bench.peer_runs import Peer, PeerRunner
+from bench.procs import run_json
+from bench.server import Server
+
+__all__ = ["Plan", "Suite"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Plan:
+    n: int
+    reps: int
+    latency_n: int
+    time_cap: float
+    peers: list[Peer] = field(default_factory=list)
+    conveyor_variants: tuple[str, ...] = ("default", "tuned")
+    rss_tasks: int = 100_000  # worker RSS is read after draining this many (times the peer's scale)
+    conveyor_backends: tuple[str, ...] = ("memory", "sqlite", "redis")
+
+
+def _fig(library: str, variant: str, workload: str) -> Figure:
+    metric, unit, higher = {
+        "enqueue_single": ("enqueue, one at a time", "tasks/s", True),
+        "enqueue_bulk": ("enqueue, bulk", "tasks/s", True),
+        "drain": ("drain, one worker process", "tasks/s", True),
+        "latency_p50": ("idle-to-running p50 at 200/s", "ms", False),
+        "latency_p99": ("idle-to-running p99 at 200/s", "ms", False),
+        "mixed": ("mixed workload", "tasks/s", True),
+        "io": ("1 ms sleeps, concurrency 100", "tasks/s", True),
+        "server_bytes": ("server bytes per queued task", "bytes", False),
+        "worker_rss": ("worker RSS after draining", "MB", False),
+    }[workload]
+    return Figure(library, variant, workload, metric, unit, higher_is_better=higher)
+
+
+class Suite:
+    def __init__(self, server: Server, plan: Plan, log_dir: Path, say: Callable[[str], None]) -> None:
+        self.server = server
+        self.plan = plan
+        self.log_dir = log_dir
+        self.say = say
+        self.figures: list[Figure] = []
+        self.settings: dict[str, dict[str, str]] = {}
+        self.started = time.monotonic()
+
+    def over_time(self) -> bool:
+        return time.monotonic() - self.started > self.plan.time_cap
+
+    def _repeat(self, figures: list[Figure], reps: int, once: Callable[[], None]) -> None:
+        """Run ``once`` reps times; on error, note it on the figures that got no value."""
+        for _ in range(reps):
+            try:
+                once()
+            except Exception as exc:
+                for figure in figures:
+                    if not figure.runs:
+                        figure.note = f"failed: {str(exc)[:160]}"
+                self.say(f"    ! {figures[0].library} {figures[0].workload}: {exc}")
+                return
+
+    # -- Conveyor ------------------------------------------------------------------------------------
+
+    def conveyor(self, sqlite_dir: Path) -> None:
+        from bench.conveyor_peer import runtime_available
+
+        runtime = runtime_available()
+        for backend in self.plan.conveyor_backends:
+            label = f"Conveyor ({backend})"
+            if backend == "redis" and importlib.util.find_spec("conveyor.brokers.redis") is None:
+                for workload in ("enqueue_single", "enqueue_bulk", "drain", "latency_p50", "latency_p99", "mixed"):
+                    figure = _fig(label, "default", workload)
+                    figure.note = "not available: the redis broker has not landed yet"
+                    self.figures.append(figure)
+                continue
+            url = {"memory": "memory://", "sqlite": f"sqlite:///{sqlite_dir / 'bench.db'}"}.get(
+                backend, self.server.url
+            )
+            self.say(f"  {label}")
+            self._conveyor_backend(label, backend, url, runtime)
+
+    def _inproc(self, url: str, workload: str, n: int) -> dict[str, Any]:
+        if url.startswith("sqlite:///"):
+            for suffix in ("", "-wal", "-shm"):
+                Path(url.removeprefix("sqlite://") + suffix).unlink(missing_ok=True)
+        self.server.flush()
+        cmd = [_python(), "-m", "bench.conveyor_runs", url, workload, str(n)]
+        return run_json(cmd, _env(), 900)
+
+    def _conveyor_backend(self, label: str, backend: str, url: str, runtime: bool) -> None:
+        plan = self.plan
+        single, bulk = _fig(label, "default", "enqueue_single"), _fig(label, "default", "enqueue_bulk")
+        server_bytes = _fig(label, "default", "server_bytes")
+
+        def enqueue() -> None:
+            self.server.flush()
+            before = self.server.used_memory()
+            result = self._inproc(url, "enqueue", plan.n)
+            single.runs.append(result["single"])
+            bulk.runs.append(result["bulk"])
+            if backend == "redis":
+                server_bytes.runs.append((self.server.used_memory() - before) / (2 * plan.n))
+
+        self._repeat([single, bulk], plan.reps, enqueue)
+        self.figures += [single, bulk] + ([server_bytes] if backend == "redis" else [])
+        if runtime and backend != "memory":
+            from bench.conveyor_peer import SETTINGS
+
+            peer = Peer(label, "conveyor", (("BENCH_URL", url),))
+            for variant in self.plan.conveyor_variants:
+                runner = PeerRunner(Path(_python()), self.server, peer, variant, self.log_dir)
+                runner.info = {"bulk": True, "mixed": None}
+                self.settings.setdefault(label, {})[variant] = SETTINGS[variant]
+                self._peer_workloads(
+                    runner, label, variant, None, None, with_rss=variant == "default", with_enqueue=False
+                )
+            return
+        # no runtime (or the in-process memory backend): drain in one process, steppable
+        why = "in-process broker: no separate worker process" if backend == "memory" else "worker runtime not landed"
+        for variant, mode in (("steppable", "steppable"), ("batch loop", "batch")):
+            drain = _fig(label, variant, "drain")
+
+            def once(figure: Figure = drain, workload: str = mode) -> None:
+                figure.runs.append(self._inproc(url, workload, plan.n)["rate"])
+
+            self._repeat([drain], plan.reps, once)
+            self.figures.append(drain)
+        mixed = _fig(label, "steppable", "mixed")
+        self._repeat([mixed], plan.reps, lambda: mixed.runs.append(self._inproc(url, "mixed", plan.n // 4)["rate"]))
+        rss = _fig(label, "batch loop", "worker_rss")
+        n_mem = plan.rss_tasks
+        self._repeat([rss], 1, lambda: rss.runs.append(self._inproc(url, "batch", n_mem)["rss_mb"]))
+        rss.note = f"after {n_mem} tasks; producer and worker in one process"
+        self.figures += [mixed, rss]
+        for workload in ("latency_p50", "latency_p99", "io"):
+            figure = _fig(label, "default", workload)
+            figure.note = f"not available: {why}"
+            self.figures.append(figure)
+        self.settings[label] = {
+            "steppable": "Worker.run_until_idle(): one claim and one settle per task",
+            "batch loop": "claim(limit=64), run each, one settle per batch (the runtime's shape, no threads)",
+        }
+
+    # -- peers ---------------------------------------------------------------------------------------
+
+    def peers(self, python: Path) -> None:
+        for peer in self.plan.peers:
+            for variant in ("default", "tuned"):
+                if self.over_time():
+                    figure = _fig(peer.label, variant, "drain")
+                    figure.note = "skipped: the run's time cap was reached"
+                    self.figures.append(figure)
+                    continue
+                self.say(f"  {peer.label} [{variant}]")
+                runner = PeerRunner(python, self.server, peer, variant, self.log_dir)
+                try:
+                    info = runner.load_info()
+                except Exception as exc:
+                    figure = _fig(peer.label, variant, "drain")
+                    figure.note = f"failed to load: {exc}"
+                    self.figures.append(figure)
+                    continue
+                self.settings.setdefault(peer.label, {})[variant] = info["settings"][variant]
+                self._peer_workloads(
+                    runner, peer.label, variant, info.get("mixed"), info.get("io_note"), with_rss=variant == "default"
+                )
+
+    def _peer_workloads(
+        self,
+        runner: PeerRunner,
+        label: str,
+        variant: str,
+        mixed_note: str | None,
+        io_note: str | None,
+        with_rss: bool,
+        with_enqueue: bool = True,
+    ) -> None:
+        """Every workload through the peer driver (also Conveyor's runtime; its enqueue is measured apart)."""
+        plan, scale = self.plan, runner.peer.scale
+        n = max(100, int(plan.n * scale))
+        single, bulk = _fig(label, variant, "enqueue_single"), _fig(label, variant, "enqueue_bulk")
+        server_bytes = _fig(label, variant, "server_bytes")
+        if with_enqueue:
+            self._repeat([single], plan.reps, lambda: runner.enqueue(n, single, bulk, server_bytes))
+            if not runner.info.get("bulk"):
+                bulk.note = "no bulk enqueue API"
+            self.figures += [single, bulk, server_bytes]
+        drain, rss = _fig(label, variant, "drain"), _fig(label, variant, "worker_rss")
+        n_mem = max(100, int(plan.rss_tasks * scale))
+
+        def drain_once() -> None:
+            rate, mb = runner.drain("drain", n, 600)
+            drain.runs.append(rate)
+            if with_rss and n_mem <= n and not rss.runs:
+                rss.runs.append(mb)
+
+        self._repeat([drain], plan.reps, drain_once)
+        p50, p99 = _fig(label, variant, "latency_p50"), _fig(label, variant, "latency_p99")
+
+        def latency() -> None:
+            a, b = runner.latency(plan.latency_n, 120)
+            p50.runs.append(a)
+            p99.runs.append(b)
+
+        self._repeat([p50, p99], plan.reps, latency)
+        mixed = _fig(label, variant, "mixed")
+        if mixed_note:
+            mixed.note = f"not measured: {mixed_note}"
+        else:
+            m = max(100, int(plan.n // 4 * scale))
+            self._repeat([mixed], plan.reps, lambda: mixed.runs.append(runner.mixed(m, 300)))
+        io = _fig(label, variant, "io")
+        io_n = max(100, int(plan.n // 4 * min(1.0, scale * 2)))
+        if not (io_note or "").startswith("not run"):
+            self._repeat([io], plan.reps, lambda: io.runs.append(runner.drain("io", io_n, 600)[0]))
+        if io_note:
+            io.note = io_note
+        self.figures += [drain, p50, p99, mixed, io]
+        if with_rss:
+            if n_mem > n:
+                self._repeat([rss], 1, lambda: rss.runs.append(runner.drain("drain", n_mem, 900)[1]))
+            rss.note = f"after {max(n_mem, n)} tasks"
+            self.figures.append(rss)
+
+    def dump(self, path: Path, meta: dict[str, Any]) -> None:
+        data = {"meta": meta, "settings": self.settings, "figures": [f.to_json() for f in self.figures]}
+        path.write_text(json.dumps(data, indent=1))
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep)
+    return env
+
+
+def new_sqlite_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="conveyor-bench-sqlite-"))
