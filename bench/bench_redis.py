@@ -3,9 +3,10 @@
     .venv/bin/python bench/bench_redis.py [--tasks 100000] [--server valkey|redis-server]
 
 Measures, with full lease safety (every claim leases with a fencing token, every ack is fenced):
-raw PING round trips/s from Python (the baseline), single enqueue/s, batch enqueue/s, drain/s with
-one process (batch claim + one settle call per batch), idle-to-running latency at 200 tasks/s (an idle
-worker blocked in ``wait_for_work``), and server memory per small queued task. Issue 4's aims: drain
+raw PING round trips/s from Python (the baseline), single enqueue/s (broker call, and through
+``Conveyor.enqueue``), batch enqueue/s, drain/s with one process (batch claim + one settle call per
+batch, and through the real ``Worker.run()`` runtime with no-op tasks), idle-to-running latency at 200
+tasks/s (an idle worker blocked in ``wait_for_work``), and server memory per small queued task. Issue 4's aims: drain
 >= 30,000/s, single enqueue >= 0.8x raw round trips, batch enqueue > 150,000/s, latency p50 < 0.5 ms
 and p99 < 2 ms.
 """
@@ -17,9 +18,11 @@ import statistics
 import threading
 import time
 
+from conveyor.app import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.model import BrokerPolicy, NewTask, Outcome
 from conveyor.testing.redis_server import RedisServer, find_server_binary
+from conveyor.worker import Worker, WorkerConfig
 
 
 def task(i: int, queue: str = "bench") -> NewTask:
@@ -43,6 +46,18 @@ def bench_single_enqueue(broker: RedisBroker, n: int) -> float:
     for i in range(n):
         broker.enqueue([task(i, "single")], time.time())
     return rate(n, time.perf_counter() - start)
+
+
+def bench_app_enqueue(url: str, n: int) -> float:
+    """``Conveyor.enqueue`` by name: the whole producer path (building, encoding, the broker call)."""
+    app = Conveyor(url)
+    app.enqueue("noop", queue="appsingle")  # warm up (loads the scripts)
+    start = time.perf_counter()
+    for i in range(n):
+        app.enqueue("noop", (i,), queue="appsingle")
+    elapsed = time.perf_counter() - start
+    app.broker.close()
+    return rate(n, elapsed)
 
 
 def bench_batch_enqueue(broker: RedisBroker, n: int) -> float:
@@ -70,6 +85,35 @@ def bench_drain(broker: RedisBroker, n: int, batch: int) -> float:
     return rate(n, elapsed)
 
 
+def bench_runtime_drain(url: str, n: int, concurrency: int) -> float:
+    """Drain ``n`` no-op tasks through ``Worker.run()`` (fetcher, pool, acker threads), one process."""
+    app = Conveyor(url)
+
+    @app.task(queue="rt")
+    def noop(i: int) -> None:
+        return None
+
+    for offset in range(0, n, 10_000):
+        app.enqueue_many("noop", [((i,), {}) for i in range(offset, min(n, offset + 10_000))], queue="rt")
+    worker = Worker(app, WorkerConfig(queues=("rt",), concurrency=concurrency, prefetch=concurrency))
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    start = time.perf_counter()
+    thread.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runtime = worker.runtime
+        if runtime is not None and runtime.acker.processed >= n:
+            break
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - start
+    worker.stop()
+    thread.join()
+    processed = worker.runtime.acker.processed if worker.runtime is not None else 0
+    app.broker.close()
+    assert processed == n, f"drained {processed} of {n}"
+    return rate(n, elapsed)
+
+
 def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) -> list[float]:
     """Producer enqueues at a steady rate; an idle worker blocked on wait_for_work claims at once."""
     latencies: list[float] = []
@@ -81,7 +125,7 @@ def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) 
         while not stop.is_set():
             claimed = worker.claim(["lat"], time.time(), 60.0, limit=10)
             if not claimed:
-                worker.wait_for_work(0.5)
+                worker.wait_for_work(["lat"], 0.5)
                 continue
             now = time.perf_counter()
             latencies.extend(now - sent[r.id] for r in claimed)
@@ -119,6 +163,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500, help="claim batch size")
+    parser.add_argument("--concurrency", type=int, default=200, help="worker concurrency for the runtime drain")
     parser.add_argument("--server", default=None, help="valkey (default) or redis-server")
     args = parser.parse_args()
     with RedisServer(binary=find_server_binary(args.server)) as server:
@@ -127,8 +172,10 @@ def main() -> None:
         broker.enqueue([task(-1, "warm")], time.time())
         ping = bench_ping(broker, args.single)
         single = bench_single_enqueue(broker, args.single)
+        app_single = bench_app_enqueue(server.namespace_url("bench"), args.single)
         batch = bench_batch_enqueue(broker, args.tasks)
         drain = bench_drain(broker, args.tasks, args.batch)
+        runtime_drain = bench_runtime_drain(server.namespace_url("bench"), args.tasks, args.concurrency)
         lat = sorted(x * 1000 for x in bench_latency(broker, server.namespace_url("bench"), 1000, 200.0))
         mem = memory_per_task(broker, 20_000)
         broker.close()
@@ -136,8 +183,12 @@ def main() -> None:
     p99 = lat[int(len(lat) * 0.99) - 1]
     print(f"raw PING round trips   {ping:10,.0f} /s")
     print(f"single enqueue         {single:10,.0f} /s   ({single / ping:.2f}x raw round trips; aim >= 0.8x)")
+    print(f"app.enqueue (by name)  {app_single:10,.0f} /s   ({app_single / ping:.2f}x raw round trips)")
     print(f"batch enqueue          {batch:10,.0f} /s   (aim > 150,000/s)")
     print(f"drain, one process     {drain:10,.0f} /s   (claim batch {args.batch}; aim >= 30,000/s)")
+    print(
+        f"drain, Worker.run()    {runtime_drain:10,.0f} /s   (no-op tasks, concurrency {args.concurrency}, one process)"
+    )
     print(f"idle-to-running        p50 {p50:.3f} ms, p99 {p99:.3f} ms at 200 tasks/s (aim < 0.5 / < 2 ms)")
     print(f"memory per queued task {mem:10,.0f} bytes (payload 9 bytes)")
 

@@ -36,6 +36,8 @@ R = TypeVar("R")
 
 #: unique_key without unique_for: held while the task is unfinished (ten years is "unbounded").
 _UNBOUNDED = 10 * 365 * 24 * 3600.0
+#: The options of a task name this process did not register (TaskOptions is frozen: one is enough).
+_DEFAULT_OPTIONS = TaskOptions()
 
 
 class Conveyor:
@@ -163,7 +165,7 @@ class Conveyor:
             raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
         payload = encode_payload(list(args), kwargs)
         registered = self.registry.get(name)
-        base = registered.options if registered is not None else TaskOptions()
+        base = registered.options if registered is not None else _DEFAULT_OPTIONS
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None
@@ -192,7 +194,7 @@ class Conveyor:
             expires_at=expires_at,
             unique_key=unique_key,
             unique_until=unique_until,
-            options=encode(encode_travelling(options), "task options"),
+            options=encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
         )
 
     # -- reading -------------------------------------------------------------------------------

@@ -77,24 +77,29 @@ class TaskOptions:
             raise ValueError("expires must be a timezone-aware datetime")
 
 
+_CHECKS: dict[str, Callable[[Any], object]] = {
+    "queue": check_queue,
+    "task_id": check_task_id,
+    "delay": lambda v: check_seconds("delay", v),
+    "priority": check_priority,
+    "max_retries": lambda v: check_int("max_retries", v),
+    "backoff": check_backoff,
+    "retry_on": check_retry_on,
+    "timeout": lambda v: check_seconds("timeout", v, allow_none=True),
+    "expires": lambda v: check_expires(v, 0.0),
+    "retention": lambda v: check_seconds("retention", v),
+    "unique_for": lambda v: check_seconds("unique_for", v),
+}
+
+
 def check_enqueue_options(options: dict[str, Any]) -> dict[str, Any]:
     """Check per-enqueue options; returns them unchanged. TypeError/ValueError at the call."""
+    if not options:  # the common call: nothing to check
+        return options
     unknown = set(options) - ENQUEUE_OPTIONS
     if unknown:
         raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
-    checks: dict[str, Callable[[Any], object]] = {
-        "queue": check_queue,
-        "task_id": check_task_id,
-        "delay": lambda v: check_seconds("delay", v),
-        "priority": check_priority,
-        "max_retries": lambda v: check_int("max_retries", v),
-        "backoff": check_backoff,
-        "retry_on": check_retry_on,
-        "timeout": lambda v: check_seconds("timeout", v, allow_none=True),
-        "expires": lambda v: check_expires(v, 0.0),
-        "retention": lambda v: check_seconds("retention", v),
-        "unique_for": lambda v: check_seconds("unique_for", v),
-    }
+    checks = _CHECKS
     for name, value in options.items():
         # None means "not given" (like eta=None) except where None has no meaning for the option.
         if name in checks and (value is not None or name in ("retention", "unique_for", "priority")):

@@ -29,29 +29,38 @@ def encode(value: Any, what: str = "value") -> str:
         raise SerializationError(f"{what} must be JSON-encodable (no NaN/inf, str keys): {exc}") from None
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _check_keys(value: Any) -> None:
     """Reject non-str dict keys anywhere: ``json`` would silently turn ``{1: x}`` into ``{"1": x}``."""
+    if not isinstance(value, _CONTAINERS):
+        return
     stack: list[Any] = [value]
     seen: set[int] = set()
     while stack:
         item = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            if id(item) in seen:  # shared or circular: checked once (the encoder rejects cycles)
-                continue
-            seen.add(id(item))
+        if id(item) in seen:  # shared or circular: checked once (the encoder rejects cycles)
+            continue
+        seen.add(id(item))
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
                     raise TypeError(f"dict keys must be str, got {key!r}")
-                if isinstance(child, (dict, list, tuple)):
+                if isinstance(child, _CONTAINERS):
                     stack.append(child)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(child for child in item if isinstance(child, (dict, list, tuple)))
+        else:
+            stack.extend([child for child in item if isinstance(child, _CONTAINERS)])
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # reused: json.loads builds one per call
 
 
 def decode(text: str | bytes) -> Any:
     """Decode strict JSON; SerializationError on anything else."""
     try:
+        if type(text) is str:
+            return _DECODER.decode(text)
         return json.loads(text, parse_constant=_reject_constant)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"cannot decode JSON: {exc}") from None

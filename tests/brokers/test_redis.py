@@ -16,7 +16,7 @@ from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
-from conveyor.brokers.redis.scripts import OPERATIONS, read_source
+from conveyor.brokers.redis.scripts import OPERATIONS, prelude, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskState
 from conveyor.testing.redis_server import RedisServer
@@ -118,6 +118,16 @@ def test_lua_scripts_ship_as_package_data_with_a_header() -> None:
 def test_scripts_take_values_only_through_keys_and_argv() -> None:
     for name in (*OPERATIONS, "_lib"):
         assert not re.search(r"%\(|\{\{|\$\{", read_source(name)), f"{name}.lua looks templated"
+
+
+def test_script_preludes_keep_the_helpers_used_directly_or_indirectly() -> None:
+    lib = read_source("_lib")
+    kept = prelude(lib, "return promote(1)")
+    for name in ("promote", "make_pending", "move", "index", "unindex", "settings", "event", "zop"):
+        assert f"local function {name}(" in kept
+    assert "local function dump(" not in kept
+    assert "local function reap(" not in kept
+    assert prelude(lib, " ".join(re.findall(r"^local function (\w+)", lib, re.MULTILINE))) == lib
 
 
 def test_scripts_are_reloaded_after_script_flush(broker: RedisBroker) -> None:
@@ -309,12 +319,12 @@ def test_an_idle_worker_wakes_when_a_task_becomes_pending(redis_url: str) -> Non
     worker = RedisBroker.from_url(redis_url, BrokerPolicy())
     woke: list[bool] = []
     try:
-        waiter = threading.Thread(target=lambda: woke.append(worker.wait_for_work(3.0)))
+        waiter = threading.Thread(target=lambda: woke.append(worker.wait_for_work(["q"], 3.0)))
         waiter.start()
         producer.enqueue([task("wake")], NOW)
         waiter.join()
         assert woke == [True]
-        assert worker.wait_for_work(0.05) is False
+        assert worker.wait_for_work(["q"], 0.05) is False
     finally:
         producer.close()
         worker.close()

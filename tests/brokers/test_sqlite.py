@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.brokers import open_broker
+from conveyor.brokers.base import WaitsForWork
 from conveyor.brokers.sqlite import SQLiteBroker, SQLiteConfig
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.errors import BrokerUnavailable, ConfigurationError, SchemaError
@@ -333,3 +334,45 @@ def test_several_processes_can_create_the_same_file_at_once(db_path: Path) -> No
         assert broker.queues(0.0)[0].counts["pending"] == 4
     finally:
         broker.close()
+
+
+# -- waking idle consumers -------------------------------------------------------------------------
+
+
+def test_wait_for_work_times_out_when_nobody_writes(open_sqlite: Callable[..., SQLiteBroker]) -> None:
+    broker = open_sqlite()
+    assert isinstance(broker, WaitsForWork)
+    broker.claim(["default"], NOW, 30.0)
+    started = time.monotonic()
+    assert broker.wait_for_work(["default"], 0.05) is False
+    assert time.monotonic() - started >= 0.05
+
+
+def test_wait_for_work_wakes_when_another_connection_enqueues(open_sqlite: Callable[..., SQLiteBroker]) -> None:
+    consumer, producer = open_sqlite(), open_sqlite()
+    assert consumer.claim(["default"], NOW, 30.0) == []
+    enqueued_at: list[float] = []
+
+    def produce() -> None:
+        time.sleep(0.05)  # let the consumer start waiting: the wake-up is what is measured
+        enqueued_at.append(time.monotonic())
+        producer.enqueue([_task("wake")], NOW)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    assert consumer.wait_for_work(["default"], 10.0) is True
+    woke_at = time.monotonic()
+    thread.join()
+    assert woke_at - enqueued_at[0] < 1.0  # checked every 2 ms; far below the 10 s timeout
+    assert [r.id for r in consumer.claim(["default"], NOW, 30.0)] == ["wake"]
+
+
+def test_a_commit_between_an_empty_claim_and_the_wait_is_not_missed(
+    open_sqlite: Callable[..., SQLiteBroker],
+) -> None:
+    consumer, producer = open_sqlite(), open_sqlite()
+    assert consumer.claim(["default"], NOW, 30.0) == []
+    producer.enqueue([_task("early")], NOW)  # lands before the consumer starts waiting
+    started = time.monotonic()
+    assert consumer.wait_for_work(["default"], 10.0) is True
+    assert time.monotonic() - started < 1.0

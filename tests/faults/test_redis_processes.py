@@ -40,7 +40,7 @@ with open(ledger_path, "a", buffering=1) as ledger:
                 if os.path.exists(stop_path):
                     break
                 broker.reap(time.time())
-                broker.wait_for_work(0.2)
+                broker.wait_for_work(["q"], 0.2)
                 continue
             ledger.write("".join(f"{r.id}\n" for r in claimed))
             broker.settle([Outcome(r.id, r.lease_token, "complete") for r in claimed], time.time())

@@ -59,7 +59,7 @@ from conveyor.model import (
     WorkerInfo,
 )
 
-__all__ = ["MAX_ERRORS_KEPT", "Broker", "EventCallback", "deliver", "ready_key"]
+__all__ = ["MAX_ERRORS_KEPT", "Broker", "EventCallback", "WaitsForWork", "deliver", "ready_key"]
 
 log = logging.getLogger("conveyor.brokers")
 
@@ -74,6 +74,7 @@ def deliver(events: Iterable[Event], subscribers: Sequence[EventCallback]) -> No
                 callback(event)
             except Exception:
                 log.exception("event callback %r raised on %r", callback, event)
+
 
 #: A task keeps its most recent failures only (``TaskRecord.errors``).
 MAX_ERRORS_KEPT = 20
@@ -212,4 +213,23 @@ class Broker(Protocol):
 
     def close(self) -> None:
         """Release connections and background threads. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class WaitsForWork(Protocol):
+    """Optional capability: block an idle consumer until work may be there, instead of polling.
+
+    The worker's fetcher uses it when its broker has it (``isinstance(broker, WaitsForWork)``) and
+    sleeps ``poll_interval`` otherwise. Redis blocks on a notification key; SQLite watches
+    ``PRAGMA data_version`` (moved by any other connection's commit); memory polls.
+    """
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending.
+
+        True is a hint, not a promise (another consumer may claim first; a broker may wake for any
+        queue); False means the timeout passed. Delayed tasks becoming due need not wake anyone, so
+        a caller still claims at least every ``timeout`` seconds.
+        """
         ...

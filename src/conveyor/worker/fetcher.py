@@ -2,9 +2,11 @@
 
 It holds at most ``concurrency + prefetch`` tasks: one ``claim(limit=room)`` takes as many as there
 are free slots (plus the prefetch allowance), so a busy worker makes one round trip per batch, not
-per task. An idle fetcher waits up to ``poll_interval`` between claims: woken early by the broker
-when it can (``WaitsForWork``, e.g. Redis's blocking pop on a notification key), else sleeping. A
-full one waits for a free slot.
+per task. While the pool still has buffered tasks to start, the fetcher waits for a quarter of its
+capacity to be free before claiming again (at most :data:`TOP_UP_WAIT` seconds), so a busy worker
+claims in batches rather than one slot at a time. An idle fetcher waits up to ``poll_interval``
+between claims: woken early by the broker when it can (``WaitsForWork``, e.g. Redis's blocking pop
+on a notification key), else sleeping. A full one waits for a free slot.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from conveyor.worker.service import RetryDelay, log_failure
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["Fetcher", "QueueOrder"]
+__all__ = ["TOP_UP_WAIT", "Fetcher", "QueueOrder"]
 
 log = logging.getLogger("conveyor.worker")
+
+#: Longest wait (seconds) for a bigger batch of free slots while buffered tasks remain.
+TOP_UP_WAIT = 0.05
 
 
 class QueueOrder:
@@ -73,6 +78,7 @@ class Fetcher:
         self.buffer = buffer
         self.order = order or QueueOrder(config.queues, config.weights, config.strict)
         self.capacity = config.concurrency + config.prefetch
+        self.min_batch = max(1, self.capacity // 4)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,6 +100,12 @@ class Fetcher:
             if room <= 0:
                 self.inflight.wait_below(self.capacity, self.config.poll_interval)
                 continue
+            if room < self.min_batch and not self.buffer.empty():  # the pool is fed: top up in batches
+                wait = min(self.config.poll_interval, TOP_UP_WAIT)
+                freed = self.inflight.wait_below(self.capacity - self.min_batch + 1, wait)
+                if not freed and not self.buffer.empty():
+                    continue
+                room = self.capacity - len(self.inflight)
             queues = self.order.next()
             try:
                 records = self.fetch(room, queues)

@@ -37,6 +37,15 @@ class Held:
         return self.record.id
 
 
+def _lease_lost(held: Held) -> None:
+    """Flag a replaced lease as lost, as the heartbeat would on its next extend (which now never comes)."""
+    held.lost = True
+    if held.job is not None:
+        held.job.ctx.mark_lease_lost()
+    if held.future is not None:
+        held.future.cancel()
+
+
 class Inflight:
     """A thread-safe map of held tasks by id."""
 
@@ -50,6 +59,9 @@ class Inflight:
             for record in records:
                 assert record.lease_token is not None
                 held = Held(record, record.lease_token)
+                previous = self._held.get(record.id)
+                if previous is not None and not previous.lost:
+                    _lease_lost(previous)  # claimed again: the broker reclaimed the lease we held
                 self._held[record.id] = held
                 added.append(held)
         return added

@@ -13,6 +13,7 @@ their first write, so nothing is half-written), any other Redis error a ``Broker
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -102,9 +103,15 @@ class RedisBroker:
         self.keys = Keys(config.namespace)
         self._client = config.client()
         self._script_keys = self.keys.script_keys()
+        self._fixed: tuple[tuple[Arg, ...], tuple[Arg, ...]] = (
+            (len(self._script_keys), *self._script_keys, self.keys.prefix),
+            (MAX_ERRORS_KEPT, repr(float(self.policy.archive_retention)), self.policy.max_stalls),
+        )
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)
-        self._events = EventHub(self._client, self.keys.events, self._origin, config.socket_connect_timeout)
+        self._events = EventHub(
+            self._client, self.keys.events, self.keys.listening, self._origin, config.socket_connect_timeout
+        )
         self._clock: ServerClock | None = None
 
     @classmethod
@@ -119,18 +126,12 @@ class RedisBroker:
     # -- calling scripts -----------------------------------------------------------------------
 
     def _call(self, name: str, now: float, *args: Arg) -> Any:
-        head: list[Arg] = [
-            self.keys.prefix,
-            repr(float(now)),
-            self._origin,
-            "1" if self._events.active else "0",
-            MAX_ERRORS_KEPT,
-            repr(float(self.policy.archive_retention)),
-            self.policy.max_stalls,
-        ]
+        # KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call
+        fixed = self._fixed
+        head = (*fixed[0], repr(float(now)), self._origin, "1" if self._events.active else "0", *fixed[1])
         try:
             with translate_errors():
-                reply = self._scripts.call(self._client, name, self._script_keys, [*head, *args])
+                reply = self._scripts.call(self._client, name, head, args)
         except BrokerError as exc:
             cause = exc.__cause__
             if isinstance(cause, redis.ResponseError) and str(cause).startswith("CONVEYOR_"):
@@ -140,11 +141,12 @@ class RedisBroker:
             self._events.deliver(decode_events(reply[1], now))
         return reply[0]
 
-    def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
+    def _records(self, items: Sequence[Any], claim: tuple[float, float, str] | None = None) -> list[TaskRecord]:
         records = []
-        for item in items:
+        for position, item in enumerate(items, 1):
             try:
-                record = decode_record(item)
+                claimed = None if claim is None else (claim[0], claim[1], f"{claim[2]}-{position}")
+                record = decode_record(item, claimed)
             except (ValueError, KeyError, TypeError):
                 log.exception("skipping a task hash that cannot be decoded: %r", item)
                 continue
@@ -158,11 +160,11 @@ class RedisBroker:
         results: list[str | None] = []
         for start in range(0, len(tasks), ENQUEUE_CHUNK):
             chunk = tasks[start : start + ENQUEUE_CHUNK]
-            args: list[Arg] = [len(chunk)]
+            values: list[str] = []
             for task in chunk:
-                args.extend(encode_task(task))
+                values.extend(encode_task(task))
             try:
-                reply = self._call("enqueue", now, *args)
+                reply = self._call("enqueue", now, len(chunk), _json_array(values))
             except _Refused as exc:
                 _, queue, max_size = exc.text.split(" ")
                 raise QueueFull(queue, int(float(max_size))) from None
@@ -173,17 +175,19 @@ class RedisBroker:
 
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         base = secrets.token_hex(12)
-        reply = self._call("claim", now, repr(float(lease_for)), limit, base, MAINTENANCE_BUDGET, *queues)
-        return self._records(reply)
+        now, lease_for = float(now), float(lease_for)
+        reply = self._call("claim", now, repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
+        items = json.loads(reply)  # "{}" (an empty Lua table) when nothing was claimed
+        return self._records(items or [], (now, now + lease_for, base))
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         applied: list[bool] = []
         for start in range(0, len(outcomes), SETTLE_CHUNK):
             chunk = outcomes[start : start + SETTLE_CHUNK]
-            args: list[Arg] = [len(chunk)]
+            values: list[str] = []
             for outcome in chunk:
-                args.extend(encode_outcome(outcome))
-            applied.extend(bool(flag) for flag in self._call("settle", now, *args))
+                values.extend(encode_outcome(outcome))
+            applied.extend(bool(flag) for flag in self._call("settle", now, len(chunk), _json_array(values)))
         return applied
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
@@ -335,15 +339,18 @@ class RedisBroker:
             self._clock = ServerClock(self._client, self.config.clock_refresh)
         return self._clock
 
-    def wait_for_work(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds (<= socket_timeout - 1) until some call made tasks pending.
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """``WaitsForWork``: block up to ``timeout`` seconds until some call made tasks pending.
 
         For idle workers: wake at once instead of polling ``claim``. A True answer is a hint, not a
-        promise (another worker may claim first); False means the timeout passed. One token wakes one
-        waiter; delayed tasks becoming due wake nobody until someone runs ``promote``/``claim``.
+        promise (another worker may claim first; the token is per namespace, so ``queues`` does not
+        narrow it); False means the timeout passed. One token wakes one waiter; delayed tasks becoming
+        due wake nobody until someone runs ``promote``/``claim``. ``timeout`` is capped at
+        ``socket_timeout - 1`` so the blocking pop never trips the socket timeout.
         """
+        timeout = min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
         with translate_errors():
-            return self._client.blpop([self.keys.wake], timeout=max(0.01, timeout)) is not None
+            return self._client.blpop([self.keys.wake], timeout=timeout) is not None
 
     def preflight(self) -> list[str]:
         """Warnings about server settings that can lose tasks; each is also logged."""
@@ -364,6 +371,10 @@ class RedisBroker:
         for warning in warnings:
             log.warning("preflight: %s", warning)
         return warnings
+
+
+#: Values travel to scripts as one JSON array (cjson.decode); UTF-8 as is, so only escapes are decoded.
+_json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 class _Refused(Exception):

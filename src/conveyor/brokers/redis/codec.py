@@ -5,7 +5,8 @@ A task hash holds (absent field = None): ``n`` name, ``q`` queue, ``s`` state, `
 first_due_at, ``ra`` ready_at, ``nr`` next_run_at, ``a`` attempts, ``r`` retries, ``st`` stalls, ``x``
 expires_at, ``uk``/``uu`` unique key/until, ``sa`` started_at, ``fa`` finished_at, ``ku`` keep_until,
 ``le`` last error, ``ar`` archive reason, ``res`` result, ``tk`` lease token, ``lx`` lease deadline,
-``c`` cancel requested ("1"). Failures live in a list beside it, ``attempt\\tat\\terror`` each.
+``c`` cancel requested ("1"); ``a``/``r``/``st`` are absent until they first change (read as 0).
+Failures live in a list beside it, ``attempt\\tat\\terror`` each.
 """
 
 from __future__ import annotations
@@ -76,10 +77,16 @@ def _f(fields: dict[str, str], key: str) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
-def decode_record(item: Sequence[Any]) -> TaskRecord | None:
-    """``{flat HGETALL, failures}`` as scripts return it (or a pipeline does); None for a missing hash."""
+def decode_record(item: Sequence[Any], claimed: tuple[float, float, str] | None = None) -> TaskRecord | None:
+    """``{flat HGETALL, failures}`` as scripts return it (or a pipeline does); None for a missing hash.
+
+    ``claimed = (now, lease_expires_at, token)``: the hash was read just before ``claim.lua`` leased
+    the task; apply that claim's writes (what the script wrote, see its header).
+    """
     flat, failures = item[0], item[1]
     h: dict[str, str] = dict(zip(flat[::2], flat[1::2], strict=True))
+    if claimed is not None:
+        h["s"], h["a"], h["tk"], h["c"] = "active", str(int(h.get("a", "0")) + 1), claimed[2], "0"
     if "s" not in h or "m" not in h or "q" not in h:
         return None
     errors = []
@@ -103,7 +110,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         stalls=int(h.get("st", "0")),
         expires_at=_f(h, "x"),
         unique_key=h.get("uk"),
-        started_at=_f(h, "sa"),
+        started_at=claimed[0] if claimed is not None else _f(h, "sa"),
         finished_at=_f(h, "fa"),
         keep_until=_f(h, "ku"),
         last_error=h.get("le"),
@@ -111,7 +118,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         result=h.get("res"),
         errors=tuple(errors),
         lease_token=h.get("tk") or None,
-        lease_expires_at=_f(h, "lx"),
+        lease_expires_at=claimed[1] if claimed is not None else _f(h, "lx"),
         cancel_requested=h.get("c") == "1",
     )
 

@@ -6,12 +6,18 @@ subscriber sees them before the call returns, as with ``memory://``); a listener
 the first subscriber, delivers everyone else's. Latency for other processes: one pub/sub hop (well
 under a millisecond on a LAN). Pub/sub is at-most-once: events published while a listener is
 disconnected are not replayed (the listener reconnects with backoff).
+
+Scripts make events only when someone wants them: the caller has local subscribers (ARGV), or the
+namespace's ``listening`` key exists. Each listener sets that key (with a TTL of
+:data:`LISTENING_TTL` seconds) before it reports itself ready and refreshes it every
+:data:`LISTENING_REFRESH` seconds, so a namespace nobody listens to pays nothing for events.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import redis
@@ -20,17 +26,22 @@ from conveyor.brokers.base import EventCallback
 from conveyor.brokers.redis.codec import decode_events
 from conveyor.model import Event
 
-__all__ = ["EventHub"]
+__all__ = ["LISTENING_REFRESH", "LISTENING_TTL", "EventHub"]
 
 log = logging.getLogger("conveyor.brokers.redis.events")
+
+#: Lifetime of the ``listening`` key (seconds) and how often a live listener renews it.
+LISTENING_TTL = 10.0
+LISTENING_REFRESH = 2.0
 
 
 class EventHub:
     """Subscribers of one broker object, and the listener thread that feeds them."""
 
-    def __init__(self, client: redis.Redis, channel: str, origin: str, ready_timeout: float) -> None:
+    def __init__(self, client: redis.Redis, channel: str, listening: str, origin: str, ready_timeout: float) -> None:
         self._client = client
         self._channel = channel
+        self._listening = listening
         self._origin = origin
         self._ready_timeout = ready_timeout
         self._lock = threading.Lock()
@@ -81,12 +92,17 @@ class EventHub:
     def _listen(self) -> None:
         backoff = 0.05
         pubsub = None
+        renew_at = 0.0
         while not self._stop.is_set():
             try:
                 if pubsub is None:
                     pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
                     pubsub.subscribe(self._channel)
                     pubsub.get_message(timeout=self._ready_timeout)  # the subscribe confirmation
+                    renew_at = 0.0
+                if time.monotonic() >= renew_at:
+                    self._client.set(self._listening, self._origin, px=int(LISTENING_TTL * 1000))
+                    renew_at = time.monotonic() + LISTENING_REFRESH
                     self._ready.set()
                 message = pubsub.get_message(timeout=0.1)
                 if message is not None and message.get("type") == "message":

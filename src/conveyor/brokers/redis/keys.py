@@ -26,6 +26,8 @@ numbers into one double)::
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
     P events                      pub/sub channel of transitions
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
+    P listening                   string with a TTL: some process listens on ``events`` (scripts skip
+                                  making events otherwise); event listeners refresh it
 """
 
 from __future__ import annotations
@@ -108,6 +110,20 @@ class Keys:
     def wake(self) -> str:
         return self.prefix + "wake"
 
+    @property
+    def listening(self) -> str:
+        return self.prefix + "listening"
+
     def script_keys(self) -> list[str]:
         """KEYS handed to every script, in the order ``lua/_lib.lua`` names them."""
-        return [self.due, self.leases, self.expiring, self.seq, self.queues, self.uniq, self.events, self.wake]
+        return [
+            self.due,
+            self.leases,
+            self.expiring,
+            self.seq,
+            self.queues,
+            self.uniq,
+            self.events,
+            self.wake,
+            self.listening,
+        ]

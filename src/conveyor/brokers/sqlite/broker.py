@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
@@ -38,6 +40,9 @@ __all__ = ["SQLiteBroker"]
 
 T = TypeVar("T")
 
+#: How often an idle consumer checks the file for commits by other connections (``wait_for_work``).
+_WAKE_CHECK = 0.002
+
 #: A broker trims the events table after writing this many events.
 _TRIM_EVERY = 10_000
 
@@ -59,6 +64,7 @@ class SQLiteBroker:
         self._origin = secrets.token_hex(8)
         self._events = EventHub(self._db, self._origin, config.poll_interval)
         self._written_since_trim = 0
+        self._seen = threading.local()  # data_version before each thread's last claim
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> SQLiteBroker:
@@ -114,7 +120,27 @@ class SQLiteBroker:
 
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
+        self._seen.version = self._db.data_version()  # before the claim: no commit after it goes unseen
         return self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit))
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block up to ``timeout`` s until another connection (any process) commits to the file.
+
+        Compares ``PRAGMA data_version`` (a read of shared memory, no I/O, no lock) with its value
+        before this thread's last claim, every ``_WAKE_CHECK`` seconds: an idle worker wakes within
+        about 2 ms of an enqueue. True is a hint (the commit may have been anything).
+        """
+        seen = getattr(self._seen, "version", None)
+        if seen is None:
+            seen = self._db.data_version()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._db.data_version() != seen:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(_WAKE_CHECK, remaining))
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         batch = list(outcomes)

@@ -141,6 +141,13 @@ class Database:
         with self.write_lock:
             return self._retry(lambda: self._transaction(fn, "BEGIN IMMEDIATE"))
 
+    def data_version(self) -> int:
+        """``PRAGMA data_version`` of this thread's connection: it moves when another connection commits."""
+        try:
+            return int(self.connection().execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot)."""
         return self._retry(lambda: self._transaction(fn, "BEGIN"))

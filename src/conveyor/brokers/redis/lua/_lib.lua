@@ -9,6 +9,8 @@
 --   KEYS[6] uniq      hash   unique_key -> holder task id
 --   KEYS[7] events    pub/sub channel of transitions
 --   KEYS[8] wake      list   one token, pushed when a call made tasks pending (idle workers BLPOP it)
+--   KEYS[9] listening string  exists while some process listens on the events channel (a TTL its
+--                             listener keeps refreshing); without it and without ARGV[4], no event is made
 -- ARGV head (the same for every script):
 --   ARGV[1] key prefix "{ns}:" (task and per-queue keys are built from it: same hash slot)
 --   ARGV[2] now (epoch seconds, from the caller's clock)
@@ -17,7 +19,8 @@
 --   ARGV[5] MAX_ERRORS_KEPT   ARGV[6] policy.archive_retention   ARGV[7] policy.max_stalls
 -- Operation arguments follow: A(1) is ARGV[8]. Optional strings travel as "" (None) or "=" .. value.
 -- Every script returns {result} or, with events wanted and some made, {result, events}; events are
--- also PUBLISHed as "origin\nnow\n" .. lines "id\told\tnew\tqueue".
+-- also PUBLISHed as "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call. Events are
+-- made only when someone wants them (EMIT: the caller has local subscribers, or KEYS[9] exists).
 -- Scripts check everything before their first write, so an error (e.g. OOM, raised by Redis at the
 -- first write) leaves nothing half-written.
 
@@ -25,6 +28,7 @@ local P, NOW, ORIGIN, WANT = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local MAX_ERRORS, RETENTION, MAX_STALLS = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local WAKE = KEYS[8]
+local EMIT = WANT or redis.call('EXISTS', KEYS[9]) == 1
 local EVENTS = {}
 local WOKEN = false
 local NOWS = string.format('%.17g', NOW)
@@ -79,14 +83,14 @@ local function idof(m) return string.sub(m, 17) end
 local function unfinished(s) return s == 'pending' or s == 'scheduled' or s == 'retry' or s == 'active' end
 
 local function event(id, old, new, q)
+  if not EMIT then return end
   EVENTS[#EVENTS + 1] = id .. '\t' .. (old or '') .. '\t' .. new .. '\t' .. q
 end
 
 local function finish(result)
   flush_z()
-  if WOKEN then
+  if WOKEN and redis.call('LLEN', WAKE) == 0 then -- at most one token; usually one is there already
     redis.call('LPUSH', WAKE, '1')
-    redis.call('LTRIM', WAKE, 0, 0)
   end
   if #EVENTS > 0 then
     local blob = table.concat(EVENTS, '\n')

@@ -1,16 +1,18 @@
 -- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
 -- KEYS: the standard set (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) = n, then per task 10 values: id, name, queue, payload, priority,
---       run_at ("" none), expires_at ("" none), unique_key (opt), unique_until ("" none), options.
+-- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 10 strings, per task: id, name, queue,
+--       payload, priority, run_at ("" none), expires_at ("" none), unique_key (opt), unique_until ("" none),
+--       options. (One JSON value rather than 10n ARGV: cjson decodes it far faster than Redis builds ARGV.)
 -- Returns: per task "" (stored) or the id of the existing task (duplicate, not stored); or the error
 --          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing written).
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
 local n = tonumber(A(1))
+local V = cjson.decode(A(2))
 local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
 for i = 0, n - 1 do
-  local b = 2 + i * 10
-  local id, q, uk = A(b), A(b + 2), opt(A(b + 7))
+  local b = 1 + i * 10
+  local id, q, uk = V[b], V[b + 2], opt(V[b + 7])
   local dup = nil
   local old = nil
   if redis.call('EXISTS', tkey(id)) == 1 then old = load(id) end
@@ -53,14 +55,14 @@ local seq = new > 0 and redis.call('INCRBY', SEQ, new) - new or 0
 for q, _ in pairs(adding) do redis.call('SADD', QUEUES, q) end
 for i = 0, n - 1 do
   if results[i + 1] == '' then
-    local b = 2 + i * 10
-    local id, name, q, payload, pr = A(b), A(b + 1), A(b + 2), A(b + 3), tonumber(A(b + 4))
-    local run_at, x, uk, uu, options = num(A(b + 5)), num(A(b + 6)), opt(A(b + 7)), num(A(b + 8)), A(b + 9)
+    local b = 1 + i * 10
+    local id, name, q, payload, pr = V[b], V[b + 1], V[b + 2], V[b + 3], tonumber(V[b + 4])
+    local run_at, x, uk, uu, options = num(V[b + 5]), num(V[b + 6]), opt(V[b + 7]), num(V[b + 8]), V[b + 9]
     if stale[id] then remove_task(stale[id], false) end
     seq = seq + 1
     local t = {id = id, q = q, m = string.format('%016d', seq) .. id, pr = pr, ra = NOW, x = x}
-    local fields = {'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', A(b + 4), 'ea', NOWS,
-      'ra', NOWS, 'a', '0', 'r', '0', 'st', '0'}
+    local fields = {'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4], 'ea', NOWS,
+      'ra', NOWS} -- attempts, retries and stalls start absent (read as 0): fewer fields to write and read
     if run_at and run_at > NOW then
       t.s, t.nr = 'scheduled', run_at
       fields[#fields + 1] = 'nr'
