@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import redis
 
-from conveyor.brokers.base import EventCallback
+from conveyor.brokers.base import EventCallback, deliver
 from conveyor.brokers.redis.codec import decode_events
 from conveyor.model import Event
 
@@ -75,12 +75,7 @@ class EventHub:
         """Call every subscriber with every event; a raising subscriber is logged and skipped."""
         with self._lock:
             subscribers = list(self._subscribers)
-        for event in events:
-            for callback in subscribers:
-                try:
-                    callback(event)
-                except Exception:
-                    log.exception("event callback %r raised on %r", callback, event)
+        deliver(events, subscribers)
 
     def close(self) -> None:
         with self._lock:
