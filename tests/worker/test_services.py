@@ -9,12 +9,15 @@ from collections.abc import Callable
 
 import pytest
 
-from conveyor import Conveyor, Middleware, TaskContext, TaskState, Worker, WorkerConfig
+from conveyor import Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
 from conveyor.errors import ConfigurationError
 from conveyor.model import Outcome
 from conveyor.worker.args import config_from_args, config_to_args, parse
+from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import parse_queues
 from conveyor.worker.fetcher import QueueOrder
+from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.inflight import Inflight
 from conveyor.worker.loader import load_app
 from conveyor.worker.service import RetryDelay
 
@@ -187,3 +190,59 @@ def test_middleware_references_survive_the_trip_to_child_arguments() -> None:
     assert args[args.index("--middleware") + 1] == ref
     again = config_from_args(parse(["pkg:app", *config_to_args(config)]), WorkerConfig())
     assert again.middleware_refs == (ref,) and len(again.middleware) == 1
+
+
+def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
+    clock = FakeClock(1000.0)
+    app = Conveyor("memory://", clock=clock)
+
+    @app.task
+    def job() -> None: ...
+
+    fresh_handle, old_handle = job.enqueue(), job.enqueue()
+    records = app.broker.claim(["default"], clock.now(), 5.0, limit=2)
+    inflight = Inflight()
+    fresh, old = sorted(inflight.add(records), key=lambda h: h.id != fresh_handle.id)
+    old.renewed -= 1.5  # renewed 1.5 s ago: older than one 1 s interval
+    clock.advance(0.5)
+    Heartbeat(app, inflight, interval=1.0, lease_for=10.0).tick()
+    assert fresh_handle.status().lease_expires_at == 1005.0  # as claimed
+    assert old_handle.status().lease_expires_at == 1010.5  # extended: now + lease_for
+    assert old.renewed > fresh.renewed - 1.0
+
+    # when lease_for leaves no margin for a skipped tick, every lease is extended every tick
+    Heartbeat(app, inflight, interval=4.0, lease_for=8.0).tick()
+    assert fresh_handle.status().lease_expires_at == 1008.5
+
+
+def test_buffer_hands_each_record_out_once_and_close_returns_the_rest() -> None:
+    app = Conveyor("memory://", clock=FakeClock(0.0))
+
+    @app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * 60)
+    records = app.broker.claim(["default"], 0.0, 30.0, limit=60)
+    buffer = Buffer()
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def take(count: int) -> None:
+        for _ in range(count):
+            record = buffer.get()
+            assert record is not None
+            with lock:
+                taken.append(record.id)
+
+    threads = [threading.Thread(target=take, args=(10,)) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for start in range(0, 60, 15):  # sleeping takers are woken one at a time, as a chain
+        buffer.put_many(records[start : start + 15])
+    for thread in threads:
+        thread.join(timeout=5)
+        assert not thread.is_alive(), "a taker was never woken"
+    assert len(taken) == len(set(taken)) == 50
+    left = buffer.close()
+    assert {r.id for r in left} == {r.id for r in records} - set(taken)
+    assert buffer.get() is None

@@ -12,7 +12,6 @@ on a notification key), else sleeping. A full one waits for a free slot.
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.brokers.base import WaitsForWork
 from conveyor.model import TaskRecord
+from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
 from conveyor.worker.service import RetryDelay, log_failure
@@ -69,7 +69,7 @@ class Fetcher:
         app: Conveyor,
         config: WorkerConfig,
         inflight: Inflight,
-        buffer: queue.Queue[TaskRecord | None],
+        buffer: Buffer,
         order: QueueOrder | None = None,
     ) -> None:
         self.app = app
@@ -134,6 +134,5 @@ class Fetcher:
         queues = self.order.next() if queues is None else queues
         records = self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room)
         self.inflight.add(records)
-        for record in records:
-            self.buffer.put(record)
+        self.buffer.put_many(records)
         return records

@@ -6,6 +6,10 @@ cancelled, and whatever the handler returns later is fenced by the broker (``set
 An operator's cancel request reaches the handler as ``ctx.cancel_requested``. A sync task running
 past its timeout is logged here once and its ``ctx.timed_out`` set, so a cooperative handler can stop
 (Python cannot interrupt a thread; see docs/reliability.md).
+
+A lease claimed or extended less than one interval ago is left alone when that still leaves at least
+one interval of margin at the next tick (``lease_for - 2 * interval`` or more; 6 s with the
+defaults): a busy worker holding hundreds of short tasks makes no extend calls for them at all.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ class Heartbeat(Periodic):
         self.lease_for = lease_for
 
     def tick(self) -> None:
+        fresh_for = min(self.interval, self.lease_for - 2 * self.interval)
         for held in self.inflight.snapshot():
-            if held.lost:
+            started = time.monotonic()
+            if held.lost or started - held.renewed < fresh_for:
                 continue
             try:
                 status = self.app.broker.extend(held.id, held.token, self.app.now(), self.lease_for)
@@ -48,6 +54,7 @@ class Heartbeat(Periodic):
             if status is None:
                 self.lost(held)
                 continue
+            held.renewed = started
             if status.cancel_requested and held.job is not None:
                 held.job.ctx.mark_cancel_requested()
             self._check_overdue(held)

@@ -26,6 +26,7 @@ class Held:
     record: TaskRecord
     token: str
     claimed: float = field(default_factory=time.monotonic)
+    renewed: float = field(default_factory=time.monotonic)  # claimed, or last extended (monotonic)
     job: Job | None = None
     started: float | None = None
     future: concurrent.futures.Future[Any] | None = None

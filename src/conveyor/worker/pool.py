@@ -3,21 +3,25 @@
 Sync handlers run on ``concurrency`` daemon threads (daemon so that a handler stuck past shutdown
 cannot keep the process alive once its lease is released); ``async def`` handlers run on one event
 loop thread, so hundreds of them can wait on I/O together. Both count against the same slots.
+
+Each executor thread takes a slot, then a task straight from the fetcher's ``Buffer``, and runs it
+itself (or hands an async one to the loop): no dispatcher thread and no per-task hand-off queue, so a
+stream of short tasks costs no thread switch per task (see ``buffer.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from conveyor.model import Outcome, TaskRecord
+from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
+from conveyor.worker.buffer import Buffer
 from conveyor.worker.inflight import Held, Inflight
 from conveyor.worker.runner import Runner, log_event
 
@@ -39,7 +43,7 @@ class Pool:
         self,
         runner: Runner,
         inflight: Inflight,
-        buffer: queue.Queue[TaskRecord | None],
+        buffer: Buffer,
         acker: Acker,
         concurrency: int,
         reporter: Reporter | None = None,
@@ -51,16 +55,12 @@ class Pool:
         self.concurrency = concurrency
         self.reporter = reporter
         self._slots = threading.Semaphore(concurrency)
-        self._sync: queue.Queue[Held | None] = queue.Queue()
-        self._closing = threading.Event()
-        self._leftover: list[TaskRecord] = []
         self._threads: list[threading.Thread] = []
         self._loop = asyncio.new_event_loop()
 
     def start(self) -> None:
         targets: list[tuple[str, Callable[[], None]]] = [("conveyor-loop", self._run_loop)]
-        targets += [(f"conveyor-exec-{i}", self._sync_loop) for i in range(self.concurrency)]
-        targets.append(("conveyor-dispatch", self._dispatch_loop))
+        targets += [(f"conveyor-exec-{i}", self._exec_loop) for i in range(self.concurrency)]
         for name, target in targets:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -68,24 +68,12 @@ class Pool:
 
     def stop_dispatch(self) -> list[Held]:
         """Start nothing more; return the held tasks that were buffered but not started."""
-        self._closing.set()
-        self.buffer.put(None)
-        self._threads[-1].join(timeout=10.0)
-        records = list(self._leftover)
-        while True:
-            try:
-                record = self.buffer.get_nowait()
-            except queue.Empty:
-                break
-            if record is not None:
-                records.append(record)
-        helds = [self.inflight.get(r.id) for r in records]
+        helds = [self.inflight.get(r.id) for r in self.buffer.close()]
         return [h for h in helds if h is not None and h.job is None]
 
     def stop(self) -> None:
         """Stop the threads that are idle and the loop (a sync handler still running is abandoned)."""
-        for _ in range(self.concurrency):
-            self._sync.put(None)
+        self.buffer.close()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._threads[0].join(timeout=2.0)
         if not self._loop.is_running():
@@ -97,26 +85,30 @@ class Pool:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def _dispatch_loop(self) -> None:
-        while not self._closing.is_set():
+    def _exec_loop(self) -> None:
+        while True:
+            while not self._slots.acquire(timeout=0.1):  # every slot is taken by async handlers
+                if self.buffer.closed:
+                    return
             record = self.buffer.get()
-            if record is None:
+            if record is None:  # closed: shutting down
+                self._slots.release()
                 return
             held = self.inflight.get(record.id)
             if held is None or held.lost:
-                continue
-            while not self._slots.acquire(timeout=0.1):
-                if self._closing.is_set():
-                    self._leftover.append(record)
-                    return
-            if self._closing.is_set():
                 self._slots.release()
-                self._leftover.append(record)
-                return
-            self._start(held)
+                continue
+            self._run(held)
 
-    def _start(self, held: Held) -> None:
-        prepared = self.runner.executor.prepare(held.record)
+    def _run(self, held: Held) -> None:
+        """Run ``held`` in this thread (sync) or start it on the loop (async); this thread holds a slot."""
+        try:
+            prepared = self.runner.executor.prepare(held.record)
+        except BaseException:  # a bug: drop the task here, its lease expires and the reaper recovers it
+            log.exception("task %s: the runtime failed to prepare it", held.id)
+            self._slots.release()
+            self.inflight.remove([held])
+            return
         if isinstance(prepared, Outcome):  # unknown name or undecodable payload: decided at once
             self._slots.release()
             self.acker.submit(held, prepared)
@@ -126,25 +118,17 @@ class Pool:
         log_event(held.record, "started")
         if self.reporter is not None:
             self.reporter.started(held)
-        if prepared.is_async:
-            future = asyncio.run_coroutine_threadsafe(self.runner.run_async(prepared), self._loop)
-            held.future = future
-            future.add_done_callback(lambda f: self._async_done(held, f))
-        else:
-            self._sync.put(held)
-
-    def _sync_loop(self) -> None:
-        while True:
-            held = self._sync.get()
-            if held is None:
+        outcome: Outcome | None = None
+        try:
+            if prepared.is_async:
+                future = asyncio.run_coroutine_threadsafe(self.runner.run_async(prepared), self._loop)
+                held.future = future
+                future.add_done_callback(lambda f: self._async_done(held, f))
                 return
-            assert held.job is not None
-            outcome: Outcome | None = None
-            try:
-                outcome = self.runner.run_sync(held.job)
-            except BaseException:  # a bug in middleware or the runtime: the lease recovers the task
-                log.exception("task %s: the runtime failed to run it", held.id)
-            self._finish(held, outcome)
+            outcome = self.runner.run_sync(prepared)
+        except BaseException:  # a bug in middleware or the runtime: the lease recovers the task
+            log.exception("task %s: the runtime failed to run it", held.id)
+        self._finish(held, outcome)
 
     def _async_done(self, held: Held, future: Future[Any]) -> None:
         outcome: Outcome | None = None

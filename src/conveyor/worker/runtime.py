@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import signal
 import threading
 import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from conveyor.model import Outcome, TaskRecord
+from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
+from conveyor.worker.buffer import Buffer
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Held, Inflight
@@ -56,7 +56,7 @@ class Runtime:
         self.config = config
         self.worker_id = new_worker_id()
         self.inflight = Inflight()
-        self.buffer: queue.Queue[TaskRecord | None] = queue.Queue()
+        self.buffer = Buffer()
         self.acker = Acker(app, self.inflight)
         runner = Runner(worker.executor, config.middleware)
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
