@@ -1,6 +1,8 @@
 """Soak run: 4 workers under a steady load, a random SIGKILL or SIGSTOP/SIGCONT every few seconds.
 
-    python bench/soak.py [--minutes 10] [--url sqlite:///soak.db] [--rate 20] [--workers 4]
+    python bench/soak.py [--minutes 10] [--url sqlite:///soak.db | --redis] [--rate 20] [--workers 4]
+
+``--redis`` starts a private server (AOF on, free loopback port) for the run and stops it at the end.
 
 Reports tasks enqueued / completed / lost (not completed at the end), duplicate executions (at-least-once
 allows them after a kill or a long pause), recovery chaos counts, and the RSS growth of the workers that
@@ -48,10 +50,20 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="tasks enqueued per second")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--redis", action="store_true", help="run on a private Redis-compatible server")
     ns = parser.parse_args()
+    if ns.redis:
+        from conveyor.testing.redis_server import RedisServer
+
+        with RedisServer(appendonly=True) as server:
+            return soak(ns, server.namespace_url("soak"))
+    return soak(ns, ns.url)
+
+
+def soak(ns: argparse.Namespace, url: str | None) -> int:
     rng = random.Random(ns.seed)
     workdir = Path(tempfile.mkdtemp(prefix="conveyor-soak-"))
-    url = ns.url or f"sqlite:///{workdir / 'soak.db'}"
+    url = url or f"sqlite:///{workdir / 'soak.db'}"
     ledger = workdir / "ledger.txt"
     env = dict(os.environ, CONVEYOR_URL=url, SOAK_LEDGER=str(ledger))
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
