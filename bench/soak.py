@@ -6,7 +6,8 @@
 
 Reports tasks enqueued / completed / lost (not completed at the end), duplicate executions (at-least-once
 allows them after a kill or a long pause), recovery chaos counts, and the RSS growth of the workers that
-lived through the whole run. Not run in CI. This file is also the workers' app (``soak:app``).
+lived through the whole run (worker 0 is never a chaos victim, so at least it does). Not run in CI.
+This file is also the workers' app (``soak:app``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def soak(ns: argparse.Namespace, url: str | None) -> int:
                 first = {w.pid: (now, rss_kib(w.pid)) for w in workers if w.poll() is None}
                 warm = True
             if now >= next_chaos:
-                i = rng.randrange(len(workers))
+                i = rng.randrange(1, len(workers)) if len(workers) > 1 else 0  # worker 0: the RSS witness
                 victim = workers[i]
                 if rng.random() < 0.5:
                     victim.kill()

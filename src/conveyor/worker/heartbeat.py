@@ -7,9 +7,10 @@ An operator's cancel request reaches the handler as ``ctx.cancel_requested``. A 
 past its timeout is logged here once and its ``ctx.timed_out`` set, so a cooperative handler can stop
 (Python cannot interrupt a thread; see docs/reliability.md).
 
-A lease claimed or extended less than one interval ago is left alone when that still leaves at least
-one interval of margin at the next tick (``lease_for - 2 * interval`` or more; 6 s with the
-defaults): a busy worker holding hundreds of short tasks makes no extend calls for them at all.
+A lease claimed or extended less than half an interval ago is left alone when that still leaves at
+least one interval of margin at the next tick: a busy worker holding hundreds of short tasks makes no
+extend calls for them at all. Leases are then renewed at most 1.5 intervals apart, so a pause of the
+worker shorter than ``lease_for - 1.5 * interval`` (7 s with the defaults) never loses one.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Heartbeat(Periodic):
         self.lease_for = lease_for
 
     def tick(self) -> None:
-        fresh_for = min(self.interval, self.lease_for - 2 * self.interval)
+        fresh_for = min(self.interval / 2, self.lease_for - 2 * self.interval)
         for held in self.inflight.snapshot():
             started = time.monotonic()
             if held.lost or started - held.renewed < fresh_for:
