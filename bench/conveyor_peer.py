@@ -12,14 +12,12 @@ from types import TracebackType
 from typing import Any
 
 from bench.recorder import hit
+from bench.workload import IO, TUNED, noop_kwargs
 from conveyor import Conveyor
 from conveyor.retry import Fixed
-from conveyor.worker import WorkerConfig
 
-__all__ = ["BULK", "MIXED", "SETTINGS", "Producer", "run_worker", "runtime_available"]
+__all__ = ["BULK", "MIXED", "SETTINGS", "Producer", "run_worker"]
 
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = os.environ.get("BENCH_VARIANT", "default") == "tuned"
 SETTINGS = {
     "default": "WorkerConfig() defaults (concurrency 10, prefetch 0, poll_interval 0.5 s); io: concurrency 100",
     "tuned": "WorkerConfig(prefetch=64, poll_interval=0.005); io: concurrency 100",
@@ -41,13 +39,6 @@ async def sleepy() -> None:
     await asyncio.sleep(0.001)
 
 
-def runtime_available() -> bool:
-    """True once the worker runtime (``Worker.run``) has landed."""
-    from conveyor.worker import Worker
-
-    return callable(getattr(Worker, "run", None))
-
-
 class Producer:
     def __enter__(self) -> Producer:
         return self
@@ -66,11 +57,7 @@ class Producer:
         if task == "sleepy":
             sleepy.enqueue()
             return
-        kwargs: dict[str, Any] = {}
-        if ts is not None:
-            kwargs["ts"] = ts
-        if fail:
-            kwargs["fail"] = True
+        kwargs = noop_kwargs(ts, fail)
         options: dict[str, Any] = {}
         if fail:
             options.update(max_retries=2, backoff=Fixed(0))
@@ -91,14 +78,12 @@ class Producer:
 
 
 def worker_settings() -> dict[str, Any]:
-    """The variant's settings (those this WorkerConfig knows); io asks for 100 concurrent tasks."""
+    """The variant's ``WorkerConfig`` settings; io asks for 100 concurrent tasks."""
     wanted: dict[str, Any] = {"prefetch": 64, "poll_interval": 0.005} if TUNED else {}
-    if WORKLOAD == "io":
+    if IO:
         wanted["concurrency"] = 100
-    fields = WorkerConfig.__dataclass_fields__
-    return {key: value for key, value in wanted.items() if key in fields}
+    return wanted
 
 
 def run_worker() -> None:
-    worker: Any = app.worker(**worker_settings())
-    worker.run()
+    app.worker(**worker_settings()).run()

@@ -1,10 +1,10 @@
 """Conveyor measured in one process (``python -m bench.conveyor_runs BACKEND_URL WORKLOAD N``).
 
 Prints one JSON line. This is how the memory backend is measured (it cannot be shared between
-processes), how every backend's enqueue rates are measured, and the fallback for drains while the
-worker runtime has not landed: ``steppable`` drains with ``Worker.run_until_idle()`` (one claim and
-one settle per task), ``batch`` with the broker's batch claim and one settle per batch, a loop
-written here (``claim(limit=BATCH)`` + prepare and run each + ``settle(outcomes)``).
+processes) and how every backend's enqueue rates are measured: ``steppable`` drains with
+``Worker.run_until_idle()`` (one claim and one settle per task), ``batch`` with the broker's batch
+claim and one settle per batch, a loop written here (``claim(limit=BATCH)`` + prepare and run each
++ ``settle(outcomes)``).
 """
 
 from __future__ import annotations

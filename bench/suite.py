@@ -9,7 +9,6 @@ goes on.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tempfile
 import time
@@ -83,22 +82,13 @@ class Suite:
     # -- Conveyor ------------------------------------------------------------------------------------
 
     def conveyor(self, sqlite_dir: Path) -> None:
-        from bench.conveyor_peer import runtime_available
-
-        runtime = runtime_available()
         for backend in self.plan.conveyor_backends:
             label = f"Conveyor ({backend})"
-            if backend == "redis" and importlib.util.find_spec("conveyor.brokers.redis") is None:
-                for workload in ("enqueue_single", "enqueue_bulk", "drain", "latency_p50", "latency_p99", "mixed"):
-                    figure = _fig(label, "default", workload)
-                    figure.note = "not available: the redis broker has not landed yet"
-                    self.figures.append(figure)
-                continue
             url = {"memory": "memory://", "sqlite": f"sqlite:///{sqlite_dir / 'bench.db'}"}.get(
                 backend, self.server.url
             )
             self.say(f"  {label}")
-            self._conveyor_backend(label, backend, url, runtime)
+            self._conveyor_backend(label, backend, url)
 
     def _inproc(self, url: str, workload: str, n: int) -> dict[str, Any]:
         if url.startswith("sqlite:///"):
@@ -108,7 +98,7 @@ class Suite:
         cmd = [_python(), "-m", "bench.conveyor_runs", url, workload, str(n)]
         return run_json(cmd, _env(), 900)
 
-    def _conveyor_backend(self, label: str, backend: str, url: str, runtime: bool) -> None:
+    def _conveyor_backend(self, label: str, backend: str, url: str) -> None:
         plan = self.plan
         single, bulk = _fig(label, "default", "enqueue_single"), _fig(label, "default", "enqueue_bulk")
         server_bytes = _fig(label, "default", "server_bytes")
@@ -124,7 +114,7 @@ class Suite:
 
         self._repeat([single, bulk], plan.reps, enqueue)
         self.figures += [single, bulk] + ([server_bytes] if backend == "redis" else [])
-        if runtime and backend != "memory":
+        if backend != "memory":
             from bench.conveyor_peer import SETTINGS
 
             peer = Peer(label, "conveyor", (("BENCH_URL", url),))
@@ -136,8 +126,7 @@ class Suite:
                     runner, label, variant, None, None, with_rss=variant == "default", with_enqueue=False
                 )
             return
-        # no runtime (or the in-process memory backend): drain in one process, steppable
-        why = "in-process broker: no separate worker process" if backend == "memory" else "worker runtime not landed"
+        # the in-process memory broker: drain in one process, steppable
         for variant, mode in (("steppable", "steppable"), ("batch loop", "batch")):
             drain = _fig(label, variant, "drain")
 
@@ -155,7 +144,7 @@ class Suite:
         self.figures += [mixed, rss]
         for workload in ("latency_p50", "latency_p99", "io"):
             figure = _fig(label, "default", workload)
-            figure.note = f"not available: {why}"
+            figure.note = "not available: in-process broker: no separate worker process"
             self.figures.append(figure)
         self.settings[label] = {
             "steppable": "Worker.run_until_idle(): one claim and one settle per task",

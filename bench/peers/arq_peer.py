@@ -1,18 +1,13 @@
 """arq (asyncio); one worker process."""
 
 import asyncio
-import os
 
 from arq import Retry, create_pool
 from arq.connections import RedisSettings
 from arq.worker import Worker
 
 from bench.recorder import Failure, hit
-
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = VARIANT == "tuned"
-IO = WORKLOAD == "io"
+from bench.workload import IO, TUNED, URL, noop_kwargs
 
 SETTINGS = {
     "default": "Worker defaults: max_jobs=10, poll_delay=0.5 s, keep_result=3600 s",
@@ -24,7 +19,7 @@ IO_NOTE = "max_jobs=100"
 
 
 def _settings():
-    return RedisSettings.from_dsn(os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"))
+    return RedisSettings.from_dsn(URL)
 
 
 async def noop(ctx, ts=None, fail=False):
@@ -50,15 +45,8 @@ class AsyncProducer:
         await self.pool.aclose()
 
     async def one(self, task, ts=None, fail=False, delay=None, priority=None):
-        kwargs = {}
-        if ts is not None:
-            kwargs["ts"] = ts
-        if fail:
-            kwargs["fail"] = True
+        kwargs = noop_kwargs(ts, fail)
         await self.pool.enqueue_job(task, _defer_by=delay, **kwargs)
-
-    async def bulk(self, task, count):
-        raise NotImplementedError
 
 
 def run_worker():

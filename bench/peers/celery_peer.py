@@ -6,12 +6,9 @@ import time
 from celery import Celery
 
 from bench.recorder import Failure, hit
+from bench.workload import IO, TUNED, URL, noop_kwargs
 
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
 POOL = os.environ.get("BENCH_POOL", "threads")
-TUNED = VARIANT == "tuned"
-IO = WORKLOAD == "io"
 
 # prefork runs one pool process: the workload is one worker process, and the recorder counts per process
 _CONCURRENCY = "nproc (default)" if POOL == "threads" else "1 pool process"
@@ -25,7 +22,7 @@ BULK = False
 MIXED = None  # priorities via the redis transport's priority steps
 IO_NOTE = "-P threads -c 100" if POOL == "threads" else "not run: 100 prefork processes do not fit this machine"
 
-app = Celery("celery_peer", broker=os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"))
+app = Celery("celery_peer", broker=URL)
 app.conf.update(
     broker_transport_options={"priority_steps": list(range(10)), "queue_order_strategy": "priority"},
     worker_hijack_root_logger=True,
@@ -57,18 +54,11 @@ class Producer:
         if task == "sleepy":
             sleepy.delay()
             return
-        kwargs = {}
-        if ts is not None:
-            kwargs["ts"] = ts
-        if fail:
-            kwargs["fail"] = True
+        kwargs = noop_kwargs(ts, fail)
         if delay or priority is not None:
             noop.apply_async(kwargs=kwargs, countdown=delay, priority=priority)
         else:
             noop.delay(**kwargs)
-
-    def bulk(self, task, count):
-        raise NotImplementedError
 
 
 def run_worker():

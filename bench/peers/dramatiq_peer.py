@@ -1,6 +1,5 @@
 """Dramatiq with its Redis broker; one worker process (``dramatiq.Worker`` in this process)."""
 
-import os
 import threading
 import time
 
@@ -10,11 +9,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Retries
 
 from bench.recorder import hit
-
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = VARIANT == "tuned"
-IO = WORKLOAD == "io"
+from bench.workload import IO, TUNED, URL, noop_kwargs
 
 SETTINGS = {
     "default": "RedisBroker, default middleware, 1 process x 8 threads, prefetch 2x threads",
@@ -24,8 +19,7 @@ BULK = False
 MIXED = None  # priorities: per actor only, not per message (the mixed run sets none)
 IO_NOTE = "1 process x 100 threads"
 
-_URL = os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0")
-broker = RedisBroker(url=_URL, middleware=[Retries()]) if TUNED else RedisBroker(url=_URL)
+broker = RedisBroker(url=URL, middleware=[Retries()]) if TUNED else RedisBroker(url=URL)
 dramatiq.set_broker(broker)
 
 
@@ -51,19 +45,12 @@ class Producer:
         if task == "sleepy":
             sleepy.send()
             return
-        kwargs = {}
-        if ts is not None:
-            kwargs["ts"] = ts
-        if fail:
-            kwargs["fail"] = True
+        kwargs = noop_kwargs(ts, fail)
         if fail or delay:
             options = {"max_retries": 2} if fail else {}
             noop.send_with_options(kwargs=kwargs, delay=int(delay * 1000) if delay else None, **options)
         else:
             noop.send(**kwargs)
-
-    def bulk(self, task, count):
-        raise NotImplementedError
 
 
 def run_worker():

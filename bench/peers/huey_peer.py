@@ -1,15 +1,11 @@
 """Huey on Redis: ``RedisHuey``, and ``PriorityRedisHuey`` for the mixed workload (priorities)."""
 
-import os
 import time
 
 from huey import PriorityRedisHuey, RedisHuey
 
 from bench.recorder import hit
-
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = VARIANT == "tuned"
+from bench.workload import IO, TUNED, URL, WORKLOAD, noop_kwargs
 
 SETTINGS = {
     "default": "RedisHuey (PriorityRedisHuey for mixed), consumer workers=1 (thread), results on, blocking reads",
@@ -20,7 +16,7 @@ MIXED = None
 IO_NOTE = "consumer with 100 worker threads"
 
 _CLASS = PriorityRedisHuey if WORKLOAD == "mixed" else RedisHuey
-huey = _CLASS("bench", url=os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"), results=not TUNED)
+huey = _CLASS("bench", url=URL, results=not TUNED)
 
 
 @huey.task(retries=0, retry_delay=0)
@@ -45,11 +41,7 @@ class Producer:
         if task == "sleepy":
             sleepy()
             return
-        kwargs = {}
-        if ts is not None:
-            kwargs["ts"] = ts
-        if fail:
-            kwargs["fail"] = True
+        kwargs = noop_kwargs(ts, fail)
         retries = 2 if fail else None
         if delay:
             noop.schedule(kwargs=kwargs, delay=delay, priority=priority, retries=retries)
@@ -62,14 +54,10 @@ class Producer:
         else:
             noop(**kwargs)
 
-    def bulk(self, task, count):
-        raise NotImplementedError
-
 
 def run_worker():
-    io = WORKLOAD == "io"
     consumer = huey.create_consumer(
-        workers=100 if io else 1,
+        workers=100 if IO else 1,
         worker_type="thread",
         periodic=not TUNED,
         check_worker_health=not TUNED,

@@ -1,6 +1,5 @@
 """RQ with ``SimpleWorker`` (runs tasks in the worker process, no fork per task)."""
 
-import os
 import time
 from datetime import timedelta
 
@@ -8,10 +7,7 @@ from redis import Redis
 from rq import Queue, Retry, SimpleWorker
 
 from bench.recorder import hit
-
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = VARIANT == "tuned"
+from bench.workload import TUNED, URL, WORKLOAD, noop_kwargs
 
 SETTINGS = {
     "default": "SimpleWorker, one queue, result_ttl default (500 s), logging INFO",
@@ -34,7 +30,7 @@ def sleepy():
 
 
 def _queue():
-    return Queue("bench", connection=Redis.from_url(os.environ["BENCH_URL"]))
+    return Queue("bench", connection=Redis.from_url(URL))
 
 
 class Producer:
@@ -47,11 +43,7 @@ class Producer:
 
     def one(self, task, ts=None, fail=False, delay=None, priority=None):
         fn = noop if task == "noop" else sleepy
-        kwargs = {}
-        if ts is not None:
-            kwargs["ts"] = ts
-        if fail:
-            kwargs["fail"] = True
+        kwargs = noop_kwargs(ts, fail)
         retry = Retry(max=2) if fail else None
         if delay:
             self.q.enqueue_in(timedelta(seconds=delay), fn, kwargs=kwargs, retry=retry, **_EXTRA)

@@ -1,17 +1,12 @@
 """SAQ (asyncio, Redis); one worker process."""
 
 import asyncio
-import os
 import time
 
 from saq import Queue, Worker
 
 from bench.recorder import hit
-
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = VARIANT == "tuned"
-IO = WORKLOAD == "io"
+from bench.workload import IO, TUNED, URL, noop_kwargs
 
 SETTINGS = {
     "default": "Worker defaults: concurrency=10",
@@ -23,7 +18,7 @@ IO_NOTE = "concurrency=100"
 
 
 def _queue():
-    return Queue.from_url(os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"), name="bench")
+    return Queue.from_url(URL, name="bench")
 
 
 async def noop(ctx, *, ts=None, fail=False):
@@ -45,19 +40,13 @@ class AsyncProducer:
         await self.queue.disconnect()
 
     async def one(self, task, ts=None, fail=False, delay=None, priority=None):
-        kwargs = {}
-        if ts is not None:
-            kwargs["ts"] = ts
+        kwargs = noop_kwargs(ts, fail)
         if fail:
-            kwargs["fail"] = True
             kwargs["retries"] = 3
             kwargs["retry_delay"] = 0.0
         if delay:
             kwargs["scheduled"] = int(time.time() + delay)
         await self.queue.enqueue(task, **kwargs)
-
-    async def bulk(self, task, count):
-        raise NotImplementedError
 
 
 async def run_worker():

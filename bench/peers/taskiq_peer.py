@@ -7,11 +7,7 @@ import sys
 from taskiq_redis import RedisStreamBroker
 
 from bench.recorder import hit
-
-VARIANT = os.environ.get("BENCH_VARIANT", "default")
-WORKLOAD = os.environ.get("BENCH_WORKLOAD", "drain")
-TUNED = VARIANT == "tuned"
-IO = WORKLOAD == "io"
+from bench.workload import IO, TUNED, URL
 
 SETTINGS = {
     "default": "RedisStreamBroker, `taskiq worker --workers 1` (defaults otherwise), no result backend",
@@ -22,8 +18,7 @@ BULK = False
 MIXED = "delayed tasks need taskiq's separate scheduler process and the Redis brokers have no priorities"
 IO_NOTE = "--max-async-tasks 100"
 
-_URL = os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0")
-broker = RedisStreamBroker(_URL, xread_count=1000) if TUNED else RedisStreamBroker(_URL)
+broker = RedisStreamBroker(URL, xread_count=1000) if TUNED else RedisStreamBroker(URL)
 
 
 @broker.task(task_name="noop")
@@ -52,9 +47,6 @@ class AsyncProducer:
             await noop.kiq(ts=ts)
         else:
             await noop.kiq()
-
-    async def bulk(self, task, count):
-        raise NotImplementedError
 
 
 def run_worker():
