@@ -76,6 +76,3 @@ class Buffer:
 
     def empty(self) -> bool:
         return not self._items
-
-    def __len__(self) -> int:
-        return len(self._items)

@@ -62,12 +62,8 @@ class Heartbeat(Periodic):
 
     def lost(self, held: Held) -> None:
         """The lease is gone: stop the handler cooperatively; never commit its result."""
-        held.lost = True
+        held.mark_lost()
         log_event(held.record, "lease-lost")
-        if held.job is not None:
-            held.job.ctx.mark_lease_lost()
-        if held.future is not None:
-            held.future.cancel()  # async handler: cancelled on its loop
         if held.job is None or held.future is not None:
             self.inflight.remove([held])  # not started, or async (cancelled): nothing will settle it
 

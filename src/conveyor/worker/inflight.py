@@ -25,7 +25,6 @@ class Held:
 
     record: TaskRecord
     token: str
-    claimed: float = field(default_factory=time.monotonic)
     renewed: float = field(default_factory=time.monotonic)  # claimed, or last extended (monotonic)
     job: Job | None = None
     started: float | None = None
@@ -37,14 +36,13 @@ class Held:
     def id(self) -> str:
         return self.record.id
 
-
-def _lease_lost(held: Held) -> None:
-    """Flag a replaced lease as lost, as the heartbeat would on its next extend (which now never comes)."""
-    held.lost = True
-    if held.job is not None:
-        held.job.ctx.mark_lease_lost()
-    if held.future is not None:
-        held.future.cancel()
+    def mark_lost(self) -> None:
+        """This worker no longer holds the lease: the handler sees ``ctx.lease_lost``; async is cancelled."""
+        self.lost = True
+        if self.job is not None:
+            self.job.ctx.mark_lease_lost()
+        if self.future is not None:
+            self.future.cancel()  # async handler: cancelled on its loop
 
 
 class Inflight:
@@ -62,7 +60,7 @@ class Inflight:
                 held = Held(record, record.lease_token)
                 previous = self._held.get(record.id)
                 if previous is not None and not previous.lost:
-                    _lease_lost(previous)  # claimed again: the broker reclaimed the lease we held
+                    previous.mark_lost()  # claimed again: the broker reclaimed the lease we held
                 self._held[record.id] = held
                 added.append(held)
         return added

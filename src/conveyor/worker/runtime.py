@@ -122,11 +122,7 @@ class Runtime:
         if not helds:
             return
         for held in helds:
-            held.lost = True
-            if held.job is not None:
-                held.job.ctx.mark_lease_lost()
-            if held.future is not None:
-                held.future.cancel()
+            held.mark_lost()
         outcomes = [Outcome(h.id, h.token, "release") for h in helds]
         try:
             applied = self.app.broker.settle(outcomes, self.app.now())

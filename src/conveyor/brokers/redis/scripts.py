@@ -139,26 +139,6 @@ class Scripts:
             self.load_all(client)
             return _execute(client, command)
 
-    def call_many(self, client: redis.Redis, calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]) -> list[Any]:
-        """Several EVALSHA in one pipelined round trip (not one transaction); errors are raised."""
-        results = self._pipelined(client, calls)
-        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:  # a NOSCRIPT reply means that call did not run: load and redo those only
-            self.load_all(client)
-            again = self._pipelined(client, [calls[i] for i in missing])
-            for i, result in zip(missing, again, strict=True):
-                results[i] = result
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        return results
-
-    def _pipelined(self, client: redis.Redis, calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]) -> list[Any]:
-        pipe = client.pipeline(transaction=False)
-        for name, keys, args in calls:
-            pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
-        return list(pipe.execute(raise_on_error=False))
-
 
 def _execute(client: redis.Redis, command: tuple[Arg, ...]) -> Any:
     """``client.execute_command(*command)`` (no response callback), with less per-call overhead.
