@@ -16,7 +16,7 @@ from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
-from conveyor.brokers.redis.scripts import OPERATIONS, prelude, read_source
+from conveyor.brokers.redis.scripts import OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskState
 from conveyor.testing.redis_server import RedisServer
@@ -120,21 +120,45 @@ def test_scripts_take_values_only_through_keys_and_argv() -> None:
         assert not re.search(r"%\(|\{\{|\$\{", read_source(name)), f"{name}.lua looks templated"
 
 
-def test_script_preludes_keep_the_helpers_used_directly_or_indirectly() -> None:
-    lib = read_source("_lib")
-    kept = prelude(lib, "return promote(1)")
-    for name in ("promote", "make_pending", "move", "index", "unindex", "settings", "event", "zop"):
-        assert f"local function {name}(" in kept
-    assert "local function dump(" not in kept
-    assert "local function reap(" not in kept
-    assert prelude(lib, " ".join(re.findall(r"^local function (\w+)", lib, re.MULTILINE))) == lib
+def test_the_library_registers_every_operation_under_a_versioned_name() -> None:
+    version, code = build_library()
+    assert code.startswith(f"#!lua name=conveyor_{version}\n")
+    for name in OPERATIONS:
+        assert f"function_name = 'conveyor_{version}_{name}'" in code
+    assert build_library() == (version, code)  # deterministic: every process names the same functions
 
 
-def test_scripts_are_reloaded_after_script_flush(broker: RedisBroker) -> None:
-    broker.enqueue([task("before")], NOW)
-    broker.client.script_flush()
-    assert broker.enqueue([task("after")], NOW) == [None]
-    assert [r.id for r in broker.claim(["q"], NOW, 30.0, limit=5)] == ["before", "after"]
+def test_the_library_is_loaded_once_and_again_after_function_flush(own_server: RedisServer) -> None:
+    broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
+    client = own_server.client()
+    try:
+        assert client.function_list() == []
+        broker.enqueue([task("before")], NOW)
+        libraries = [dict(zip(lib[::2], lib[1::2], strict=True)) for lib in client.function_list()]
+        assert [lib["library_name"] for lib in libraries] == [f"conveyor_{Scripts().version}"]
+        client.function_flush()
+        assert broker.enqueue([task("after")], NOW) == [None]
+        assert [r.id for r in broker.claim(["q"], NOW, 30.0, limit=5)] == ["before", "after"]
+    finally:
+        broker.close()
+
+
+def test_read_only_operations_answer_on_a_server_out_of_memory(own_server: RedisServer) -> None:
+    broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
+    broker.enqueue([task("kept")], NOW)
+    client = own_server.client()
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", str(int(client.info("memory")["used_memory"]) - 1024))
+    try:
+        assert {"list", "stats"} == READ_ONLY
+        assert [r.id for r in broker.list_tasks("q", TaskState.PENDING, NOW)] == ["kept"]
+        assert broker.queues(NOW)[0].counts["pending"] == 1
+        with pytest.raises(BrokerError, match="out of memory"):
+            broker.enqueue([task("refused")], NOW)
+    finally:
+        client.config_set("maxmemory", "0")
+    assert broker.get("refused", NOW) is None
+    broker.close()
 
 
 # -- URLs and namespaces --------------------------------------------------------------------------

@@ -47,6 +47,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
+from conveyor.clock import Clock
 from conveyor.model import (
     Event,
     LeaseStatus,
@@ -59,7 +60,7 @@ from conveyor.model import (
     WorkerInfo,
 )
 
-__all__ = ["MAX_ERRORS_KEPT", "Broker", "EventCallback", "WaitsForWork", "deliver", "ready_key"]
+__all__ = ["MAX_ERRORS_KEPT", "Broker", "ClaimsAfterWait", "EventCallback", "WaitsForWork", "deliver", "ready_key"]
 
 log = logging.getLogger("conveyor.brokers")
 
@@ -232,4 +233,21 @@ class WaitsForWork(Protocol):
         queue); False means the timeout passed. Delayed tasks becoming due need not wake anyone, so
         a caller still claims at least every ``timeout`` seconds.
         """
+        ...
+
+
+@runtime_checkable
+class ClaimsAfterWait(Protocol):
+    """Optional capability: wait for work and claim it in one step (preferred over ``WaitsForWork``).
+
+    An idle fetcher calls it in a loop: each call is one wait and one claim, so the claim needs no
+    round trip of its own after the wake-up. Redis queues the claim behind its blocking pop.
+    """
+
+    def claim_after_wait(
+        self, queues: Sequence[str], clock: Clock, lease_for: float, limit: int, timeout: float
+    ) -> list[TaskRecord]:
+        """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending,
+        then ``claim(queues, now, lease_for, limit)`` with ``now`` read from ``clock`` when the claim
+        runs. Returns the claimed tasks (empty when the timeout passed or another consumer won)."""
         ...

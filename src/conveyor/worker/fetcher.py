@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from conveyor.brokers.base import WaitsForWork
+from conveyor.brokers.base import ClaimsAfterWait, WaitsForWork
 from conveyor.model import TaskRecord
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
@@ -95,6 +95,7 @@ class Fetcher:
 
     def _loop(self) -> None:
         retry = RetryDelay(min(0.1, self.config.poll_interval), 5.0)  # a broker outage: back off, reconnect
+        idle = False  # the last claim found nothing: wait for work before (or while) claiming again
         while not self._stop.is_set():
             room = self.capacity - len(self.inflight)
             if room <= 0:
@@ -108,26 +109,36 @@ class Fetcher:
                 room = self.capacity - len(self.inflight)
             queues = self.order.next()
             try:
-                records = self.fetch(room, queues)
+                records = self._wait_and_fetch(room, queues) if idle else self.fetch(room, queues)
             except Exception as exc:
                 delay = retry.next()
                 log_failure("fetcher: claim", exc, delay)
                 self._stop.wait(delay)
                 continue
             retry.reset()
-            if not records:
-                self._idle(queues)
+            idle = not records
 
-    def _idle(self, queues: Sequence[str]) -> None:
-        """Nothing to claim: wait up to ``poll_interval`` (less when the broker signals new work)."""
+    def _wait_and_fetch(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
+        """Nothing was there last time: wait up to ``poll_interval`` (less when the broker signals new
+        work), then claim. A broker that ``ClaimsAfterWait`` does both in one step."""
         broker = self.app.broker
-        if isinstance(broker, WaitsForWork) and not self._stop.is_set():
+        if isinstance(broker, ClaimsAfterWait):
+            records = broker.claim_after_wait(
+                queues, self.app.clock, self.config.lease_for, room, self.config.poll_interval
+            )
+            self.inflight.add(records)
+            self.buffer.put_many(records)
+            return records
+        waited = False
+        if isinstance(broker, WaitsForWork):
             try:
                 broker.wait_for_work(queues, self.config.poll_interval)
-                return
+                waited = True
             except Exception:
                 log.warning("fetcher: waiting for work failed; polling instead", exc_info=True)
-        self._stop.wait(self.config.poll_interval)
+        if not waited:
+            self._stop.wait(self.config.poll_interval)
+        return [] if self._stop.is_set() else self.fetch(room, queues)
 
     def fetch(self, room: int, queues: Sequence[str] | None = None) -> list[TaskRecord]:
         """Claim up to ``room`` tasks now (from ``queues``, default the next order) into the buffer."""

@@ -33,10 +33,12 @@ from conveyor.brokers.redis.codec import (
     encode_worker,
 )
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.clock import Clock
 from conveyor.errors import BrokerError, BrokerUnavailable, InvalidTransition, QueueFull, TaskNotFound
 from conveyor.model import (
     BrokerPolicy,
@@ -102,6 +104,7 @@ class RedisBroker:
         self.policy = policy or BrokerPolicy()
         self.keys = Keys(config.namespace)
         self._client = config.client()
+        self._conns = Connections(self._client.connection_pool)
         self._script_keys = self.keys.script_keys()
         self._fixed: tuple[tuple[Arg, ...], tuple[Arg, ...]] = (
             (len(self._script_keys), *self._script_keys, self.keys.prefix),
@@ -126,20 +129,30 @@ class RedisBroker:
     # -- calling scripts -----------------------------------------------------------------------
 
     def _call(self, name: str, now: float, *args: Arg) -> Any:
+        return self._invoke(name, repr(float(now)), args)[1]
+
+    def _invoke(
+        self, name: str, now: str, args: Sequence[Arg], before: Sequence[Command] = ()
+    ) -> tuple[list[Any], Any, float]:
+        """Run operation ``name`` (after the commands ``before``, in the same write): their replies,
+        its result, and the ``now`` it ran at (``now`` "" asks for the server's TIME)."""
         # KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call
         fixed = self._fixed
-        head = (*fixed[0], repr(float(now)), self._origin, "1" if self._events.active else "0", *fixed[1])
+        head = (*fixed[0], now, self._origin, "1" if self._events.active else "0", *fixed[1])
         try:
             with translate_errors():
-                reply = self._scripts.call(self._client, name, head, args)
+                early, reply = self._scripts.call(
+                    self._conns, self._client, self._scripts.command(name, head, args), before
+                )
         except BrokerError as exc:
             cause = exc.__cause__
             if isinstance(cause, redis.ResponseError) and str(cause).startswith("CONVEYOR_"):
                 raise _Refused(str(cause)) from None
             raise
-        if len(reply) > 1:
-            self._events.deliver(decode_events(reply[1], now))
-        return reply[0]
+        ran_at = float(reply[1])
+        if len(reply) > 2:  # {result, now, events}: see lua/_lib.lua
+            self._events.deliver(decode_events(reply[2], ran_at))
+        return early, reply[0], ran_at
 
     def _records(self, items: Sequence[Any], claim: tuple[float, float, str] | None = None) -> list[TaskRecord]:
         records = []
@@ -174,11 +187,34 @@ class RedisBroker:
     # -- consuming -----------------------------------------------------------------------------
 
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        return self._claim(queues, repr(float(now)), lease_for, limit)
+
+    def _claim(
+        self, queues: Sequence[str], now: str, lease_for: float, limit: int, before: Sequence[Command] = ()
+    ) -> list[TaskRecord]:
         base = secrets.token_hex(12)
-        now, lease_for = float(now), float(lease_for)
-        reply = self._call("claim", now, repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
+        lease_for = float(lease_for)
+        args: tuple[Arg, ...] = (repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
+        _, reply, ran_at = self._invoke("claim", now, args, before)
         items = json.loads(reply)  # "{}" (an empty Lua table) when nothing was claimed
-        return self._records(items or [], (now, now + lease_for, base))
+        return self._records(items or [], (ran_at, ran_at + lease_for, base))
+
+    def claim_after_wait(
+        self, queues: Sequence[str], clock: Clock, lease_for: float, limit: int, timeout: float
+    ) -> list[TaskRecord]:
+        """``ClaimsAfterWait``: wait up to ``timeout`` for a wake-up (see :meth:`wait_for_work`), then claim.
+
+        When ``clock`` is this broker's :meth:`server_clock` (the app's default), the blocking pop and
+        the claim go in one write on one connection: the server runs the claim the moment the pop
+        returns, at its own TIME, with no round trip in between (an idle worker starts a new task one
+        round trip sooner). With any other clock (a ``FakeClock`` in tests) it waits, then claims at
+        ``clock()``: the claim must see the caller's time.
+        """
+        timeout = min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
+        if self._clock is not None and clock is self._clock:
+            return self._claim(queues, "", lease_for, limit, before=[("BLPOP", self.keys.wake, repr(timeout))])
+        self.wait_for_work(queues, timeout)
+        return self.claim(queues, clock(), lease_for, limit)
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         applied: list[bool] = []
@@ -329,6 +365,7 @@ class RedisBroker:
 
     def close(self) -> None:
         self._events.close()
+        self._conns.close()
         self._client.close()
 
     # -- Redis specifics -----------------------------------------------------------------------

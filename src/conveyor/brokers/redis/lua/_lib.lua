@@ -1,6 +1,8 @@
--- _lib.lua: the prelude scripts.py puts in front of every operation script (code only, no values).
+-- _lib.lua: the helpers every operation shares (code only, no values). scripts.py builds one Redis
+-- Functions library from it and the operation files (each becomes a function `conveyor_<version>_<op>`),
+-- loaded once per server: the helpers below are built at load time, not on every call.
 --
--- KEYS (the same for every script: keys.Keys.script_keys()), all under the namespace's hash tag:
+-- KEYS (the same for every operation: keys.Keys.script_keys()), all under the namespace's hash tag:
 --   KEYS[1] due       zset   scheduled + retry tasks by next_run_at
 --   KEYS[2] leases    zset   active tasks by lease_expires_at
 --   KEYS[3] expiring  zset   pending/scheduled/retry tasks by expires_at
@@ -11,33 +13,48 @@
 --   KEYS[8] wake      list   one token, pushed when a call made tasks pending (idle workers BLPOP it)
 --   KEYS[9] listening string  exists while some process listens on the events channel (a TTL its
 --                             listener keeps refreshing); without it and without ARGV[4], no event is made
--- ARGV head (the same for every script):
+-- ARGV head (the same for every operation):
 --   ARGV[1] key prefix "{ns}:" (task and per-queue keys are built from it: same hash slot)
---   ARGV[2] now (epoch seconds, from the caller's clock)
+--   ARGV[2] now (epoch seconds, from the caller's clock; "" = the server's TIME, for calls queued
+--           behind a blocking pop, which run later than they were sent)
 --   ARGV[3] origin: id of the calling broker object (tags published events)
 --   ARGV[4] "1": also return the events to the caller (it has local subscribers)
 --   ARGV[5] MAX_ERRORS_KEPT   ARGV[6] policy.archive_retention   ARGV[7] policy.max_stalls
 -- Operation arguments follow: A(1) is ARGV[8]. Optional strings travel as "" (None) or "=" .. value.
--- Every script returns {result} or, with events wanted and some made, {result, events}; events are
--- also PUBLISHed as "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call. Events are
--- made only when someone wants them (EMIT: the caller has local subscribers, or KEYS[9] exists).
--- Scripts check everything before their first write, so an error (e.g. OOM, raised by Redis at the
--- first write) leaves nothing half-written.
+-- Every operation returns {result, now} or, with events wanted and some made, {result, now, events};
+-- events are also PUBLISHed as "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
+-- Events are made only when someone wants them (EMIT: the caller has local subscribers, or KEYS[9]
+-- exists). Operations check everything before their first write, and a function that may write is
+-- refused as a whole by a server out of memory, so an error leaves nothing half-written.
+--
+-- Per-call state lives in the locals below, set by begin() at the start of every call (a library's
+-- locals outlive a call; nothing may carry over from one call to the next).
 
-local P, NOW, ORIGIN, WANT = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
-local MAX_ERRORS, RETENTION, MAX_STALLS = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local WAKE = KEYS[8]
-local EMIT = WANT or redis.call('EXISTS', KEYS[9]) == 1
-local EVENTS = {}
-local WOKEN = false
-local NOWS = string.format('%.17g', NOW)
+local KEYS, ARGV
+local P, NOW, ORIGIN, WANT, MAX_ERRORS, RETENTION, MAX_STALLS, NOWS
+local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE
+local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS
+
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  P, ORIGIN, WANT = ARGV[1], ARGV[3], ARGV[4] == '1'
+  if ARGV[2] == '' then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  else
+    NOW = tonumber(ARGV[2])
+  end
+  NOWS = string.format('%.17g', NOW)
+  MAX_ERRORS, RETENTION, MAX_STALLS = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+  WAKE = KEYS[8]
+  EMIT = WANT or redis.call('EXISTS', KEYS[9]) == 1
+  EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = {}, false, false, {}, {}, {}
+end
 
 -- Sorted-set writes while DEFER is on are buffered per key (order kept per key) and sent as one
 -- ZADD/ZREM per key and run by flush_z(); a script turns DEFER on only where it no longer reads the
 -- sorted sets it writes. Hash writes are never deferred.
-local DEFER = false
-local ZOPS, ZORDER = {}, {}
 local function zop(cmd, key, a, b)
   if not DEFER then
     if b then return redis.call(cmd, key, a, b) end
@@ -68,7 +85,6 @@ local function flush_z()
   end
   ZOPS, ZORDER = {}, {}
 end
-local SETTINGS = {}
 
 local function A(i) return ARGV[7 + i] end
 local function num(s) if s == nil or s == false or s == '' then return nil end return tonumber(s) end
@@ -95,9 +111,9 @@ local function finish(result)
   if #EVENTS > 0 then
     local blob = table.concat(EVENTS, '\n')
     redis.call('PUBLISH', CHANNEL, ORIGIN .. '\n' .. f(NOW) .. '\n' .. blob)
-    if WANT then return {result, blob} end
+    if WANT then return {result, NOWS, blob} end
   end
-  return {result}
+  return {result, NOWS}
 end
 
 local function settings(q)
