@@ -1,12 +1,16 @@
 """Fetcher: claims tasks in batches into a bounded buffer, visiting the queues weighted or in order.
 
-It holds at most ``concurrency + prefetch`` tasks: one ``claim(limit=room)`` takes as many as there
-are free slots (plus the prefetch allowance), so a busy worker makes one round trip per batch, not
-per task. While the pool still has buffered tasks to start, the fetcher waits for a quarter of its
+It keeps at most ``concurrency + prefetch`` tasks busy (claimed and not finished): one
+``claim(limit=room)`` takes as many as there are free slots (plus the prefetch allowance), so a busy
+worker makes one round trip per batch, not per task. Finished tasks whose outcome the acker has not
+written yet do not count (the next claim overlaps with the acker's write), but all held tasks
+together stay under twice that capacity, so a broker that stops taking acknowledgements stops the
+claims too. While the pool still has buffered tasks to start, the fetcher waits for a quarter of its
 capacity to be free before claiming again (at most :data:`TOP_UP_WAIT` seconds), so a busy worker
 claims in batches rather than one slot at a time. An idle fetcher waits up to ``poll_interval``
-between claims: woken early by the broker when it can (``WaitsForWork``, e.g. Redis's blocking pop
-on a notification key), else sleeping. A full one waits for a free slot.
+before claiming again, woken early by the broker when it can: ``ClaimsAfterWait`` (Redis queues the
+claim behind its blocking pop on a notification key) or ``WaitsForWork``; else it sleeps. A full
+one waits for a free slot.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class Fetcher:
         self.buffer = buffer
         self.order = order or QueueOrder(config.queues, config.weights, config.strict)
         self.capacity = config.concurrency + config.prefetch
+        self.held_limit = 2 * self.capacity
         self.min_batch = max(1, self.capacity // 4)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,16 +102,18 @@ class Fetcher:
         retry = RetryDelay(min(0.1, self.config.poll_interval), 5.0)  # a broker outage: back off, reconnect
         idle = False  # the last claim found nothing: wait for work before (or while) claiming again
         while not self._stop.is_set():
-            room = self.capacity - len(self.inflight)
+            room = self._room()
             if room <= 0:
-                self.inflight.wait_below(self.capacity, self.config.poll_interval)
+                self.inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
                 continue
             if room < self.min_batch and not self.buffer.empty():  # the pool is fed: top up in batches
                 wait = min(self.config.poll_interval, TOP_UP_WAIT)
-                freed = self.inflight.wait_below(self.capacity - self.min_batch + 1, wait)
+                freed = self.inflight.wait_room(
+                    self.capacity - self.min_batch + 1, self.held_limit - self.min_batch + 1, wait
+                )
                 if not freed and not self.buffer.empty():
                     continue
-                room = self.capacity - len(self.inflight)
+                room = self._room()
             queues = self.order.next()
             try:
                 records = self._wait_and_fetch(room, queues) if idle else self.fetch(room, queues)
@@ -117,6 +124,9 @@ class Fetcher:
                 continue
             retry.reset()
             idle = not records
+
+    def _room(self) -> int:
+        return min(self.capacity - self.inflight.busy(), self.held_limit - len(self.inflight))
 
     def _wait_and_fetch(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
         """Nothing was there last time: wait up to ``poll_interval`` (less when the broker signals new

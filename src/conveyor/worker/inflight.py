@@ -1,7 +1,11 @@
 """``Inflight``: the tasks this worker holds a lease on (prefetched or running), shared by services.
 
-The fetcher adds claimed tasks; the pool marks them running; the heartbeat extends their leases; the
-acker removes them once settled. ``wait_below`` lets the fetcher sleep until a slot frees up.
+The fetcher adds claimed tasks; the pool marks them running, then *finished* (outcome handed to the
+acker); the heartbeat extends their leases; the acker removes them once settled. A finished task still
+holds its lease until the acker's write lands, but it no longer occupies a slot: ``busy`` counts only
+tasks claimed and not yet finished, so the fetcher claims the next batch while the acker writes the
+last one (client and broker work overlap instead of taking turns). ``wait_room`` lets the fetcher
+sleep until a slot frees up.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Held:
     future: concurrent.futures.Future[Any] | None = None
     lost: bool = False
     overdue_logged: bool = False
+    finished: bool = False  # its outcome is with the acker
 
     @property
     def id(self) -> str:
@@ -50,6 +55,8 @@ class Inflight:
 
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
+        self._finished = 0  # held tasks whose outcome is with the acker
+        self._wanted: tuple[int, int] | None = None  # what a waiting wait_room() needs
         self._cond = threading.Condition()
 
     def add(self, records: Iterable[TaskRecord]) -> list[Held]:
@@ -74,7 +81,35 @@ class Inflight:
             for held in helds:
                 if self._held.get(held.id) is held:
                     del self._held[held.id]
+                    self._finished -= held.finished
             self._cond.notify_all()
+
+    def finish(self, held: Held) -> None:
+        """``held`` ran; its outcome goes to the acker: it stops counting as ``busy``."""
+        with self._cond:
+            if held.finished or self._held.get(held.id) is not held:
+                return
+            held.finished = True
+            self._finished += 1
+            if self._wanted is not None and self._has_room(*self._wanted):
+                self._cond.notify_all()
+
+    def busy(self) -> int:
+        """Held tasks not finished yet (buffered or running)."""
+        with self._cond:
+            return len(self._held) - self._finished
+
+    def _has_room(self, busy_below: int, held_below: int) -> bool:
+        return len(self._held) - self._finished < busy_below and len(self._held) < held_below
+
+    def wait_room(self, busy_below: int, held_below: int, timeout: float) -> bool:
+        """Wait (at most ``timeout``) until ``busy() < busy_below`` and fewer than ``held_below`` are held."""
+        with self._cond:
+            self._wanted = (busy_below, held_below)
+            try:
+                return self._cond.wait_for(lambda: self._has_room(busy_below, held_below), timeout)
+            finally:
+                self._wanted = None
 
     def snapshot(self) -> list[Held]:
         with self._cond:
@@ -87,11 +122,6 @@ class Inflight:
     def wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
-
-    def wait_below(self, capacity: int, timeout: float) -> bool:
-        """Wait (at most ``timeout``) until fewer than ``capacity`` tasks are held."""
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self._held) < capacity, timeout)
 
     def wait_empty(self, deadline: float) -> bool:
         """Wait until nothing is held or ``time.monotonic()`` passes ``deadline``; True if empty."""

@@ -111,6 +111,7 @@ class Pool:
             return
         if isinstance(prepared, Outcome):  # unknown name or undecodable payload: decided at once
             self._slots.release()
+            self.inflight.finish(held)
             self.acker.submit(held, prepared)
             return
         held.job = prepared
@@ -145,6 +146,7 @@ class Pool:
         if self.reporter is not None:
             self.reporter.finished(held)
         if outcome is not None:
+            self.inflight.finish(held)
             self.acker.submit(held, outcome)
         else:  # cancelled or broken: nothing will settle it here; its lease (if any is left) recovers it
             self.inflight.remove([held])

@@ -25,6 +25,7 @@ import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
 from conveyor.brokers.redis.codec import (
+    decode_claimed,
     decode_events,
     decode_record,
     decode_worker,
@@ -154,12 +155,11 @@ class RedisBroker:
             self._events.deliver(decode_events(reply[2], ran_at))
         return early, reply[0], ran_at
 
-    def _records(self, items: Sequence[Any], claim: tuple[float, float, str] | None = None) -> list[TaskRecord]:
+    def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
         records = []
-        for position, item in enumerate(items, 1):
+        for item in items:
             try:
-                claimed = None if claim is None else (claim[0], claim[1], f"{claim[2]}-{position}")
-                record = decode_record(item, claimed)
+                record = decode_record(item)
             except (ValueError, KeyError, TypeError):
                 log.exception("skipping a task hash that cannot be decoded: %r", item)
                 continue
@@ -196,8 +196,8 @@ class RedisBroker:
         lease_for = float(lease_for)
         args: tuple[Arg, ...] = (repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
         _, reply, ran_at = self._invoke("claim", now, args, before)
-        items = json.loads(reply)  # "{}" (an empty Lua table) when nothing was claimed
-        return self._records(items or [], (ran_at, ran_at + lease_for, base))
+        values = json.loads(reply)  # "{}" (an empty Lua table) when nothing was claimed
+        return decode_claimed(values or [], ran_at, lease_for, base)
 
     def claim_after_wait(
         self, queues: Sequence[str], clock: Clock, lease_for: float, limit: int, timeout: float

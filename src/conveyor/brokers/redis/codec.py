@@ -6,18 +6,24 @@ first_due_at, ``ra`` ready_at, ``nr`` next_run_at, ``a`` attempts, ``r`` retries
 expires_at, ``uk``/``uu`` unique key/until, ``sa`` started_at, ``fa`` finished_at, ``ku`` keep_until,
 ``le`` last error, ``ar`` archive reason, ``res`` result, ``tk`` lease token, ``lx`` lease deadline,
 ``c`` cancel requested ("1"); ``a``/``r``/``st`` are absent until they first change (read as 0).
+``tk``, ``lx`` and ``c`` mean something only while the task is active and ``nr`` only while it is
+scheduled or retry: transitions out of those states leave them as they were (fewer writes on the hot
+path) and every reader ignores them in other states.
 Failures live in a list beside it, ``attempt\\tat\\terror`` each.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from conveyor.model import ArchiveReason, ErrorEntry, Event, NewTask, Outcome, TaskRecord, TaskState, WorkerInfo
 
 __all__ = [
+    "CLAIM_STRIDE",
+    "decode_claimed",
     "decode_events",
     "decode_record",
     "decode_worker",
@@ -26,6 +32,8 @@ __all__ = [
     "encode_worker",
     "opt",
 ]
+
+log = logging.getLogger("conveyor.brokers.redis")
 
 MEMBER_PREFIX = 16  # width of the zero-padded enqueue sequence in front of the id
 
@@ -77,49 +85,95 @@ def _f(fields: dict[str, str], key: str) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
-def decode_record(item: Sequence[Any], claimed: tuple[float, float, str] | None = None) -> TaskRecord | None:
-    """``{flat HGETALL, failures}`` as scripts return it (or a pipeline does); None for a missing hash.
-
-    ``claimed = (now, lease_expires_at, token)``: the hash was read just before ``claim.lua`` leased
-    the task; apply that claim's writes (what the script wrote, see its header).
-    """
-    flat, failures = item[0], item[1]
-    h: dict[str, str] = dict(zip(flat[::2], flat[1::2], strict=True))
-    if claimed is not None:
-        h["s"], h["a"], h["tk"], h["c"] = "active", str(int(h.get("a", "0")) + 1), claimed[2], "0"
-    if "s" not in h or "m" not in h or "q" not in h:
-        return None
+def _errors(failures: Sequence[str]) -> tuple[ErrorEntry, ...]:
     errors = []
     for line in failures:
         attempt, at, error = line.split("\t", 2)
         errors.append(ErrorEntry(int(float(attempt)), float(at), error))
+    return tuple(errors)
+
+
+#: Values per task in ``claim.lua``'s reply.
+CLAIM_STRIDE = 15
+
+
+def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:
+    """The tasks ``claim.lua`` leased at ``now`` (its flat reply, see its header), as now stored.
+
+    A task whose fields cannot be decoded (data damaged in Redis by hand) is logged and left out: its
+    lease expires and the reaper archives it after ``max_stalls`` tries, so it cannot block the queue.
+    """
+    records = []
+    lease_expires_at = now + lease_for
+    for position, start in enumerate(range(0, len(values), CLAIM_STRIDE), 1):
+        row = values[start : start + CLAIM_STRIDE]
+        try:
+            (task_id, name, queue, payload, options, priority, enqueued, due, expires, unique, attempts, retries,
+             stalls, last_error, failures) = row  # fmt: skip
+            records.append(
+                TaskRecord(
+                    id=task_id,
+                    name=name or "",
+                    queue=queue,
+                    state=TaskState.ACTIVE,
+                    payload=payload or "",
+                    options=options or "{}",
+                    priority=int(priority or 0),
+                    enqueued_at=float(enqueued or 0),
+                    first_due_at=float(due or 0),
+                    next_run_at=None,
+                    attempts=int(attempts or 0) + 1,
+                    retries=int(retries or 0),
+                    stalls=int(stalls or 0),
+                    expires_at=float(expires) if expires else None,
+                    unique_key=unique if unique is not False else None,
+                    started_at=now,
+                    last_error=last_error if last_error is not False else None,
+                    errors=_errors(failures) if failures else (),
+                    lease_token=f"{base}-{position}",
+                    lease_expires_at=lease_expires_at,
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            log.exception("skipping a claimed task whose stored fields cannot be decoded: %r", row)
+    return records
+
+
+def decode_record(item: Sequence[Any]) -> TaskRecord | None:
+    """``{flat HGETALL, failures}`` as scripts return it (or a pipeline does); None for a missing hash."""
+    flat, failures = item[0], item[1]
+    h: dict[str, str] = dict(zip(flat[::2], flat[1::2], strict=True))
+    if "s" not in h or "m" not in h or "q" not in h:
+        return None
+    state = TaskState(h["s"])
+    active = state is TaskState.ACTIVE
     reason = h.get("ar") or None
     return TaskRecord(
         id=h["m"][MEMBER_PREFIX:],
         name=h.get("n", ""),
         queue=h["q"],
-        state=TaskState(h["s"]),
+        state=state,
         payload=h.get("p", ""),
         options=h.get("o", "{}"),
         priority=int(h.get("pr", "0")),
         enqueued_at=float(h.get("ea", "0")),
         first_due_at=float(h.get("fd", "0")),
-        next_run_at=_f(h, "nr"),
+        next_run_at=_f(h, "nr") if state in (TaskState.SCHEDULED, TaskState.RETRY) else None,
         attempts=int(h.get("a", "0")),
         retries=int(h.get("r", "0")),
         stalls=int(h.get("st", "0")),
         expires_at=_f(h, "x"),
         unique_key=h.get("uk"),
-        started_at=claimed[0] if claimed is not None else _f(h, "sa"),
+        started_at=_f(h, "sa"),
         finished_at=_f(h, "fa"),
         keep_until=_f(h, "ku"),
         last_error=h.get("le"),
         archive_reason=None if reason is None else ArchiveReason(reason),
         result=h.get("res"),
-        errors=tuple(errors),
-        lease_token=h.get("tk") or None,
-        lease_expires_at=claimed[1] if claimed is not None else _f(h, "lx"),
-        cancel_requested=h.get("c") == "1",
+        errors=_errors(failures),
+        lease_token=(h.get("tk") or None) if active else None,
+        lease_expires_at=_f(h, "lx") if active else None,
+        cancel_requested=active and h.get("c") == "1",
     )
 
 

@@ -24,11 +24,11 @@ for i = 0, n - 1 do
     -- active -> completed, written directly (what finish_task() would write for this case)
     local q, m, result = v[3], v[4], opt(V[b + 3])
     local kus = f(NOW + tonumber(V[b + 7]))
+    -- tk, lx and c are left as they were: they mean nothing outside `active` (see codec.py)
     if result then
-      redis.call('HSET', tkey(id), 's', 'completed', 'res', result, 'fa', NOWS, 'ku', kus, 'c', '0', 'nr', '',
-        'tk', '', 'lx', '')
+      redis.call('HSET', tkey(id), 's', 'completed', 'res', result, 'fa', NOWS, 'ku', kus)
     else
-      redis.call('HSET', tkey(id), 's', 'completed', 'fa', NOWS, 'ku', kus, 'c', '0', 'nr', '', 'tk', '', 'lx', '')
+      redis.call('HSET', tkey(id), 's', 'completed', 'fa', NOWS, 'ku', kus)
     end
     if v[5] then redis.call('HDEL', tkey(id), 'le') end
     zop('ZREM', qkey(q, 'active'), m)
