@@ -6,18 +6,25 @@ Measures, with full lease safety (every claim leases with a fencing token, every
 raw PING round trips/s from Python (the baseline), single enqueue/s (broker call, and through
 ``Conveyor.enqueue``), batch enqueue/s, drain/s with one process (batch claim + one settle call per
 batch, and through the real ``Worker.run()`` runtime with no-op tasks), idle-to-running latency at 200
-tasks/s (an idle worker blocked in ``wait_for_work``), and server memory per small queued task. Issue 4's aims: drain
->= 30,000/s, single enqueue >= 0.8x raw round trips, batch enqueue > 150,000/s, latency p50 < 0.5 ms
-and p99 < 2 ms.
+tasks/s (an idle worker in ``claim_after_wait``, as the runtime's fetcher waits), and server memory per
+small queued task. Issue 4's aims: drain >= 30,000/s, single enqueue >= 0.8x raw round trips, batch
+enqueue > 150,000/s, latency p50 < 0.5 ms and p99 < 2 ms.
+
+The server is pinned to one core and this process to another (as ``python -m bench`` does). PING and
+single enqueues are measured in alternating rounds and compared round by round (median of the
+ratios): this machine's speed drifts between seconds, which a ratio of two separate runs would mix in.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 
+from bench.server import choose_placement
 from conveyor.app import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.model import BrokerPolicy, NewTask, Outcome
@@ -33,31 +40,34 @@ def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
-def bench_ping(broker: RedisBroker, n: int) -> float:
+def bench_single(broker: RedisBroker, url: str, n: int, rounds: int = 8) -> dict[str, tuple[float, float]]:
+    """Alternating rounds of ``n // rounds`` PINGs, ``broker.enqueue`` of one task and ``Conveyor.enqueue``
+    by name (the whole producer path): per kind, (median rate, median ratio to the PING round beside it)."""
     client = broker.client
-    start = time.perf_counter()
-    for _ in range(n):
-        client.ping()
-    return rate(n, time.perf_counter() - start)
-
-
-def bench_single_enqueue(broker: RedisBroker, n: int) -> float:
-    start = time.perf_counter()
-    for i in range(n):
-        broker.enqueue([task(i, "single")], time.time())
-    return rate(n, time.perf_counter() - start)
-
-
-def bench_app_enqueue(url: str, n: int) -> float:
-    """``Conveyor.enqueue`` by name: the whole producer path (building, encoding, the broker call)."""
     app = Conveyor(url)
-    app.enqueue("noop", queue="appsingle")  # warm up (loads the scripts)
-    start = time.perf_counter()
-    for i in range(n):
-        app.enqueue("noop", (i,), queue="appsingle")
-    elapsed = time.perf_counter() - start
+    app.enqueue("noop", queue="appsingle")  # warm up (loads the library)
+    counter = iter(range(10**9))
+    calls: dict[str, Callable[[], object]] = {
+        "ping": client.ping,
+        "enqueue": lambda: broker.enqueue([task(next(counter), "single")], time.time()),
+        "app": lambda: app.enqueue("noop", (1,), queue="appsingle"),
+    }
+    per_round = max(1, n // rounds)
+    rates: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(per_round):
+                call()
+            rates[name].append(rate(per_round, time.perf_counter() - start))
     app.broker.close()
-    return rate(n, elapsed)
+    return {
+        name: (
+            statistics.median(values),
+            statistics.median(value / ping for value, ping in zip(values, rates["ping"], strict=True)),
+        )
+        for name, values in rates.items()
+    }
 
 
 def bench_batch_enqueue(broker: RedisBroker, n: int) -> float:
@@ -115,17 +125,18 @@ def bench_runtime_drain(url: str, n: int, concurrency: int) -> float:
 
 
 def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) -> list[float]:
-    """Producer enqueues at a steady rate; an idle worker blocked on wait_for_work claims at once."""
+    """Producer enqueues at a steady rate; an idle worker waits in ``claim_after_wait`` on the server
+    clock (the runtime's default), so the claim is queued behind its blocking pop."""
     latencies: list[float] = []
     sent: dict[str, float] = {}
     stop = threading.Event()
     worker = RedisBroker.from_url(url, BrokerPolicy())
+    clock = worker.server_clock()
 
     def consume() -> None:
         while not stop.is_set():
-            claimed = worker.claim(["lat"], time.time(), 60.0, limit=10)
+            claimed = worker.claim_after_wait(["lat"], clock, 60.0, 10, 0.5)
             if not claimed:
-                worker.wait_for_work(["lat"], 0.5)
                 continue
             now = time.perf_counter()
             latencies.extend(now - sent[r.id] for r in claimed)
@@ -166,13 +177,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200, help="worker concurrency for the runtime drain")
     parser.add_argument("--server", default=None, help="valkey (default) or redis-server")
     args = parser.parse_args()
+    placement = choose_placement()
     with RedisServer(binary=find_server_binary(args.server)) as server:
+        if placement.server_core is not None and server.pid is not None:
+            os.sched_setaffinity(server.pid, {placement.server_core})
+        placement.pin_clients()
         broker = RedisBroker.from_url(server.namespace_url("bench"), BrokerPolicy())
-        print(f"server: {server.binary} on port {server.port}")
+        print(f"server: {server.binary} on port {server.port}; {placement.describe()}")
         broker.enqueue([task(-1, "warm")], time.time())
-        ping = bench_ping(broker, args.single)
-        single = bench_single_enqueue(broker, args.single)
-        app_single = bench_app_enqueue(server.namespace_url("bench"), args.single)
+        single = bench_single(broker, server.namespace_url("bench"), args.single)
         batch = bench_batch_enqueue(broker, args.tasks)
         drain = bench_drain(broker, args.tasks, args.batch)
         runtime_drain = bench_runtime_drain(server.namespace_url("bench"), args.tasks, args.concurrency)
@@ -181,9 +194,10 @@ def main() -> None:
         broker.close()
     p50 = statistics.median(lat)
     p99 = lat[int(len(lat) * 0.99) - 1]
-    print(f"raw PING round trips   {ping:10,.0f} /s")
-    print(f"single enqueue         {single:10,.0f} /s   ({single / ping:.2f}x raw round trips; aim >= 0.8x)")
-    print(f"app.enqueue (by name)  {app_single:10,.0f} /s   ({app_single / ping:.2f}x raw round trips)")
+    print(f"raw PING round trips   {single['ping'][0]:10,.0f} /s")
+    rate_, ratio = single["enqueue"]
+    print(f"single enqueue         {rate_:10,.0f} /s   ({ratio:.2f}x raw round trips; aim >= 0.8x)")
+    print(f"app.enqueue (by name)  {single['app'][0]:10,.0f} /s   ({single['app'][1]:.2f}x raw round trips)")
     print(f"batch enqueue          {batch:10,.0f} /s   (aim > 150,000/s)")
     print(f"drain, one process     {drain:10,.0f} /s   (claim batch {args.batch}; aim >= 30,000/s)")
     print(

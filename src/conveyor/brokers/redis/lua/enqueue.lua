@@ -10,12 +10,16 @@
 local n = tonumber(A(1))
 local V = cjson.decode(A(2))
 local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
+-- one EXISTS over the whole chunk: usually no id is taken, and then no task needs a check of its own
+local tkeys = {}
+for i = 0, n - 1 do tkeys[i + 1] = tkey(V[1 + i * 10]) end
+local some_exist = redis.call('EXISTS', unpack(tkeys)) > 0
 for i = 0, n - 1 do
   local b = 1 + i * 10
   local id, q, uk = V[b], V[b + 2], opt(V[b + 7])
   local dup = nil
   local old = nil
-  if redis.call('EXISTS', tkey(id)) == 1 then old = load(id) end
+  if some_exist and redis.call('EXISTS', tkeys[i + 1]) == 1 then old = load(id) end
   if taken[id] or visible(old) then
     dup = id
   elseif uk then
@@ -61,35 +65,44 @@ for i = 0, n - 1 do
     if stale[id] then remove_task(stale[id], false) end
     seq = seq + 1
     local t = {id = id, q = q, m = string.format('%016d', seq) .. id, pr = pr, ra = NOW, x = x}
-    local fields = {'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4], 'ea', NOWS,
-      'ra', NOWS} -- attempts, retries and stalls start absent (read as 0): fewer fields to write and read
-    if run_at and run_at > NOW then
-      t.s, t.nr = 'scheduled', run_at
-      fields[#fields + 1] = 'nr'
-      fields[#fields + 1] = f(run_at)
-    else
+    if not (run_at and run_at > NOW) and not x and not uk then
+      -- the usual task (pending now, no expiry, no unique key): one HSET without building a field list
       t.s = 'pending'
-    end
-    fields[#fields + 1] = 's'
-    fields[#fields + 1] = t.s
-    fields[#fields + 1] = 'fd'
-    fields[#fields + 1] = t.nr and f(t.nr) or NOWS
-    if x then
-      fields[#fields + 1] = 'x'
-      fields[#fields + 1] = f(x)
-    end
-    if uk then
-      fields[#fields + 1] = 'uk'
-      fields[#fields + 1] = uk
-      if uu then
-        fields[#fields + 1] = 'uu'
-        fields[#fields + 1] = f(uu)
-        redis.call('HSET', UNIQ, uk, id)
+      redis.call('HSET', tkeys[i + 1], 'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4],
+        'ea', NOWS, 'ra', NOWS, 's', 'pending', 'fd', NOWS)
+      index(t)
+      event(id, nil, 'pending', q)
+    else
+      local fields = {'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4], 'ea', NOWS,
+        'ra', NOWS} -- attempts, retries and stalls start absent (read as 0): fewer fields to write and read
+      if run_at and run_at > NOW then
+        t.s, t.nr = 'scheduled', run_at
+        fields[#fields + 1] = 'nr'
+        fields[#fields + 1] = f(run_at)
+      else
+        t.s = 'pending'
       end
+      fields[#fields + 1] = 's'
+      fields[#fields + 1] = t.s
+      fields[#fields + 1] = 'fd'
+      fields[#fields + 1] = t.nr and f(t.nr) or NOWS
+      if x then
+        fields[#fields + 1] = 'x'
+        fields[#fields + 1] = f(x)
+      end
+      if uk then
+        fields[#fields + 1] = 'uk'
+        fields[#fields + 1] = uk
+        if uu then
+          fields[#fields + 1] = 'uu'
+          fields[#fields + 1] = f(uu)
+          redis.call('HSET', UNIQ, uk, id)
+        end
+      end
+      redis.call('HSET', tkeys[i + 1], unpack(fields))
+      index(t)
+      event(id, nil, t.s, q)
     end
-    redis.call('HSET', tkey(id), unpack(fields))
-    index(t)
-    event(id, nil, t.s, q)
   end
 end
 return finish(results)
