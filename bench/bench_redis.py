@@ -1,6 +1,6 @@
 """Benchmark of the Redis broker against a private server on loopback (plain script, no pytest).
 
-    .venv/bin/python bench/bench_redis.py [--tasks 100000] [--server valkey|redis-server]
+    .venv/bin/python -m bench.bench_redis [--tasks 100000] [--server valkey|redis-server]
 
 Measures, with full lease safety (every claim leases with a fencing token, every ack is fenced):
 raw PING round trips/s from Python (the baseline), single enqueue/s (broker call, and through
