@@ -67,6 +67,16 @@ def broker(redis_url: str) -> Iterator[RedisBroker]:
 
 
 @pytest.fixture
+def two(redis_url: str) -> Iterator[tuple[RedisBroker, RedisBroker]]:
+    """A producer and a worker: two broker objects (two connection sets) on one namespace."""
+    producer = RedisBroker.from_url(redis_url, BrokerPolicy())
+    worker = RedisBroker.from_url(redis_url, BrokerPolicy())
+    yield producer, worker
+    producer.close()
+    worker.close()
+
+
+@pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A server for tests that stop it or change its configuration."""
     with RedisServer() as server:
@@ -338,61 +348,46 @@ def test_preflight_warns_about_an_evicting_memory_policy(own_server: RedisServer
         broker.close()
 
 
-def test_an_idle_worker_wakes_when_a_task_becomes_pending(redis_url: str) -> None:
-    producer = RedisBroker.from_url(redis_url, BrokerPolicy())
-    worker = RedisBroker.from_url(redis_url, BrokerPolicy())
+def test_an_idle_worker_wakes_when_a_task_becomes_pending(two: tuple[RedisBroker, RedisBroker]) -> None:
+    producer, worker = two
     woke: list[bool] = []
-    try:
-        waiter = threading.Thread(target=lambda: woke.append(worker.wait_for_work(["q"], 3.0)))
-        waiter.start()
-        producer.enqueue([task("wake")], NOW)
-        waiter.join()
-        assert woke == [True]
-        assert worker.wait_for_work(["q"], 0.05) is False
-    finally:
-        producer.close()
-        worker.close()
+    waiter = threading.Thread(target=lambda: woke.append(worker.wait_for_work(["q"], 3.0)))
+    waiter.start()
+    producer.enqueue([task("wake")], NOW)
+    waiter.join()
+    assert woke == [True]
+    assert worker.wait_for_work(["q"], 0.05) is False
 
 
-def test_an_idle_claim_on_the_server_clock_runs_at_the_servers_time_when_the_wake_arrives(redis_url: str) -> None:
-    producer = RedisBroker.from_url(redis_url, BrokerPolicy())
-    worker = RedisBroker.from_url(redis_url, BrokerPolicy())
+def test_an_idle_claim_on_the_server_clock_runs_at_the_servers_time_when_the_wake_arrives(
+    two: tuple[RedisBroker, RedisBroker],
+) -> None:
+    producer, worker = two
     clock = worker.server_clock()
     got: list[TaskRecord] = []
-    try:
-        assert worker.claim_after_wait(["q"], clock, 30.0, 5, 0.05) == []  # nothing came: empty after the wait
-        clock.offset -= 1000.0  # the client's idea of now is off; the queued claim must not use it
-        waiter = threading.Thread(target=lambda: got.extend(worker.claim_after_wait(["q"], clock, 30.0, 5, 3.0)))
-        waiter.start()
-        producer.enqueue([task("w1")], time.time())
-        waiter.join(timeout=5.0)
-        assert [r.id for r in got] == ["w1"]
-        record = got[0]
-        assert record.state is TaskState.ACTIVE and record.lease_token and record.started_at is not None
-        assert abs(record.started_at - time.time()) < 5.0  # the server's TIME, not clock()
-        stored = worker.get("w1", time.time())
-        assert stored is not None and stored.lease_expires_at == record.lease_expires_at == record.started_at + 30.0
-        assert worker.settle([Outcome("w1", record.lease_token, "complete")], time.time()) == [True]
-    finally:
-        producer.close()
-        worker.close()
+    assert worker.claim_after_wait(["q"], clock, 30.0, 5, 0.05) == []  # nothing came: empty after the wait
+    clock.offset -= 1000.0  # the client's idea of now is off; the queued claim must not use it
+    waiter = threading.Thread(target=lambda: got.extend(worker.claim_after_wait(["q"], clock, 30.0, 5, 3.0)))
+    waiter.start()
+    producer.enqueue([task("w1")], time.time())
+    waiter.join(timeout=5.0)
+    assert [r.id for r in got] == ["w1"]
+    record = got[0]
+    assert record.state is TaskState.ACTIVE and record.lease_token and record.started_at is not None
+    assert abs(record.started_at - time.time()) < 5.0  # the server's TIME, not clock()
+    stored = worker.get("w1", time.time())
+    assert stored is not None and stored.lease_expires_at == record.lease_expires_at == record.started_at + 30.0
+    assert worker.settle([Outcome("w1", record.lease_token, "complete")], time.time()) == [True]
 
 
-def test_an_idle_claim_with_an_injected_clock_claims_at_that_clock(redis_url: str) -> None:
-    producer = RedisBroker.from_url(redis_url, BrokerPolicy())
-    worker = RedisBroker.from_url(redis_url, BrokerPolicy())
+def test_an_idle_claim_with_an_injected_clock_claims_at_that_clock(two: tuple[RedisBroker, RedisBroker]) -> None:
+    producer, worker = two
     got: list[TaskRecord] = []
-    try:
-        waiter = threading.Thread(
-            target=lambda: got.extend(worker.claim_after_wait(["q"], lambda: NOW + 5, 30.0, 5, 3.0))
-        )
-        waiter.start()
-        producer.enqueue([task("w2")], NOW)
-        waiter.join(timeout=5.0)
-        assert [(r.id, r.started_at, r.lease_expires_at) for r in got] == [("w2", NOW + 5, NOW + 35)]
-    finally:
-        producer.close()
-        worker.close()
+    waiter = threading.Thread(target=lambda: got.extend(worker.claim_after_wait(["q"], lambda: NOW + 5, 30.0, 5, 3.0)))
+    waiter.start()
+    producer.enqueue([task("w2")], NOW)
+    waiter.join(timeout=5.0)
+    assert [(r.id, r.started_at, r.lease_expires_at) for r in got] == [("w2", NOW + 5, NOW + 35)]
 
 
 def test_a_batch_larger_than_a_chunk_is_stored_in_order(broker: RedisBroker) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -15,7 +16,7 @@ from conveyor.model import Outcome
 from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import parse_queues
-from conveyor.worker.fetcher import QueueOrder
+from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Inflight
 from conveyor.worker.loader import load_app
@@ -213,6 +214,50 @@ def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
     # when lease_for leaves no margin for a skipped tick, every lease is extended every tick
     Heartbeat(app, inflight, interval=4.0, lease_for=8.0).tick()
     assert fresh_handle.status().lease_expires_at == 1008.5
+
+
+def test_finished_tasks_free_their_slot_and_held_tasks_stay_under_twice_the_capacity() -> None:
+    app = Conveyor("memory://", clock=FakeClock(0.0))
+
+    @app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * 50)
+    inflight = Inflight()
+    fetcher = Fetcher(app, WorkerConfig(concurrency=2, prefetch=2), inflight, Buffer())  # capacity 4
+    assert len(fetcher.fetch(fetcher.room())) == 4
+    assert fetcher.room() == 0
+    for held in inflight.snapshot()[:3]:
+        inflight.finish(held)  # ran; the outcome is with the acker, not written yet
+    assert (inflight.busy(), fetcher.room()) == (1, 3)
+    assert len(fetcher.fetch(fetcher.room())) == 3
+    assert (len(inflight), inflight.busy(), fetcher.room()) == (7, 4, 0)
+    for held in inflight.snapshot():
+        inflight.finish(held)  # everything ran, nothing was written (say the broker is down)
+    assert (inflight.busy(), fetcher.room()) == (0, 1)  # 8 held at most: 2 x capacity
+    inflight.remove(inflight.snapshot())  # written
+    assert fetcher.room() == 4
+
+
+def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
+    app = Conveyor("memory://", clock=FakeClock(0.0))
+
+    @app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * 2)
+    inflight = Inflight()
+    first, _second = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=2))
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(2, 10, timeout=10.0)))
+    waiter.start()
+    deadline = time.monotonic() + 5.0
+    while inflight._wanted is None and time.monotonic() < deadline:  # the waiter is waiting
+        time.sleep(0.001)
+    inflight.finish(first)
+    waiter.join(timeout=5.0)
+    assert woke == [True]  # woken by finish(), not by its 10 s timeout
+    assert inflight.wait_room(1, 10, timeout=0.01) is False  # one still busy
 
 
 def test_buffer_hands_each_record_out_once_and_close_returns_the_rest() -> None:

@@ -102,7 +102,7 @@ class Fetcher:
         retry = RetryDelay(min(0.1, self.config.poll_interval), 5.0)  # a broker outage: back off, reconnect
         idle = False  # the last claim found nothing: wait for work before (or while) claiming again
         while not self._stop.is_set():
-            room = self._room()
+            room = self.room()
             if room <= 0:
                 self.inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
                 continue
@@ -113,7 +113,7 @@ class Fetcher:
                 )
                 if not freed and not self.buffer.empty():
                     continue
-                room = self._room()
+                room = self.room()
             queues = self.order.next()
             try:
                 records = self._wait_and_fetch(room, queues) if idle else self.fetch(room, queues)
@@ -125,7 +125,8 @@ class Fetcher:
             retry.reset()
             idle = not records
 
-    def _room(self) -> int:
+    def room(self) -> int:
+        """How many tasks the next claim may take: free slots, within the bound on all held tasks."""
         return min(self.capacity - self.inflight.busy(), self.held_limit - len(self.inflight))
 
     def _wait_and_fetch(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
