@@ -216,13 +216,19 @@ def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
     assert fresh_handle.status().lease_expires_at == 1008.5
 
 
-def test_finished_tasks_free_their_slot_and_held_tasks_stay_under_twice_the_capacity() -> None:
+def app_with_jobs(count: int) -> Conveyor:
+    """A memory app on a FakeClock at 0 with ``count`` pending no-op tasks in queue ``default``."""
     app = Conveyor("memory://", clock=FakeClock(0.0))
 
     @app.task
     def job() -> None: ...
 
-    job.enqueue_many([((), {})] * 50)
+    job.enqueue_many([((), {})] * count)
+    return app
+
+
+def test_finished_tasks_free_their_slot_and_held_tasks_stay_under_twice_the_capacity() -> None:
+    app = app_with_jobs(50)
     inflight = Inflight()
     fetcher = Fetcher(app, WorkerConfig(concurrency=2, prefetch=2), inflight, Buffer())  # capacity 4
     assert len(fetcher.fetch(fetcher.room())) == 4
@@ -240,12 +246,7 @@ def test_finished_tasks_free_their_slot_and_held_tasks_stay_under_twice_the_capa
 
 
 def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
-    app = Conveyor("memory://", clock=FakeClock(0.0))
-
-    @app.task
-    def job() -> None: ...
-
-    job.enqueue_many([((), {})] * 2)
+    app = app_with_jobs(2)
     inflight = Inflight()
     first, _second = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=2))
     woke: list[bool] = []
@@ -261,12 +262,7 @@ def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
 
 
 def test_buffer_hands_each_record_out_once_and_close_returns_the_rest() -> None:
-    app = Conveyor("memory://", clock=FakeClock(0.0))
-
-    @app.task
-    def job() -> None: ...
-
-    job.enqueue_many([((), {})] * 60)
+    app = app_with_jobs(60)
     records = app.broker.claim(["default"], 0.0, 30.0, limit=60)
     buffer = Buffer()
     taken: list[str] = []
