@@ -127,19 +127,16 @@ class Fetcher:
 
     def room(self) -> int:
         """How many tasks the next claim may take: free slots, within the bound on all held tasks."""
-        return min(self.capacity - self.inflight.busy(), self.held_limit - len(self.inflight))
+        return self.inflight.room(self.capacity, self.held_limit)
 
     def _wait_and_fetch(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
         """Nothing was there last time: wait up to ``poll_interval`` (less when the broker signals new
         work), then claim. A broker that ``ClaimsAfterWait`` does both in one step."""
         broker = self.app.broker
         if isinstance(broker, ClaimsAfterWait):
-            records = broker.claim_after_wait(
-                queues, self.app.clock, self.config.lease_for, room, self.config.poll_interval
+            return self._hold(
+                broker.claim_after_wait(queues, self.app.clock, self.config.lease_for, room, self.config.poll_interval)
             )
-            self.inflight.add(records)
-            self.buffer.put_many(records)
-            return records
         waited = False
         if isinstance(broker, WaitsForWork):
             try:
@@ -154,7 +151,10 @@ class Fetcher:
     def fetch(self, room: int, queues: Sequence[str] | None = None) -> list[TaskRecord]:
         """Claim up to ``room`` tasks now (from ``queues``, default the next order) into the buffer."""
         queues = self.order.next() if queues is None else queues
-        records = self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room)
+        return self._hold(self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room))
+
+    def _hold(self, records: list[TaskRecord]) -> list[TaskRecord]:
+        """Claimed: held (heartbeated) and buffered for the pool."""
         self.inflight.add(records)
         self.buffer.put_many(records)
         return records

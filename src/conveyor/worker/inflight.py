@@ -99,6 +99,12 @@ class Inflight:
         with self._cond:
             return len(self._held) - self._finished
 
+    def room(self, busy_below: int, held_below: int) -> int:
+        """How many more may be claimed with ``busy()`` kept under ``busy_below`` and all held under
+        ``held_below`` (one consistent reading of both)."""
+        with self._cond:
+            return min(busy_below - (len(self._held) - self._finished), held_below - len(self._held))
+
     def _has_room(self, busy_below: int, held_below: int) -> bool:
         return len(self._held) - self._finished < busy_below and len(self._held) < held_below
 

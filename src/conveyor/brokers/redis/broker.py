@@ -210,9 +210,9 @@ class RedisBroker:
         round trip sooner). With any other clock (a ``FakeClock`` in tests) it waits, then claims at
         ``clock()``: the claim must see the caller's time.
         """
-        timeout = min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
         if self._clock is not None and clock is self._clock:
-            return self._claim(queues, "", lease_for, limit, before=[("BLPOP", self.keys.wake, repr(timeout))])
+            blpop = ("BLPOP", self.keys.wake, repr(self._block_for(timeout)))
+            return self._claim(queues, "", lease_for, limit, before=[blpop])
         self.wait_for_work(queues, timeout)
         return self.claim(queues, clock(), lease_for, limit)
 
@@ -385,9 +385,12 @@ class RedisBroker:
         due wake nobody until someone runs ``promote``/``claim``. ``timeout`` is capped at
         ``socket_timeout - 1`` so the blocking pop never trips the socket timeout.
         """
-        timeout = min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
         with translate_errors():
-            return self._client.blpop([self.keys.wake], timeout=timeout) is not None
+            return self._client.blpop([self.keys.wake], timeout=self._block_for(timeout)) is not None
+
+    def _block_for(self, timeout: float) -> float:
+        """A blocking pop's timeout: at least 10 ms, and short enough never to trip the socket timeout."""
+        return min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
 
     def preflight(self) -> list[str]:
         """Warnings about server settings that can lose tasks; each is also logged."""

@@ -25,17 +25,18 @@ from typing import Any, cast
 import redis
 from redis.connection import AbstractConnection
 
-_pack_command: Callable[[tuple[str | int | float, ...]], bytes] | None
+_pack_command: Callable[[tuple[Arg, ...]], bytes] | None
 try:  # the C packer redis-py itself uses when hiredis is installed, without its per-argument Python loop
     import hiredis
 
-    _pack_command = cast("Callable[[tuple[str | int | float, ...]], bytes]", hiredis.pack_command)
+    _pack_command = cast("Callable[[tuple[Arg, ...]], bytes]", hiredis.pack_command)
 except ImportError:  # pragma: no cover - hiredis is a dependency
     _pack_command = None
 
-__all__ = ["Command", "Connections"]
+__all__ = ["Arg", "Command", "Connections"]
 
-Command = tuple[str | int | float, ...]
+Arg = str | int | float
+Command = tuple[Arg, ...]
 
 
 class Connections:

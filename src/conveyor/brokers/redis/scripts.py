@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from conveyor.brokers.redis.connections import Command, Connections
+from conveyor.brokers.redis.connections import Arg, Command, Connections
 
 __all__ = ["OPERATIONS", "READ_ONLY", "Arg", "Scripts", "build_library", "is_missing_function", "read_source"]
 
@@ -49,8 +49,6 @@ OPERATIONS = (
 #: Operations that never write: registered ``no-writes``, so they still answer on a server that is
 #: out of memory (the dashboard and ``conveyor stats`` keep working while an operator fixes it).
 READ_ONLY = frozenset({"list", "stats"})
-
-Arg = str | int | float
 
 
 def read_source(name: str) -> str:
@@ -86,10 +84,6 @@ class Scripts:
         self.version, self.code = build_library()
         self._names = {name: f"conveyor_{self.version}_{name}" for name in OPERATIONS}
         self._lock = threading.Lock()
-
-    def function_name(self, name: str) -> str:
-        """The server-side name of operation ``name``."""
-        return self._names[name]
 
     def load(self, client: redis.Redis) -> None:
         """``FUNCTION LOAD REPLACE`` the library (idempotent; safe from several processes at once)."""

@@ -110,7 +110,7 @@ local function finish(result)
   end
   if #EVENTS > 0 then
     local blob = table.concat(EVENTS, '\n')
-    redis.call('PUBLISH', CHANNEL, ORIGIN .. '\n' .. f(NOW) .. '\n' .. blob)
+    redis.call('PUBLISH', CHANNEL, ORIGIN .. '\n' .. NOWS .. '\n' .. blob)
     if WANT then return {result, NOWS, blob} end
   end
   return {result, NOWS}

@@ -65,44 +65,39 @@ for i = 0, n - 1 do
     if stale[id] then remove_task(stale[id], false) end
     seq = seq + 1
     local t = {id = id, q = q, m = string.format('%016d', seq) .. id, pr = pr, ra = NOW, x = x}
-    if not (run_at and run_at > NOW) and not x and not uk then
-      -- the usual task (pending now, no expiry, no unique key): one HSET without building a field list
-      t.s = 'pending'
-      redis.call('HSET', tkeys[i + 1], 'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4],
-        'ea', NOWS, 'ra', NOWS, 's', 'pending', 'fd', NOWS)
-      index(t)
-      event(id, nil, 'pending', q)
+    if run_at and run_at > NOW then
+      t.s, t.nr = 'scheduled', run_at
     else
-      local fields = {'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4], 'ea', NOWS,
-        'ra', NOWS} -- attempts, retries and stalls start absent (read as 0): fewer fields to write and read
-      if run_at and run_at > NOW then
-        t.s, t.nr = 'scheduled', run_at
-        fields[#fields + 1] = 'nr'
-        fields[#fields + 1] = f(run_at)
-      else
-        t.s = 'pending'
+      t.s = 'pending'
+    end
+    -- attempts, retries and stalls start absent (read as 0): fewer fields to write and read. The
+    -- optional fields go in a second HSET, so the usual task costs one call and no field list.
+    local fd = t.nr and f(t.nr) or NOWS
+    redis.call('HSET', tkeys[i + 1], 'n', name, 'q', q, 'm', t.m, 'p', payload, 'o', options, 'pr', V[b + 4],
+      'ea', NOWS, 'ra', NOWS, 's', t.s, 'fd', fd)
+    if t.nr or x or uk then
+      local more = {}
+      if t.nr then
+        more[#more + 1] = 'nr'
+        more[#more + 1] = fd
       end
-      fields[#fields + 1] = 's'
-      fields[#fields + 1] = t.s
-      fields[#fields + 1] = 'fd'
-      fields[#fields + 1] = t.nr and f(t.nr) or NOWS
       if x then
-        fields[#fields + 1] = 'x'
-        fields[#fields + 1] = f(x)
+        more[#more + 1] = 'x'
+        more[#more + 1] = f(x)
       end
       if uk then
-        fields[#fields + 1] = 'uk'
-        fields[#fields + 1] = uk
+        more[#more + 1] = 'uk'
+        more[#more + 1] = uk
         if uu then
-          fields[#fields + 1] = 'uu'
-          fields[#fields + 1] = f(uu)
+          more[#more + 1] = 'uu'
+          more[#more + 1] = f(uu)
           redis.call('HSET', UNIQ, uk, id)
         end
       end
-      redis.call('HSET', tkeys[i + 1], unpack(fields))
-      index(t)
-      event(id, nil, t.s, q)
+      redis.call('HSET', tkeys[i + 1], unpack(more))
     end
+    index(t)
+    event(id, nil, t.s, q)
   end
 end
 return finish(results)
