@@ -71,7 +71,15 @@ def encode_payload(args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any]) ->
     for key in kwargs:
         if not isinstance(key, str):
             raise SerializationError(f"keyword argument names must be str, got {key!r}")
-    return encode({"args": list(args), "kwargs": kwargs}, "task arguments")
+    # The outer object is ours and its keys are str: only nested containers need the key walk (the
+    # usual call passes scalars, and then there is nothing to walk).
+    nested = [item for item in (*args, *kwargs.values()) if isinstance(item, _CONTAINERS)]
+    try:
+        if nested:
+            _check_keys(nested)
+        return _ENCODER.encode({"args": list(args), "kwargs": kwargs})
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"task arguments must be JSON-encodable (no NaN/inf, str keys): {exc}") from None
 
 
 def decode_payload(text: str) -> tuple[list[Any], dict[str, Any]]:

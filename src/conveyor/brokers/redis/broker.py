@@ -74,27 +74,32 @@ def _scripts() -> Scripts:
     return _SCRIPTS
 
 
-@contextmanager
-def translate_errors() -> Iterator[None]:
-    """Map every redis-py exception to ``conveyor.errors``."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
-    except redis.exceptions.OutOfMemoryError as exc:
-        raise BrokerError(
+def translated(exc: redis.RedisError) -> BrokerError:
+    """The ``conveyor.errors`` exception for a redis-py exception (the caller raises it ``from exc``)."""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return BrokerUnavailable(f"Redis is unreachable: {exc}")
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return BrokerError(
             "Redis is out of memory (maxmemory reached); nothing was written. Free memory, raise "
             f"maxmemory, or drain queues. Server said: {exc}"
-        ) from exc
-    except redis.ResponseError as exc:
+        )
+    if isinstance(exc, redis.ResponseError):
         text = str(exc)
         if text.startswith("OOM"):
-            raise BrokerError(f"Redis is out of memory (maxmemory reached); nothing was written: {text}") from exc
+            return BrokerError(f"Redis is out of memory (maxmemory reached); nothing was written: {text}")
         if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN")):
-            raise BrokerUnavailable(f"Redis cannot serve the call now: {text}") from exc
-        raise BrokerError(f"Redis refused the call: {text}") from exc
+            return BrokerUnavailable(f"Redis cannot serve the call now: {text}")
+        return BrokerError(f"Redis refused the call: {text}")
+    return BrokerError(f"Redis client error: {exc}")
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map every redis-py exception to ``conveyor.errors`` (see :func:`translated`)."""
+    try:
+        yield
     except redis.RedisError as exc:
-        raise BrokerError(f"Redis client error: {exc}") from exc
+        raise translated(exc) from exc
 
 
 class RedisBroker:
@@ -140,16 +145,13 @@ class RedisBroker:
         # KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call
         fixed = self._fixed
         head = (*fixed[0], now, self._origin, "1" if self._events.active else "0", *fixed[1])
-        try:
-            with translate_errors():
-                early, reply = self._scripts.call(
-                    self._conns, self._client, self._scripts.command(name, head, args), before
-                )
-        except BrokerError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, redis.ResponseError) and str(cause).startswith("CONVEYOR_"):
-                raise _Refused(str(cause)) from None
-            raise
+        try:  # inline rather than `with translate_errors()`: this is every operation's hot path
+            command = self._scripts.command(name, head, args)
+            early, reply = self._scripts.call(self._conns, self._client, command, before)
+        except redis.RedisError as exc:
+            if isinstance(exc, redis.ResponseError) and str(exc).startswith("CONVEYOR_"):
+                raise _Refused(str(exc)) from None
+            raise translated(exc) from exc
         ran_at = float(reply[1])
         if len(reply) > 2:  # {result, now, events}: see lua/_lib.lua
             self._events.deliver(decode_events(reply[2], ran_at))

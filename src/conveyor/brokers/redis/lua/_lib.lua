@@ -41,10 +41,11 @@ local function begin(keys, argv)
   if ARGV[2] == '' then
     local t = redis.call('TIME')
     NOW = tonumber(t[1]) + tonumber(t[2]) / 1000000
-  else
-    NOW = tonumber(ARGV[2])
+    NOWS = string.format('%.17g', NOW)
+  else -- the caller's repr(): the shortest text that reads back as the same double
+    NOWS = ARGV[2]
+    NOW = tonumber(NOWS)
   end
-  NOWS = string.format('%.17g', NOW)
   MAX_ERRORS, RETENTION, MAX_STALLS = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
   WAKE = KEYS[8]

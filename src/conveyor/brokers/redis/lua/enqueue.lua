@@ -52,7 +52,7 @@ for q, count in pairs(adding) do
     if size + count > ms then return redis.error_reply('CONVEYOR_QUEUEFULL ' .. q .. ' ' .. ms) end
   end
 end
-DEFER = true -- no sorted set is read below
+DEFER = n > 1 -- no sorted set is read below (one task: nothing to batch, so no buffering either)
 local new = 0
 for _, count in pairs(adding) do new = new + count end
 local seq = new > 0 and redis.call('INCRBY', SEQ, new) - new or 0
