@@ -8,7 +8,9 @@ raw PING round trips/s from Python (the baseline), single enqueue/s (broker call
 batch, and through the real ``Worker.run()`` runtime with no-op tasks), idle-to-running latency at 200
 tasks/s (an idle worker in ``claim_after_wait``, as the runtime's fetcher waits), and server memory per
 small queued task. Issue 4's aims: drain >= 30,000/s, single enqueue >= 0.8x raw round trips, batch
-enqueue > 150,000/s, latency p50 < 0.5 ms and p99 < 2 ms.
+enqueue > 150,000/s, latency p50 < 0.5 ms and p99 < 2 ms. It also reports the server's own time per task
+(``FCALL`` time from ``INFO commandstats``) for one-task enqueues, batch enqueues and claim + settle: the
+part of each figure that is Lua work rather than round trips.
 
 The server is pinned to one core and this process to another (as ``python -m bench`` does). PING and
 single enqueues are measured in alternating rounds and compared round by round (median of the
@@ -38,6 +40,20 @@ def task(i: int, queue: str = "bench") -> NewTask:
 
 def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
+
+
+def fcall_usec(broker: RedisBroker) -> float:
+    """Server time spent in ``FCALL`` (every broker operation) since the server started, in µs."""
+    stats = broker.client.info("commandstats").get("cmdstat_fcall")
+    return float(stats["usec"]) if stats else 0.0
+
+
+def server_time(broker: RedisBroker, work: Callable[[], int]) -> float:
+    """Run ``work`` (returns how many tasks it handled): server µs per task, by ``INFO commandstats``.
+    Machine speed moves both sides of a ratio alike; this figure shows where a round trip's time goes."""
+    before = fcall_usec(broker)
+    count = work()
+    return (fcall_usec(broker) - before) / max(1, count)
 
 
 def bench_single(broker: RedisBroker, url: str, n: int, rounds: int = 8) -> dict[str, tuple[float, float]]:
@@ -70,19 +86,20 @@ def bench_single(broker: RedisBroker, url: str, n: int, rounds: int = 8) -> dict
     }
 
 
-def bench_batch_enqueue(broker: RedisBroker, n: int) -> float:
-    tasks = [task(i) for i in range(n)]
+def bench_batch_enqueue(broker: RedisBroker, n: int, queue: str = "bench") -> float:
+    tasks = [task(i, queue) for i in range(n)]
     start = time.perf_counter()
     for offset in range(0, n, 10_000):
         broker.enqueue(tasks[offset : offset + 10_000], time.time())
     return rate(n, time.perf_counter() - start)
 
 
-def bench_drain(broker: RedisBroker, n: int, batch: int) -> float:
+def bench_drain(broker: RedisBroker, n: int, batch: int, queue: str = "bench") -> tuple[float, int]:
+    """Claim + settle ``n`` tasks of ``queue`` in batches: (tasks/s, tasks drained)."""
     done = 0
     start = time.perf_counter()
     while done < n:
-        claimed = broker.claim(["bench"], time.time(), 60.0, limit=batch)
+        claimed = broker.claim([queue], time.time(), 60.0, limit=batch)
         if not claimed:
             break
         applied = broker.settle(
@@ -92,7 +109,7 @@ def bench_drain(broker: RedisBroker, n: int, batch: int) -> float:
         done += len(claimed)
     elapsed = time.perf_counter() - start
     assert done == n, f"drained {done} of {n}"
-    return rate(n, elapsed)
+    return rate(n, elapsed), done
 
 
 def bench_runtime_drain(url: str, n: int, concurrency: int) -> float:
@@ -161,6 +178,29 @@ def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) 
     return latencies
 
 
+def server_times(broker: RedisBroker, n: int, batch: int) -> dict[str, float]:
+    """Server µs per task for one-task enqueues, 10,000-task batch enqueues and batch claim + settle."""
+    counter = iter(range(10**9))
+
+    def singles() -> int:
+        for _ in range(n // 4):
+            broker.enqueue([task(next(counter), "srv")], time.time())
+        return n // 4
+
+    def batches() -> int:
+        bench_batch_enqueue(broker, n, "srv-batch")
+        return n
+
+    def drain() -> int:
+        return bench_drain(broker, n, batch, "srv-batch")[1]
+
+    return {
+        "enqueue, one task per call": server_time(broker, singles),
+        "enqueue, batches of 10,000": server_time(broker, batches),
+        f"claim + settle, batches of {batch}": server_time(broker, drain),
+    }
+
+
 def memory_per_task(broker: RedisBroker, n: int) -> float:
     client = broker.client
     before = int(client.info("memory")["used_memory"])
@@ -175,6 +215,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500, help="claim batch size")
     parser.add_argument("--concurrency", type=int, default=200, help="worker concurrency for the runtime drain")
+    parser.add_argument("--latency-tasks", type=int, default=1000, help="tasks sent at 200/s for the latency")
     parser.add_argument("--server", default=None, help="valkey (default) or redis-server")
     args = parser.parse_args()
     placement = choose_placement()
@@ -187,9 +228,10 @@ def main() -> None:
         broker.enqueue([task(-1, "warm")], time.time())
         single = bench_single(broker, server.namespace_url("bench"), args.single)
         batch = bench_batch_enqueue(broker, args.tasks)
-        drain = bench_drain(broker, args.tasks, args.batch)
+        drain, _ = bench_drain(broker, args.tasks, args.batch)
         runtime_drain = bench_runtime_drain(server.namespace_url("bench"), args.tasks, args.concurrency)
-        lat = sorted(x * 1000 for x in bench_latency(broker, server.namespace_url("bench"), 1000, 200.0))
+        lat = sorted(x * 1000 for x in bench_latency(broker, server.namespace_url("bench"), args.latency_tasks, 200.0))
+        per_task = server_times(broker, min(args.tasks, 20_000), args.batch)
         mem = memory_per_task(broker, 20_000)
         broker.close()
     p50 = statistics.median(lat)
@@ -205,6 +247,8 @@ def main() -> None:
     )
     print(f"idle-to-running        p50 {p50:.3f} ms, p99 {p99:.3f} ms at 200 tasks/s (aim < 0.5 / < 2 ms)")
     print(f"memory per queued task {mem:10,.0f} bytes (payload 9 bytes)")
+    for what, usec in per_task.items():
+        print(f"server time per task   {usec:10,.1f} us   ({what})")
 
 
 if __name__ == "__main__":
