@@ -22,8 +22,13 @@ def _reject_constant(name: str) -> Any:
 
 def encode(value: Any, what: str = "value") -> str:
     """Encode a JSON value; SerializationError names what could not be encoded."""
+    return _encode(value, what, value)
+
+
+def _encode(value: Any, what: str, walk: Any) -> str:
+    """``encode``, where only ``walk`` (a part of ``value``) can hold dict keys that need checking."""
     try:
-        _check_keys(value)
+        _check_keys(walk)
         return _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} must be JSON-encodable (no NaN/inf, str keys): {exc}") from None
@@ -74,12 +79,7 @@ def encode_payload(args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any]) ->
     # The outer object is ours and its keys are str: only nested containers need the key walk (the
     # usual call passes scalars, and then there is nothing to walk).
     nested = [item for item in (*args, *kwargs.values()) if isinstance(item, _CONTAINERS)]
-    try:
-        if nested:
-            _check_keys(nested)
-        return _ENCODER.encode({"args": list(args), "kwargs": kwargs})
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise SerializationError(f"task arguments must be JSON-encodable (no NaN/inf, str keys): {exc}") from None
+    return _encode({"args": list(args), "kwargs": kwargs}, "task arguments", nested or None)
 
 
 def decode_payload(text: str) -> tuple[list[Any], dict[str, Any]]:

@@ -118,8 +118,8 @@ def test_task_id_and_queue_at_their_maximum_length_are_accepted(app: Conveyor) -
 
 @pytest.mark.parametrize(
     "args",
-    [[NAN], [INF], [{"nested": [-INF]}], [object()], [{1, 2}], [b"bytes"], [{1: "int key"}]],
-    ids=["nan", "inf", "nested-inf", "object", "set", "bytes", "int-key"],
+    [[NAN], [INF], [{"nested": [-INF]}], [object()], [{1, 2}], [b"bytes"], [{1: "int key"}], [1, [{"a": {2: "b"}}]]],
+    ids=["nan", "inf", "nested-inf", "object", "set", "bytes", "int-key", "deep-int-key"],
 )
 def test_non_json_arguments_are_rejected_at_enqueue_and_nothing_is_written(
     app: Conveyor, nothing_written: None, args: list[Any]
@@ -134,6 +134,8 @@ def test_non_json_keyword_argument_is_rejected_at_enqueue(app: Conveyor, nothing
 
     with pytest.raises(SerializationError):
         job.enqueue(value=NAN)
+    with pytest.raises(SerializationError):  # json would quietly turn the key 1 into "1"
+        app.enqueue("job", kwargs={"value": {"ok": [{1: "int key"}]}})
 
 
 def test_serialization_error_is_a_value_error(app: Conveyor) -> None:
