@@ -111,6 +111,7 @@ def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBrok
         keys.queue("emails", "waiting"),
         keys.seq,
         keys.queues,
+        keys.settings("emails"),  # its "kn" flag: the queue is in `queues`
         keys.wake,
     }
 

@@ -152,8 +152,11 @@ class RedisBroker:
             if isinstance(exc, redis.ResponseError) and str(exc).startswith("CONVEYOR_"):
                 raise _Refused(str(exc)) from None
             raise translated(exc) from exc
+        if isinstance(reply, str):  # now + "\n" + a string result: see lua/_lib.lua
+            now, _, result = reply.partition("\n")
+            return early, result, float(now)
         ran_at = float(reply[1])
-        if len(reply) > 2:  # {result, now, events}: see lua/_lib.lua
+        if len(reply) > 2:  # {result, now, events}
             self._events.deliver(decode_events(reply[2], ran_at))
         return early, reply[0], ran_at
 
@@ -175,10 +178,13 @@ class RedisBroker:
         results: list[str | None] = []
         for start in range(0, len(tasks), ENQUEUE_CHUNK):
             chunk = tasks[start : start + ENQUEUE_CHUNK]
-            values: list[str] = []
-            for task in chunk:
-                values.extend(encode_task(task))
             try:
+                if len(chunk) == 1:  # the fields as they are, and one string back (see enqueue.lua)
+                    results.append(self._call("enqueue", now, 1, *encode_task(chunk[0])) or None)
+                    continue
+                values: list[str] = []
+                for task in chunk:
+                    values.extend(encode_task(task))
                 reply = self._call("enqueue", now, len(chunk), _json_array(values))
             except _Refused as exc:
                 _, queue, max_size = exc.text.split(" ")
@@ -225,7 +231,8 @@ class RedisBroker:
             values: list[str] = []
             for outcome in chunk:
                 values.extend(encode_outcome(outcome))
-            applied.extend(bool(flag) for flag in self._call("settle", now, len(chunk), _json_array(values)))
+            reply = self._call("settle", now, len(chunk), _json_array(values))  # "1"/"0" per outcome
+            applied.extend(flag == "1" for flag in reply)
         return applied
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:

@@ -20,7 +20,8 @@ numbers into one double)::
     P q:<queue>:active       zset    member by started_at
     P q:<queue>:completed    zset    member by finished_at (likewise archived)
     P q:<queue>:completed:keep zset  member by keep_until (likewise archived:keep)
-    P qs:<queue>             hash    queue settings: ms (max_size), cc (concurrency), ag (aging), pa (paused)
+    P qs:<queue>             hash    queue settings: ms (max_size), cc (concurrency), ag (aging), pa (paused),
+                                     kn ("1": the queue is in ``queues``; enqueues skip the SADD)
     P due  P leases  P expiring   zsets over all queues: next_run_at, lease deadline, expires_at
     P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines

@@ -3,7 +3,8 @@
 -- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 8 strings, per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
 --       keep_for.
--- Returns: per outcome 1 (applied) or 0 (task missing, not active, or another token holds it).
+-- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
+--          holds it).
 -- Costs per outcome: one HMGET of 5 fields for the fence; `complete` then writes directly, the other
 --   kinds load the task (one HMGET more).
 -- Transition: active -> completed (result, keep_until = now + keep_for) | retry (retries + 1, at
@@ -19,7 +20,7 @@ for i = 0, n - 1 do
   -- the fence first, reading only what it and `complete` need (the other kinds load the whole task)
   local v = redis.call('HMGET', tkey(id), 's', 'tk', 'q', 'm', 'le')
   if v[1] ~= 'active' or v[2] ~= token or token == '' or not v[3] or not v[4] then
-    applied[i + 1] = 0
+    applied[i + 1] = '0'
   elseif kind == 'complete' then
     -- active -> completed, written directly (what finish_task() would write for this case)
     local q, m, result = v[3], v[4], opt(V[b + 3])
@@ -36,7 +37,7 @@ for i = 0, n - 1 do
     zop('ZADD', qkey(q, 'completed'), NOWS, m)
     zop('ZADD', qkey(q, 'completed:keep'), kus, m)
     event(id, 'active', 'completed', q)
-    applied[i + 1] = 1
+    applied[i + 1] = '1'
   else
     local t = load(id)
     local err, run_at, reason = opt(V[b + 4]), num(V[b + 5]), opt(V[b + 6])
@@ -59,7 +60,7 @@ for i = 0, n - 1 do
         make_pending(t, NOW, set, {})
       end
     end
-    applied[i + 1] = 1
+    applied[i + 1] = '1'
   end
 end
-return finish(applied)
+return finish(table.concat(applied))
