@@ -101,6 +101,30 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     assert all(key.startswith("{app}:") for key in touched)
 
 
+def test_a_usual_task_is_stored_in_six_fields_and_the_absent_ones_read_as_their_defaults(
+    broker: RedisBroker,
+) -> None:
+    usual = task("usual", "emails")
+    special = NewTask(id="special", name="job", queue="emails", payload="[[], {}]", priority=3, run_at=NOW + 5,
+                      options='{"max_retries":1}')  # fmt: skip
+    assert broker.enqueue([usual], NOW) == [None]
+    assert broker.enqueue([special], NOW) == [None]
+    client = broker.client
+    assert set(client.hkeys(broker.keys.task("usual"))) == {"n", "q", "m", "p", "ea", "s"}
+    assert {"pr", "o", "nr", "fd"} <= set(client.hkeys(broker.keys.task("special")))
+    stored = broker.get("usual", NOW)
+    assert stored is not None
+    assert (stored.priority, stored.options, stored.enqueued_at, stored.first_due_at) == (0, "{}", NOW, NOW)
+    late = broker.get("special", NOW)
+    assert late is not None
+    assert (late.priority, late.options, late.first_due_at) == (3, '{"max_retries":1}', NOW + 5)
+    claimed = broker.claim(["emails"], NOW + 10, 30.0, limit=2)
+    assert [(r.id, r.priority, r.options, r.first_due_at) for r in claimed] == [
+        ("special", 3, '{"max_retries":1}', NOW + 5),
+        ("usual", 0, "{}", NOW),
+    ]
+
+
 def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBroker) -> None:
     broker.enqueue([task("a", "emails")], NOW)
     client, keys = broker.client, broker.keys

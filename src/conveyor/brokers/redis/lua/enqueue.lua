@@ -10,7 +10,7 @@
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
 local n = tonumber(A(1))
-local V = n == 1 and {unpack(ARGV, 9, 18)} or cjson.decode(A(2))
+local V = n == 1 and {unpack(ARGV, 9, 18)} or cjson.decode(A(2)) -- ARGV[9..18] = A(2)..A(11)
 local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
 -- one EXISTS over the whole chunk: usually no id is taken, and then no task needs a check of its own
 local tkeys = {}
