@@ -146,9 +146,9 @@ local FIELDS = {'q', 's', 'm', 'pr', 'ra', 'ea', 'x', 'nr', 'a', 'r', 'st', 'sa'
 local function totask(id, h)
   if not h.q or not h.s or not h.m then return nil end
   return {id = id, q = h.q, s = h.s, m = h.m, pr = num(h.pr) or 0, ra = num(h.ra) or num(h.ea) or NOW,
-    x = num(h.x),
-    nr = num(h.nr), a = num(h.a) or 0, r = num(h.r) or 0, st = num(h.st) or 0, sa = num(h.sa), lx = num(h.lx),
-    tk = h.tk ~= '' and h.tk or nil, c = h.c, uk = h.uk, ku = num(h.ku), le = h.le, fa = num(h.fa), ar = h.ar}
+    x = num(h.x), nr = num(h.nr), a = num(h.a) or 0, r = num(h.r) or 0, st = num(h.st) or 0, sa = num(h.sa),
+    lx = num(h.lx), tk = h.tk ~= '' and h.tk or nil, c = h.c, uk = h.uk, ku = num(h.ku), le = h.le,
+    fa = num(h.fa), ar = h.ar}
 end
 
 -- the fields transitions need (not payload/result), or nil if the hash is missing or unusable
