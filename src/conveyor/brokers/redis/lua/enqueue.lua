@@ -9,6 +9,10 @@
 --          would be exceeded (nothing written).
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
+local function push(list, k, v)
+  list[#list + 1] = k
+  list[#list + 1] = v
+end
 local n = tonumber(A(1))
 local V = n == 1 and {unpack(ARGV, 9, 18)} or cjson.decode(A(2)) -- ARGV[9..18] = A(2)..A(11)
 local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
@@ -84,22 +88,18 @@ for i = 0, n - 1 do
     redis.call('HSET', tkeys[i + 1], 'n', name, 'q', q, 'm', t.m, 'p', payload, 'ea', NOWS, 's', t.s)
     if t.nr or x or uk or pr ~= 0 or options ~= '{}' then
       local more = {}
-      local function add(k, v)
-        more[#more + 1] = k
-        more[#more + 1] = v
-      end
       if t.nr then
         local nr = f(t.nr)
-        add('nr', nr)
-        add('fd', nr)
+        push(more, 'nr', nr)
+        push(more, 'fd', nr)
       end
-      if pr ~= 0 then add('pr', V[b + 4]) end
-      if options ~= '{}' then add('o', options) end
-      if x then add('x', f(x)) end
+      if pr ~= 0 then push(more, 'pr', V[b + 4]) end
+      if options ~= '{}' then push(more, 'o', options) end
+      if x then push(more, 'x', f(x)) end
       if uk then
-        add('uk', uk)
+        push(more, 'uk', uk)
         if uu then
-          add('uu', f(uu))
+          push(more, 'uu', f(uu))
           redis.call('HSET', UNIQ, uk, id)
         end
       end
