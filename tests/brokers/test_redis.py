@@ -101,7 +101,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     assert all(key.startswith("{app}:") for key in touched)
 
 
-def test_a_usual_task_is_stored_in_six_fields_and_the_absent_ones_read_as_their_defaults(
+def test_a_usual_task_is_stored_in_seven_fields_and_the_absent_ones_read_as_their_defaults(
     broker: RedisBroker,
 ) -> None:
     usual = task("usual", "emails")
@@ -110,7 +110,7 @@ def test_a_usual_task_is_stored_in_six_fields_and_the_absent_ones_read_as_their_
     assert broker.enqueue([usual], NOW) == [None]
     assert broker.enqueue([special], NOW) == [None]
     client = broker.client
-    assert set(client.hkeys(broker.keys.task("usual"))) == {"n", "q", "m", "p", "ea", "s"}
+    assert set(client.hkeys(broker.keys.task("usual"))) == {"n", "q", "m", "p", "ea", "s", "fd"}
     assert {"pr", "o", "nr", "fd"} <= set(client.hkeys(broker.keys.task("special")))
     stored = broker.get("usual", NOW)
     assert stored is not None

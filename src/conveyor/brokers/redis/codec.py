@@ -6,8 +6,8 @@ first_due_at, ``ra`` ready_at, ``nr`` next_run_at, ``a`` attempts, ``r`` retries
 expires_at, ``uk``/``uu`` unique key/until, ``sa`` started_at, ``fa`` finished_at, ``ku`` keep_until,
 ``le`` last error, ``ar`` archive reason, ``res`` result, ``tk`` lease token, ``lx`` lease deadline,
 ``c`` cancel requested ("1"). Fields at their usual value are not written by ``enqueue``: ``a``/``r``/
-``st`` are absent until they first change (read as 0), ``pr`` when 0, ``o`` when ``{}``, and ``ra``/``fd``
-read as ``ea`` while absent (a task enqueued pending became ready and due when it was enqueued).
+``st`` are absent until they first change (read as 0), ``pr`` when 0, ``o`` when ``{}``, and ``ra`` reads
+as ``ea`` while absent (a task enqueued pending became ready when it was enqueued).
 ``tk``, ``lx`` and ``c`` mean something only while the task is active and ``nr`` only while it is
 scheduled or retry: transitions out of those states leave them as they were (fewer writes on the hot
 path) and every reader ignores them in other states.
@@ -122,7 +122,7 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
                     options=options or "{}",
                     priority=int(priority or 0),
                     enqueued_at=float(enqueued or 0),
-                    first_due_at=float(due or enqueued or 0),
+                    first_due_at=float(due or 0),
                     next_run_at=None,
                     attempts=int(attempts or 0) + 1,
                     retries=int(retries or 0),
@@ -159,7 +159,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         options=h.get("o", "{}"),
         priority=int(h.get("pr", "0")),
         enqueued_at=float(h.get("ea", "0")),
-        first_due_at=float(h.get("fd") or h.get("ea", "0")),
+        first_due_at=float(h.get("fd", "0")),
         next_run_at=_f(h, "nr") if state in (TaskState.SCHEDULED, TaskState.RETRY) else None,
         attempts=int(h.get("a", "0")),
         retries=int(h.get("r", "0")),

@@ -81,18 +81,16 @@ for i = 0, n - 1 do
     else
       t.s = 'pending'
     end
-    -- Fields at their usual value start absent, so the usual task costs one HSET of 6 fields (a field
+    -- Fields at their usual value start absent, so the usual task costs one HSET of 7 fields (a field
     -- costs ~0.15 us to write and ~20 bytes to keep): attempts, retries and stalls (read as 0), pr (0),
-    -- o ("{}"), and ra and fd (read as ea: a task enqueued pending became ready and due when enqueued).
-    -- The others go in a second HSET.
-    redis.call('HSET', tkeys[i + 1], 'n', name, 'q', q, 'm', t.m, 'p', payload, 'ea', NOWS, 's', t.s)
+    -- o ("{}") and ra (read as ea: a task enqueued pending became ready when enqueued). fd is always
+    -- written: a worker of an earlier version, sharing the server during a rolling upgrade, reads it
+    -- (an unregistered task's grace window starts there). The others go in a second HSET.
+    local fd = t.nr and f(t.nr) or NOWS
+    redis.call('HSET', tkeys[i + 1], 'n', name, 'q', q, 'm', t.m, 'p', payload, 'ea', NOWS, 's', t.s, 'fd', fd)
     if t.nr or x or uk or pr ~= 0 or options ~= '{}' then
       local more = {}
-      if t.nr then
-        local nr = f(t.nr)
-        push(more, 'nr', nr)
-        push(more, 'fd', nr)
-      end
+      if t.nr then push(more, 'nr', fd) end
       if pr ~= 0 then push(more, 'pr', V[b + 4]) end
       if options ~= '{}' then push(more, 'o', options) end
       if x then push(more, 'x', f(x)) end
