@@ -139,13 +139,13 @@ local function ready_score(pr, ra, ag)
   return -pr
 end
 
-local FIELDS = {'q', 's', 'm', 'pr', 'ra', 'ea', 'x', 'nr', 'a', 'r', 'st', 'sa', 'lx', 'tk', 'c', 'uk', 'ku', 'le', 'fa',
-  'ar'}
+local FIELDS = {'q', 's', 'm', 'pr', 'ra', 'x', 'nr', 'a', 'r', 'st', 'sa', 'lx', 'tk', 'c', 'uk', 'ku', 'le', 'fa', 'ar'}
 
 -- a task from its hash fields (h: field -> string), or nil if the hash is missing or unusable
+-- (its ra is a placeholder: every way into pending sets ra first, and an absent ra in a hash means ea)
 local function totask(id, h)
   if not h.q or not h.s or not h.m then return nil end
-  return {id = id, q = h.q, s = h.s, m = h.m, pr = num(h.pr) or 0, ra = num(h.ra) or num(h.ea) or NOW,
+  return {id = id, q = h.q, s = h.s, m = h.m, pr = num(h.pr) or 0, ra = num(h.ra) or NOW,
     x = num(h.x), nr = num(h.nr), a = num(h.a) or 0, r = num(h.r) or 0, st = num(h.st) or 0, sa = num(h.sa),
     lx = num(h.lx), tk = h.tk ~= '' and h.tk or nil, c = h.c, uk = h.uk, ku = num(h.ku), le = h.le,
     fa = num(h.fa), ar = h.ar}
