@@ -6,19 +6,20 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from conveyor import Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
 from conveyor.errors import ConfigurationError
 from conveyor.model import Outcome
+from conveyor.worker.acker import Acker
 from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import parse_queues
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
-from conveyor.worker.inflight import Inflight
+from conveyor.worker.inflight import Held, Inflight
 from conveyor.worker.loader import load_app
 from conveyor.worker.service import RetryDelay
 
@@ -287,3 +288,38 @@ def test_buffer_hands_each_record_out_once_and_close_returns_the_rest() -> None:
     left = buffer.close()
     assert {r.id for r in left} == {r.id for r in records} - set(taken)
     assert buffer.get() is None
+
+
+def test_acker_settles_every_outcome_submitted_from_many_threads_in_batches() -> None:
+    app = app_with_jobs(400)
+    inflight = Inflight()
+    helds = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=400))
+    acker = Acker(app, inflight)
+    batches: list[int] = []
+    settle = app.broker.settle
+
+    def counting_settle(outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        batches.append(len(outcomes))
+        return settle(outcomes, now)
+
+    app.broker.settle = counting_settle  # type: ignore[method-assign]
+    acker.start()
+
+    def submit(part: list[Held]) -> None:
+        for held in part:
+            acker.submit(held, Outcome(held.id, held.token, "complete", result="null"))
+            if random.random() < 0.05:
+                time.sleep(0.0005)  # let the acker take what is there and go back to sleep
+
+    threads = [threading.Thread(target=submit, args=(helds[i::8],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    deadline = time.monotonic() + 10.0
+    while acker.processed < 400 and time.monotonic() < deadline:  # no wake-up lost: all of them land
+        time.sleep(0.001)
+    acker.stop()
+    assert (acker.processed, acker.failed, len(inflight)) == (400, 0, 0)
+    assert sum(batches) == 400 and max(batches) <= 256  # one settle per batch, at most _BATCH each
+    assert all(app.broker.get(held.id, 0.0).state is TaskState.COMPLETED for held in helds)  # type: ignore[union-attr]

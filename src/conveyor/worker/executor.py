@@ -52,6 +52,8 @@ class Executor:
         # Options of tasks enqueued without explicit options, per task name: resolved once (a
         # registration's options are frozen), not once per execution.
         self._registered_options: dict[str, EffectiveOptions] = {}
+        # Per handler function: (is async, takes a TaskContext first), looked up once, not per execution.
+        self._kinds: dict[Any, tuple[bool, bool]] = {}
 
     def prepare(self, record: TaskRecord) -> Job | Outcome:
         """A Job to run, or at once an Outcome (unknown name → put back / archived; bad payload → poison)."""
@@ -83,11 +85,13 @@ class Executor:
             queue=record.queue,
             attempt=record.attempts,
         )
-        if self.app.wants_context(record.name):
-            args = [ctx, *args]
         fn = task.fn
-        is_async = inspect.iscoroutinefunction(fn)
-        return Job(record, token, fn, args, kwargs, options, ctx, is_async)
+        kind = self._kinds.get(fn)
+        if kind is None:
+            kind = self._kinds[fn] = (inspect.iscoroutinefunction(fn), self.app.wants_context(record.name))
+        if kind[1]:
+            args = [ctx, *args]
+        return Job(record, token, fn, args, kwargs, options, ctx, kind[0])
 
     def _options(self, record: TaskRecord, registered: TaskOptions) -> EffectiveOptions:
         if record.options == "{}":

@@ -68,7 +68,7 @@ class Runner:
         started = time.monotonic()
         try:
             result = job.fn(*job.args, **job.kwargs)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):  # None: most handlers, no ABC check
                 result = _run_coroutine(_await_with_timeout(result, job.options.timeout))
             timeout = job.options.timeout
             if timeout is not None and time.monotonic() - started > timeout:
