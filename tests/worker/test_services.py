@@ -306,10 +306,10 @@ def test_acker_settles_every_outcome_submitted_from_many_threads_in_batches() ->
     acker.start()
 
     def submit(part: list[Held]) -> None:
-        for held in part:
+        for i, held in enumerate(part):
             acker.submit(held, Outcome(held.id, held.token, "complete", result="null"))
-            if random.random() < 0.05:
-                time.sleep(0.0005)  # let the acker take what is there and go back to sleep
+            if i % 20 == 19:
+                time.sleep(0.0005)  # pauses: the acker takes what is there and goes back to sleep, often
 
     threads = [threading.Thread(target=submit, args=(helds[i::8],)) for i in range(8)]
     for thread in threads:
