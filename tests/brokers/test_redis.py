@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -422,3 +422,37 @@ def test_a_batch_larger_than_a_chunk_is_stored_in_order(broker: RedisBroker) -> 
     assert broker.enqueue([task(f"t{i}") for i in range(count)], NOW) == [None] * count
     claimed = broker.claim(["q"], NOW, 30.0, limit=count)
     assert [r.id for r in claimed] == [f"t{i}" for i in range(count)]
+
+
+def test_a_worker_on_redis_keeps_two_claims_in_flight(redis_url: str) -> None:
+    from conveyor import Conveyor, Worker, WorkerConfig
+
+    app = Conveyor(redis_url)
+    done: list[int] = []
+
+    @app.task(queue="pipelined")
+    def job(i: int) -> None:
+        done.append(i)
+
+    app.enqueue_many("job", [((i,), {}) for i in range(3000)], queue="pipelined")
+    threads: set[str] = set()
+    claim = app.broker.claim
+
+    def spy(queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        threads.add(threading.current_thread().name)
+        return claim(queues, now, lease_for, limit)
+
+    app.broker.claim = spy  # type: ignore[method-assign]
+    worker = Worker(app, WorkerConfig(queues=("pipelined",), concurrency=8, prefetch=8, poll_interval=0.05))
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        assert wait_until(lambda: len(done) == 3000, timeout=60.0)
+    finally:
+        worker.stop()
+        thread.join(timeout=30.0)
+    assert worker.runtime is not None and worker.runtime.fetcher.claimers == 2  # the default on Redis
+    assert sorted(done) == list(range(3000))  # each ran exactly once
+    assert threads == {"conveyor-fetcher", "conveyor-fetcher-2"}  # both claimed
+    assert app.stats()["pipelined"]["completed"] == 3000
+    app.close()

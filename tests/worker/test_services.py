@@ -12,7 +12,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
 from conveyor.errors import ConfigurationError
-from conveyor.model import Outcome
+from conveyor.model import Outcome, TaskRecord
 from conveyor.worker.acker import Acker
 from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.buffer import Buffer
@@ -142,9 +142,12 @@ def test_config_from_env() -> None:
         "CONVEYOR_WORKER_QUEUES": "emails=3,default=1",
         "CONVEYOR_WORKER_LEASE_FOR": "4",
         "CONVEYOR_WORKER_STRICT": "true",
+        "CONVEYOR_WORKER_CLAIMERS": "3",
     }
     config = WorkerConfig.from_env(env, prefetch=2)
     assert (config.concurrency, config.queues, config.weights) == (20, ("emails", "default"), (3, 1))
+    assert config.claimers == 3 and WorkerConfig().claimers is None
+    assert config_from_args(parse(["pkg:app", *config_to_args(config)]), WorkerConfig()).claimers == 3
     assert (config.lease_for, config.heartbeat_every, config.strict, config.prefetch) == (4.0, 0.8, True, 2)
 
 
@@ -161,6 +164,8 @@ def test_default_recovery_bound_is_at_most_15_seconds() -> None:
         ({"weights": (1,)}, ValueError),
         ({"lease_for": 1.0, "heartbeat_interval": 2.0}, ValueError),
         ({"shutdown_grace": -1}, ValueError),
+        ({"claimers": 0}, ValueError),
+        ({"claimers": 2.0}, TypeError),
     ],
 )
 def test_config_rejects_bad_settings(settings: dict[str, object], error: type[Exception]) -> None:
@@ -232,6 +237,7 @@ def test_finished_tasks_free_their_slot_and_held_tasks_stay_under_twice_the_capa
     app = app_with_jobs(50)
     inflight = Inflight()
     fetcher = Fetcher(app, WorkerConfig(concurrency=2, prefetch=2), inflight, Buffer())  # capacity 4
+    assert fetcher.claimers == 1  # the default where claims take a lock anyway (memory, SQLite)
     assert len(fetcher.fetch(fetcher.room())) == 4
     assert fetcher.room() == 0
     for held in inflight.snapshot()[:3]:
@@ -246,6 +252,107 @@ def test_finished_tasks_free_their_slot_and_held_tasks_stay_under_twice_the_capa
     assert fetcher.room() == 4
 
 
+def test_reservations_of_claims_in_flight_count_against_the_room() -> None:
+    app = app_with_jobs(10)
+    inflight = Inflight()
+    assert inflight.reserve(4, 8) == 4  # a claim asks for all the room there is
+    assert (inflight.room(4, 8), inflight.reserve(4, 8), inflight.reserved) == (0, 0, 4)
+    inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=3), reserved=4)  # it got 3 of 4
+    assert (len(inflight), inflight.reserved, inflight.room(4, 8)) == (3, 0, 1)
+    assert inflight.reserve(4, 8) == 1
+    inflight.release(1)  # that claim failed: its room is free again
+    assert (inflight.reserved, inflight.room(4, 8)) == (0, 1)
+
+
+def test_two_claimers_overlap_and_never_ask_for_more_than_the_room(live_app: Conveyor, wait_until: Wait) -> None:
+    @live_app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * 50)
+    inflight, buffer = Inflight(), Buffer()
+    fetcher = Fetcher(live_app, WorkerConfig(concurrency=4, prefetch=4, claimers=2), inflight, buffer)  # capacity 8
+    assert len(fetcher.fetch(4)) == 4
+    calls: list[tuple[int, int, int]] = []  # (limit, busy, reserved) when each claim was sent
+    first_in, second_in = threading.Event(), threading.Event()
+    overlapped: list[bool] = []
+    claim = live_app.broker.claim
+
+    def spy(queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        calls.append((limit, inflight.busy(), inflight.reserved))
+        if len(calls) == 1:
+            first_in.set()
+            overlapped.append(second_in.wait(10.0))  # held until the second claim is sent
+        else:
+            second_in.set()
+        return claim(queues, now, lease_for, limit)
+
+    live_app.broker.claim = spy  # type: ignore[method-assign]
+    fetcher.start()
+    try:
+        assert first_in.wait(5.0)
+        for held in inflight.snapshot()[:2]:
+            inflight.finish(held)  # two slots free while the first claim is still on its way
+        assert second_in.wait(5.0)
+        wait_until(lambda: len(inflight) == 10 and not inflight.reserved, what="both claims held")
+    finally:
+        fetcher.stop()
+    assert overlapped == [True]
+    assert calls == [(4, 4, 4), (2, 2, 6)]  # the second asked only for what the first left
+    assert (inflight.busy(), len(inflight), inflight.reserved) == (8, 10, 0)
+    assert len(buffer.close()) == 10
+
+
+class CountingLock:
+    """A lock that counts the acquires that timed out (someone else held it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.timeouts = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self.lock.acquire(blocking, timeout)
+        self.timeouts += not got
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_only_one_idle_claimer_waits_for_work(live_app: Conveyor, wait_until: Wait) -> None:
+    @live_app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * 5)
+    inflight = Inflight()
+    fetcher = Fetcher(live_app, WorkerConfig(concurrency=10, poll_interval=0.01, claimers=3), inflight, Buffer())
+    assert len(fetcher.fetch(5)) == 5  # half the slots busy
+    waiter = fetcher._waiter = CountingLock()  # type: ignore[assignment]
+    calls: list[int] = []  # the limit of each claim
+    in_second, go = threading.Event(), threading.Event()
+    claim = live_app.broker.claim
+
+    def spy(queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
+        calls.append(limit)
+        if len(calls) == 2:  # the first claim found nothing: this one waited for work first
+            in_second.set()
+            go.wait(10.0)
+        return claim(queues, now, lease_for, limit)
+
+    live_app.broker.claim = spy  # type: ignore[method-assign]
+    fetcher.start()
+    try:
+        assert in_second.wait(5.0)
+        for held in inflight.snapshot():
+            inflight.finish(held)  # room frees while that claimer still waits for work with its half
+        timeouts = waiter.timeouts
+        wait_until(lambda: waiter.timeouts >= timeouts + 4, what="the other claimers waiting their turn")
+        assert len(calls) == 2  # none of them claimed meanwhile, though there was room
+    finally:
+        go.set()
+        fetcher.stop()
+    assert calls[:2] == [5, 5]
+
+
 def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
     app = app_with_jobs(2)
     inflight = Inflight()
@@ -254,7 +361,7 @@ def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
     waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(2, 10, timeout=10.0)))
     waiter.start()
     deadline = time.monotonic() + 5.0
-    while inflight._wanted is None and time.monotonic() < deadline:  # the waiter is waiting
+    while not inflight._wanted and time.monotonic() < deadline:  # the waiter is waiting
         time.sleep(0.001)
     inflight.finish(first)
     waiter.join(timeout=5.0)

@@ -17,6 +17,7 @@ _OPTIONS: dict[str, tuple[str, type]] = {
     "--concurrency": ("concurrency", int),
     "--processes": ("processes", int),
     "--prefetch": ("prefetch", int),
+    "--claimers": ("claimers", int),
     "--lease": ("lease_for", float),
     "--heartbeat": ("heartbeat_interval", float),
     "--reaper-interval": ("reaper_interval", float),

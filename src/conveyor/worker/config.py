@@ -39,6 +39,9 @@ class WorkerConfig:
         that replaces crashed ones and enforces hard timeouts by killing the child (see reliability.md).
     prefetch (0): tasks claimed beyond the free slots (they hold leases while they wait; released at
         once on shutdown). 0 claims only for free slots.
+    claimers (None): claims that may be in flight at once, each on its own thread (see fetcher.py).
+        None: 2 on a broker that ``ClaimsAfterWait`` (Redis: while one claim's reply is handed to the
+        pool, the next runs on the server), else 1 (memory, SQLite: claims there take a lock anyway).
     lease_for (10 s): how long a claim holds a task before another worker may take it; renewed by the
         heartbeat every ``heartbeat_interval`` (None: ``lease_for / 5``) while the task is held.
     reaper_interval (2 s), promoter_interval (1 s), janitor_interval (60 s): how often this worker
@@ -63,6 +66,7 @@ class WorkerConfig:
     concurrency: int = 10
     processes: int = 0
     prefetch: int = 0
+    claimers: int | None = None
     lease_for: float = 10.0
     heartbeat_interval: float | None = None
     reaper_interval: float = 2.0
@@ -99,6 +103,8 @@ class WorkerConfig:
         _check_int("concurrency", self.concurrency, 1)
         _check_int("processes", self.processes, 0)
         _check_int("prefetch", self.prefetch, 0)
+        if self.claimers is not None:
+            _check_int("claimers", self.claimers, 1)
         check_positive("lease_for", self.lease_for)
         check_positive("heartbeat_interval", self.heartbeat_interval, allow_none=True)
         for name in ("reaper_interval", "promoter_interval", "janitor_interval", "poll_interval"):

@@ -5,12 +5,18 @@ It keeps at most ``concurrency + prefetch`` tasks busy (claimed and not finished
 worker makes one round trip per batch, not per task. Finished tasks whose outcome the acker has not
 written yet do not count (the next claim overlaps with the acker's write), but all held tasks
 together stay under twice that capacity, so a broker that stops taking acknowledgements stops the
-claims too. While the pool still has buffered tasks to start, the fetcher waits for a quarter of its
-capacity to be free before claiming again (at most :data:`TOP_UP_WAIT` seconds), so a busy worker
-claims in batches rather than one slot at a time. An idle fetcher waits up to ``poll_interval``
-before claiming again, woken early by the broker when it can: ``ClaimsAfterWait`` (Redis queues the
-claim behind its blocking pop on a notification key) or ``WaitsForWork``; else it sleeps. A full
-one waits for a free slot.
+claims too. While the pool still has buffered tasks to start (or another claim is on its way), the
+fetcher waits for a quarter of its capacity to be free before claiming again (at most
+:data:`TOP_UP_WAIT` seconds), so a busy worker claims in batches rather than one slot at a time.
+
+Several *claimers* (threads) may claim at once (``WorkerConfig.claimers``; two by default on a
+broker across the network): while one claim's reply is decoded and handed to the pool, the next is
+already running on the server, so neither side waits for the other. Each claim first reserves the
+room it asks for in ``inflight``, so together they never exceed the capacity. An idle fetcher waits
+up to ``poll_interval`` before claiming again, woken early by the broker when it can:
+``ClaimsAfterWait`` (Redis queues the claim behind its blocking pop on a notification key) or
+``WaitsForWork``; else it sleeps. Only one claimer waits for work at a time; the others wait for it
+to find some. A full fetcher waits for a free slot.
 """
 
 from __future__ import annotations
@@ -84,59 +90,81 @@ class Fetcher:
         self.capacity = config.concurrency + config.prefetch
         self.held_limit = 2 * self.capacity
         self.min_batch = max(1, self.capacity // 4)
+        self.claimers = config.claimers or (2 if isinstance(app.broker, ClaimsAfterWait) else 1)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._idle = False  # the last claim found nothing: wait for work before (or while) claiming again
+        self._waiter = threading.Lock()  # held by the one claimer that waits for work
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="conveyor-fetcher", daemon=True)
-        self._thread.start()
+        for number in range(self.claimers):
+            name = "conveyor-fetcher" if number == 0 else f"conveyor-fetcher-{number + 1}"
+            thread = threading.Thread(target=self._loop, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def stop(self) -> None:
         """Stop claiming; returns once no claim is in flight (what it claimed is in the buffer)."""
         self._stop.set()
         self.inflight.wake()
-        if self._thread is not None:
-            self._thread.join(timeout=30.0)
+        for thread in self._threads:
+            thread.join(timeout=30.0)
 
     def _loop(self) -> None:
         retry = RetryDelay(min(0.1, self.config.poll_interval), 5.0)  # a broker outage: back off, reconnect
-        idle = False  # the last claim found nothing: wait for work before (or while) claiming again
         while not self._stop.is_set():
-            room = self.room()
-            if room <= 0:
-                self.inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
-                continue
-            if room < self.min_batch and not self.buffer.empty():  # the pool is fed: top up in batches
-                wait = min(self.config.poll_interval, TOP_UP_WAIT)
-                freed = self.inflight.wait_room(
-                    self.capacity - self.min_batch + 1, self.held_limit - self.min_batch + 1, wait
-                )
-                if not freed and not self.buffer.empty():
-                    continue
-                room = self.room()
-            queues = self.order.next()
-            try:
-                records = self._wait_and_fetch(room, queues) if idle else self.fetch(room, queues)
-            except Exception as exc:
-                delay = retry.next()
-                log_failure("fetcher: claim", exc, delay)
-                self._stop.wait(delay)
-                continue
-            retry.reset()
-            idle = not records
+            if not self._idle:
+                self._round(retry, wait=False)
+            elif self._waiter.acquire(timeout=self.config.poll_interval):  # else another claimer waits
+                try:
+                    self._round(retry, wait=self._idle)  # it may have found work meanwhile
+                finally:
+                    self._waiter.release()
+
+    def _round(self, retry: RetryDelay, wait: bool) -> None:
+        """One claim (after waiting for work if ``wait``) for the room there is, if any."""
+        room = self._reserve()
+        if room <= 0:
+            return
+        queues = self.order.next()
+        try:
+            records = self._wait_and_claim(room, queues) if wait else self._claim(room, queues)
+        except Exception as exc:
+            self.inflight.release(room)
+            delay = retry.next()
+            log_failure("fetcher: claim", exc, delay)
+            self._stop.wait(delay)
+            return
+        retry.reset()
+        self._hold(records, reserved=room)
+        self._idle = not records
+
+    def _reserve(self) -> int:
+        """Wait for room worth a claim, then reserve it (0: nothing reserved, go round again)."""
+        inflight = self.inflight
+        room = self.room()
+        if room <= 0:
+            inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
+            return 0
+        if room < self.min_batch and (inflight.reserved or not self.buffer.empty()):
+            # the pool is fed, or will be by the claim on its way: top up in batches
+            wait = min(self.config.poll_interval, TOP_UP_WAIT)
+            freed = inflight.wait_room(self.capacity - self.min_batch + 1, self.held_limit - self.min_batch + 1, wait)
+            if not freed and (inflight.reserved or not self.buffer.empty()):
+                return 0
+        return inflight.reserve(self.capacity, self.held_limit)
 
     def room(self) -> int:
         """How many tasks the next claim may take: free slots, within the bound on all held tasks."""
         return self.inflight.room(self.capacity, self.held_limit)
 
-    def _wait_and_fetch(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
+    def _wait_and_claim(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
         """Nothing was there last time: wait up to ``poll_interval`` (less when the broker signals new
         work), then claim. A broker that ``ClaimsAfterWait`` does both in one step."""
         broker = self.app.broker
         if isinstance(broker, ClaimsAfterWait):
-            return self._hold(
-                broker.claim_after_wait(queues, self.app.clock, self.config.lease_for, room, self.config.poll_interval)
-            )
+            config = self.config
+            return broker.claim_after_wait(queues, self.app.clock, config.lease_for, room, config.poll_interval)
         waited = False
         if isinstance(broker, WaitsForWork):
             try:
@@ -146,15 +174,17 @@ class Fetcher:
                 log.warning("fetcher: waiting for work failed; polling instead", exc_info=True)
         if not waited:
             self._stop.wait(self.config.poll_interval)
-        return [] if self._stop.is_set() else self.fetch(room, queues)
+        return [] if self._stop.is_set() else self._claim(room, queues)
+
+    def _claim(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
+        return self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room)
 
     def fetch(self, room: int, queues: Sequence[str] | None = None) -> list[TaskRecord]:
         """Claim up to ``room`` tasks now (from ``queues``, default the next order) into the buffer."""
-        queues = self.order.next() if queues is None else queues
-        return self._hold(self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room))
+        return self._hold(self._claim(room, self.order.next() if queues is None else queues))
 
-    def _hold(self, records: list[TaskRecord]) -> list[TaskRecord]:
-        """Claimed: held (heartbeated) and buffered for the pool."""
-        self.inflight.add(records)
+    def _hold(self, records: list[TaskRecord], reserved: int = 0) -> list[TaskRecord]:
+        """Claimed: held (heartbeated) and buffered for the pool; ``reserved`` room is used up."""
+        self.inflight.add(records, reserved)
         self.buffer.put_many(records)
         return records

@@ -5,7 +5,9 @@ acker); the heartbeat extends their leases; the acker removes them once settled.
 holds its lease until the acker's write lands, but it no longer occupies a slot: ``busy`` counts only
 tasks claimed and not yet finished, so the fetcher claims the next batch while the acker writes the
 last one (client and broker work overlap instead of taking turns). ``wait_room`` lets the fetcher
-sleep until a slot frees up.
+sleep until a slot frees up. A claim in flight holds a *reservation* of the room it asked for
+(``reserve``, then ``add(records, reserved=n)`` or ``release(n)``), so several claims at once never
+take more than the room there was.
 """
 
 from __future__ import annotations
@@ -56,12 +58,15 @@ class Inflight:
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
         self._finished = 0  # held tasks whose outcome is with the acker
-        self._wanted: tuple[int, int] | None = None  # what a waiting wait_room() needs
+        self._reserved = 0  # room taken by claims in flight (see reserve())
+        self._wanted: list[tuple[int, int]] = []  # what each waiting wait_room() needs
         self._cond = threading.Condition()
 
-    def add(self, records: Iterable[TaskRecord]) -> list[Held]:
+    def add(self, records: Iterable[TaskRecord], reserved: int = 0) -> list[Held]:
+        """Hold ``records``; ``reserved`` is the reservation of the claim that took them (now used)."""
         added = []
         with self._cond:
+            self._reserved -= reserved
             for record in records:
                 assert record.lease_token is not None
                 held = Held(record, record.lease_token)
@@ -91,7 +96,7 @@ class Inflight:
                 return
             held.finished = True
             self._finished += 1
-            if self._wanted is not None and self._has_room(*self._wanted):
+            if any(self._has_room(*wanted) for wanted in self._wanted):
                 self._cond.notify_all()
 
     def busy(self) -> int:
@@ -101,21 +106,45 @@ class Inflight:
 
     def room(self, busy_below: int, held_below: int) -> int:
         """How many more may be claimed with ``busy()`` kept under ``busy_below`` and all held under
-        ``held_below`` (one consistent reading of both)."""
+        ``held_below`` (one consistent reading of both), counting the room reserved by claims in flight."""
         with self._cond:
-            return min(busy_below - (len(self._held) - self._finished), held_below - len(self._held))
+            return self._room(busy_below, held_below)
+
+    def _room(self, busy_below: int, held_below: int) -> int:
+        held = len(self._held) + self._reserved
+        return min(busy_below - (held - self._finished), held_below - held)
+
+    def reserve(self, busy_below: int, held_below: int) -> int:
+        """Reserve all the room there is now (``room()``, 0 if none) for a claim about to be sent."""
+        with self._cond:
+            room = max(0, self._room(busy_below, held_below))
+            self._reserved += room
+            return room
+
+    def release(self, reserved: int) -> None:
+        """Give back a reservation whose claim failed."""
+        with self._cond:
+            self._reserved -= reserved
+            self._cond.notify_all()
+
+    @property
+    def reserved(self) -> int:
+        """Room reserved by claims in flight."""
+        return self._reserved
 
     def _has_room(self, busy_below: int, held_below: int) -> bool:
-        return len(self._held) - self._finished < busy_below and len(self._held) < held_below
+        return self._room(busy_below, held_below) > 0
 
     def wait_room(self, busy_below: int, held_below: int, timeout: float) -> bool:
-        """Wait (at most ``timeout``) until ``busy() < busy_below`` and fewer than ``held_below`` are held."""
+        """Wait (at most ``timeout``) until ``busy() < busy_below`` and fewer than ``held_below`` are held
+        (reservations counted as held)."""
+        wanted = (busy_below, held_below)
         with self._cond:
-            self._wanted = (busy_below, held_below)
+            self._wanted.append(wanted)
             try:
                 return self._cond.wait_for(lambda: self._has_room(busy_below, held_below), timeout)
             finally:
-                self._wanted = None
+                self._wanted.remove(wanted)
 
     def snapshot(self) -> list[Held]:
         with self._cond:
