@@ -26,20 +26,22 @@ class Buffer:
 
     def __init__(self) -> None:
         self._items: deque[TaskRecord] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        # taken directly rather than through the Condition (whose __enter__/__exit__ are Python code)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._sleeping = 0
         self._waking = False  # a sleeping thread was notified and has not run yet
 
     def put_many(self, records: Iterable[TaskRecord]) -> None:
-        with self._cond:
+        with self._lock:
             self._items.extend(records)
             if self._items:
                 self._wake_one()
 
     def get(self) -> TaskRecord | None:
         """The oldest record, waiting for one if need be; None once closed."""
-        with self._cond:
+        with self._lock:
             while not self._items:
                 if self._closed:
                     return None

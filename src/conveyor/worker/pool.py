@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,28 @@ class Reporter(Protocol):
     def finished(self, held: Held) -> None: ...
 
 
+class Slots:
+    """``count`` slots, as tokens in a ``queue.SimpleQueue``: a ``threading.Semaphore`` is Python code
+    around a ``Condition`` (measured: 3.4 us per acquire + release, against 0.24 us for a get + put of
+    this C queue), and every task takes and gives back a slot."""
+
+    def __init__(self, count: int) -> None:
+        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(count):
+            self._tokens.put(None)
+
+    def acquire(self, timeout: float) -> bool:
+        """Take a slot, waiting at most ``timeout`` seconds; False if none came free."""
+        try:
+            self._tokens.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._tokens.put(None)
+
+
 class Pool:
     def __init__(
         self,
@@ -54,7 +77,7 @@ class Pool:
         self.acker = acker
         self.concurrency = concurrency
         self.reporter = reporter
-        self._slots = threading.Semaphore(concurrency)
+        self._slots = Slots(concurrency)
         self._threads: list[threading.Thread] = []
         self._loop = asyncio.new_event_loop()
 
