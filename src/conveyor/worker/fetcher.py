@@ -146,13 +146,16 @@ class Fetcher:
         if room <= 0:
             inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
             return 0
-        if room < self.min_batch and (inflight.reserved or not self.buffer.empty()):
-            # the pool is fed, or will be by the claim on its way: top up in batches
+        if room < self.min_batch and self._fed():  # top up in batches
             wait = min(self.config.poll_interval, TOP_UP_WAIT)
             freed = inflight.wait_room(self.capacity - self.min_batch + 1, self.held_limit - self.min_batch + 1, wait)
-            if not freed and (inflight.reserved or not self.buffer.empty()):
+            if not freed and self._fed():
                 return 0
         return inflight.reserve(self.capacity, self.held_limit)
+
+    def _fed(self) -> bool:
+        """The pool has buffered tasks to start, or will have when a claim on its way lands."""
+        return bool(self.inflight.reserved) or not self.buffer.empty()
 
     def room(self) -> int:
         """How many tasks the next claim may take: free slots, within the bound on all held tasks."""
