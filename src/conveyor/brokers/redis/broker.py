@@ -5,10 +5,9 @@ Round trips: ``enqueue`` one per chunk of :data:`ENQUEUE_CHUNK` tasks (each chun
 ``QueueFull`` earlier chunks of the call stay written), ``claim`` one for any ``limit`` (due tasks are
 promoted and expired leases reaped inside it, at most :data:`MAINTENANCE_BUDGET` of each per call),
 ``settle`` one per chunk of :data:`SETTLE_CHUNK` outcomes, reads one each.
-
-Faults: connection loss and timeouts become ``BrokerUnavailable`` (bounded by the URL's timeouts,
-see ``config.py``), an out-of-memory server becomes a ``BrokerError`` saying so (scripts check before
-their first write, so nothing is half-written), any other Redis error a ``BrokerError``.
+A call larger than one chunk sends its chunks one after another on one connection, each encoded while
+the server runs the one before (``Connections.execute_each``). Faults become ``conveyor.errors`` as
+``faults.py`` describes.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -36,11 +34,12 @@ from conveyor.brokers.redis.codec import (
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
+from conveyor.brokers.redis.faults import Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.clock import Clock
-from conveyor.errors import BrokerError, BrokerUnavailable, InvalidTransition, QueueFull, TaskNotFound
+from conveyor.errors import BrokerError, InvalidTransition, QueueFull, TaskNotFound
 from conveyor.model import (
     BrokerPolicy,
     LeaseStatus,
@@ -72,34 +71,6 @@ def _scripts() -> Scripts:
     if _SCRIPTS is None:
         _SCRIPTS = Scripts()
     return _SCRIPTS
-
-
-def translated(exc: redis.RedisError) -> BrokerError:
-    """The ``conveyor.errors`` exception for a redis-py exception (the caller raises it ``from exc``)."""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return BrokerUnavailable(f"Redis is unreachable: {exc}")
-    if isinstance(exc, redis.exceptions.OutOfMemoryError):
-        return BrokerError(
-            "Redis is out of memory (maxmemory reached); nothing was written. Free memory, raise "
-            f"maxmemory, or drain queues. Server said: {exc}"
-        )
-    if isinstance(exc, redis.ResponseError):
-        text = str(exc)
-        if text.startswith("OOM"):
-            return BrokerError(f"Redis is out of memory (maxmemory reached); nothing was written: {text}")
-        if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN")):
-            return BrokerUnavailable(f"Redis cannot serve the call now: {text}")
-        return BrokerError(f"Redis refused the call: {text}")
-    return BrokerError(f"Redis client error: {exc}")
-
-
-@contextmanager
-def translate_errors() -> Iterator[None]:
-    """Map every redis-py exception to ``conveyor.errors`` (see :func:`translated`)."""
-    try:
-        yield
-    except redis.RedisError as exc:
-        raise translated(exc) from exc
 
 
 class RedisBroker:
@@ -137,28 +108,41 @@ class RedisBroker:
     def _call(self, name: str, now: float, *args: Arg) -> Any:
         return self._invoke(name, repr(float(now)), args)[1]
 
+    def _head(self, now: str) -> tuple[Arg, ...]:
+        """KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call."""
+        fixed = self._fixed
+        return (*fixed[0], now, self._origin, "1" if self._events.active else "0", *fixed[1])
+
     def _invoke(
         self, name: str, now: str, args: Sequence[Arg], before: Sequence[Command] = ()
     ) -> tuple[list[Any], Any, float]:
         """Run operation ``name`` (after the commands ``before``, in the same write): their replies,
         its result, and the ``now`` it ran at (``now`` "" asks for the server's TIME)."""
-        # KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call
-        fixed = self._fixed
-        head = (*fixed[0], now, self._origin, "1" if self._events.active else "0", *fixed[1])
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
-            command = self._scripts.command(name, head, args)
+            command = self._scripts.command(name, self._head(now), args)
             early, reply = self._scripts.call(self._conns, self._client, command, before)
         except redis.RedisError as exc:
-            if isinstance(exc, redis.ResponseError) and str(exc).startswith("CONVEYOR_"):
-                raise _Refused(str(exc)) from None
-            raise translated(exc) from exc
+            raise failure(exc) from exc
+        return (early, *self._result(reply))
+
+    def _invoke_each(self, name: str, now: str, calls: Iterable[Sequence[Arg]], handle: Callable[[Any], None]) -> None:
+        """Run operation ``name`` once per argument list in ``calls``, one call after another, each
+        made while the server runs the one before; ``handle`` gets each result, in order."""
+        commands = (self._scripts.command(name, self._head(now), args) for args in calls)
+        try:
+            self._scripts.call_each(self._conns, self._client, commands, lambda reply: handle(self._result(reply)[0]))
+        except redis.RedisError as exc:
+            raise failure(exc) from exc
+
+    def _result(self, reply: Any) -> tuple[Any, float]:
+        """An operation's result and the ``now`` it ran at, from its reply (events go to subscribers)."""
         if isinstance(reply, str):  # now + "\n" + a string result: see lua/_lib.lua
             now, _, result = reply.partition("\n")
-            return early, result, float(now)
+            return result, float(now)
         ran_at = float(reply[1])
         if len(reply) > 2:  # {result, now, events}
             self._events.deliver(decode_events(reply[2], ran_at))
-        return early, reply[0], ran_at
+        return reply[0], ran_at
 
     def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
         records = []
@@ -176,20 +160,21 @@ class RedisBroker:
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         results: list[str | None] = []
-        for start in range(0, len(tasks), ENQUEUE_CHUNK):
-            chunk = tasks[start : start + ENQUEUE_CHUNK]
-            try:
-                if len(chunk) == 1:  # the fields as they are, and one string back (see enqueue.lua)
-                    results.append(self._call("enqueue", now, 1, *encode_task(chunk[0])) or None)
-                    continue
-                values: list[str] = []
-                for task in chunk:
-                    values.extend(encode_task(task))
-                reply = self._call("enqueue", now, len(chunk), _json_array(values))
-            except _Refused as exc:
-                _, queue, max_size = exc.text.split(" ")
-                raise QueueFull(queue, int(float(max_size))) from None
-            results.extend(dup or None for dup in reply)
+
+        def stored(reply: str | list[str]) -> None:  # one string for a one-task call (see enqueue.lua)
+            if isinstance(reply, str):
+                results.append(reply or None)
+            else:
+                results.extend(dup or None for dup in reply)
+
+        try:
+            if len(tasks) == 1:  # the most common call, without the machinery for several chunks
+                stored(self._call("enqueue", now, 1, *encode_task(tasks[0])))
+            else:  # the next chunk is encoded while the server stores this one
+                self._invoke_each("enqueue", repr(float(now)), _enqueue_args(tasks), stored)
+        except Refused as exc:
+            _, queue, max_size = exc.text.split(" ")
+            raise QueueFull(queue, int(float(max_size))) from None
         return results
 
     # -- consuming -----------------------------------------------------------------------------
@@ -316,7 +301,7 @@ class RedisBroker:
     def _admin(self, name: str, verb: str, task_id: str, now: float) -> Any:
         try:
             return self._call(name, now, task_id)
-        except _Refused as exc:
+        except Refused as exc:
             if exc.text.startswith("CONVEYOR_NOTFOUND"):
                 raise TaskNotFound(task_id) from None
             state = exc.text.partition(" ")[2]
@@ -426,7 +411,14 @@ class RedisBroker:
 _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-class _Refused(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
+def _enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
+    """``enqueue.lua``'s arguments, per chunk of tasks: one task's fields as they are, several as JSON."""
+    for start in range(0, len(tasks), ENQUEUE_CHUNK):
+        chunk = tasks[start : start + ENQUEUE_CHUNK]
+        if len(chunk) == 1:
+            yield (1, *encode_task(chunk[0]))
+            continue
+        values: list[str] = []
+        for task in chunk:
+            values.extend(encode_task(task))
+        yield (len(chunk), _json_array(values))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import redis
@@ -37,6 +37,12 @@ __all__ = ["Arg", "Command", "Connections"]
 
 Arg = str | int | float
 Command = tuple[Arg, ...]
+
+
+def _pack(conn: AbstractConnection, command: Command) -> bytes:
+    if _pack_command is not None:
+        return _pack_command(tuple(command))
+    return b"".join(conn.pack_command(*command))  # type: ignore[no-untyped-call]  # pragma: no cover
 
 
 class Connections:
@@ -71,10 +77,7 @@ class Connections:
             conn = self._idle.pop()
         except IndexError:
             conn = self._new()
-        if _pack_command is not None:
-            packed: Any = [_pack_command(tuple(command)) for command in commands]
-        else:  # pragma: no cover
-            packed = conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+        packed = [_pack(conn, command) for command in commands]
 
         def roundtrip() -> list[Any]:
             conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
@@ -94,6 +97,51 @@ class Connections:
             raise
         self._idle.append(conn)
         return replies
+
+    def execute_each(self, commands: Iterator[Command], handle: Callable[[Command, Any], None]) -> None:
+        """Run ``commands`` one after another on one connection: ``handle(command, reply)`` for each.
+
+        The next command is taken from the iterator while the server runs the current one, so making
+        it (encoding a chunk of tasks) costs no time; it is sent only after ``handle`` has returned for
+        the one before, and an exception from ``handle`` stops the rest unsent. A reply is read in
+        full before anything can raise, so the connection stays in step. Error replies come to
+        ``handle`` as ``redis.ResponseError``; a connection error or timeout sends the command again
+        through :meth:`execute` (a new connection, the client's retries), as any call is retried.
+        """
+        command = next(commands, None)
+        while command is not None:
+            if os.getpid() != self._pid:
+                self._new_process()
+            try:
+                conn = self._idle.pop()
+            except IndexError:
+                conn = self._new()
+            reply: Any = None
+            failed = False
+            try:
+                conn.send_packed_command([_pack(conn, command)])  # type: ignore[no-untyped-call]
+            except (redis.ConnectionError, redis.TimeoutError):
+                failed = True
+            try:
+                following = next(commands, None)  # made while the server works
+                if not failed:
+                    try:
+                        reply = conn.read_response()
+                    except redis.ResponseError as exc:
+                        reply = exc
+                    except (redis.ConnectionError, redis.TimeoutError):
+                        failed = True
+            except BaseException:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                self._idle.append(conn)
+                raise
+            if failed:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+            self._idle.append(conn)
+            if failed:
+                reply = self.execute([command])[0]
+            handle(command, reply)
+            command = following
 
     def _new_process(self) -> None:
         """A forked child: the parent's sockets are not ours to use (nor to close)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -111,3 +111,20 @@ class Scripts:
             if isinstance(reply, redis.ResponseError):
                 raise reply
         return replies[:-1], replies[-1]
+
+    def call_each(
+        self, conns: Connections, client: redis.Redis, calls: Iterator[Command], handle: Callable[[Any], None]
+    ) -> None:
+        """Run ``calls`` one after another, each made while the server runs the one before
+        (:meth:`Connections.execute_each`); ``handle`` gets each reply, in order. Loads the library
+        and sends a call again if the server does not have it; an error reply is raised, and the
+        calls after it are not sent."""
+
+        def received(command: Command, reply: Any) -> None:
+            if is_missing_function(reply):
+                _, reply = self.call(conns, client, command)
+            elif isinstance(reply, redis.ResponseError):
+                raise reply
+            handle(reply)
+
+        conns.execute_each(calls, received)
