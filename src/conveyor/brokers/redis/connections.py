@@ -65,18 +65,22 @@ class Connections:
             self._all.append(conn)
             return conn
 
+    def _take(self) -> AbstractConnection:
+        """An idle connection, or a new one (after a fork: never one of the parent's)."""
+        if os.getpid() != self._pid:
+            self._new_process()
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._new()
+
     def execute(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write on one connection and return their replies in order.
 
         An error reply is returned in its place as a ``redis.ResponseError`` (every reply is read, so
         the connection stays in step); connection errors and timeouts raise after the client's retries.
         """
-        if os.getpid() != self._pid:
-            self._new_process()
-        try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self._new()
+        conn = self._take()
         packed = [_pack(conn, command) for command in commands]
 
         def roundtrip() -> list[Any]:
@@ -99,23 +103,19 @@ class Connections:
         return replies
 
     def execute_each(self, commands: Iterator[Command], handle: Callable[[Command, Any], None]) -> None:
-        """Run ``commands`` one after another on one connection: ``handle(command, reply)`` for each.
+        """Run ``commands`` one after another, each sent once the last was handled: ``handle(command, reply)``.
 
         The next command is taken from the iterator while the server runs the current one, so making
         it (encoding a chunk of tasks) costs no time; it is sent only after ``handle`` has returned for
-        the one before, and an exception from ``handle`` stops the rest unsent. A reply is read in
-        full before anything can raise, so the connection stays in step. Error replies come to
+        the one before, and an exception from ``handle`` stops the rest unsent (``handle`` runs with the
+        connection back in the idle stack, in step). An exception while making the next command
+        disconnects the connection, the current reply unread. Error replies come to
         ``handle`` as ``redis.ResponseError``; a connection error or timeout sends the command again
         through :meth:`execute` (a new connection, the client's retries), as any call is retried.
         """
         command = next(commands, None)
         while command is not None:
-            if os.getpid() != self._pid:
-                self._new_process()
-            try:
-                conn = self._idle.pop()
-            except IndexError:
-                conn = self._new()
+            conn = self._take()
             reply: Any = None
             failed = False
             try:
