@@ -369,6 +369,35 @@ def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
     assert inflight.wait_room(1, 10, timeout=0.01) is False  # one still busy
 
 
+def test_room_a_claim_left_unused_wakes_a_fetcher_waiting_for_room() -> None:
+    app = app_with_jobs(1)
+    inflight = Inflight()
+    assert inflight.reserve(4, 8) == 4  # a claim in flight asks for all the room
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(4, 8, timeout=10.0)))
+    waiter.start()
+    deadline = time.monotonic() + 5.0
+    while not inflight._wanted and time.monotonic() < deadline:  # the waiter is waiting
+        time.sleep(0.001)
+    inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=4), reserved=4)  # it found 1 task of 4
+    waiter.join(timeout=5.0)
+    assert woke == [True]  # woken by add(), not by its 10 s timeout
+
+
+def test_the_claimer_holding_the_waiting_place_never_waits_to_top_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = app_with_jobs(0)
+    inflight = Inflight()
+    fetcher = Fetcher(app, WorkerConfig(concurrency=8, poll_interval=60.0), inflight, Buffer())  # min batch 2
+    assert inflight.reserve(7, 16) == 7  # another claim is on its way, leaving room for 1 (< min batch)
+    monkeypatch.setattr("conveyor.worker.fetcher.TOP_UP_WAIT", 30.0)
+    started = time.monotonic()
+    assert fetcher._reserve(top_up=False) == 1  # at once: it goes to wait for new work with that room
+    assert time.monotonic() - started < 10.0
+    inflight.release(1)
+    monkeypatch.setattr("conveyor.worker.fetcher.TOP_UP_WAIT", 0.01)
+    assert fetcher._reserve(top_up=True) == 0  # a busy claimer waits for a bigger batch instead
+
+
 def test_buffer_hands_each_record_out_once_and_close_returns_the_rest() -> None:
     app = app_with_jobs(60)
     records = app.broker.claim(["default"], 0.0, 30.0, limit=60)

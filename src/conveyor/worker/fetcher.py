@@ -116,14 +116,14 @@ class Fetcher:
             if not self._idle:
                 self._round(retry, wait=False)
             elif self._waiter.acquire(timeout=self.config.poll_interval):  # else another claimer waits
-                try:
-                    self._round(retry, wait=self._idle)  # it may have found work meanwhile
+                try:  # it may have found work meanwhile; no top-up wait while holding the waiting place
+                    self._round(retry, wait=self._idle, top_up=False)
                 finally:
                     self._waiter.release()
 
-    def _round(self, retry: RetryDelay, wait: bool) -> None:
+    def _round(self, retry: RetryDelay, wait: bool, top_up: bool = True) -> None:
         """One claim (after waiting for work if ``wait``) for the room there is, if any."""
-        room = self._reserve()
+        room = self._reserve(top_up)
         if room <= 0:
             return
         queues = self.order.next()
@@ -139,14 +139,19 @@ class Fetcher:
         self._hold(records, reserved=room)
         self._idle = not records
 
-    def _reserve(self) -> int:
-        """Wait for room worth a claim, then reserve it (0: nothing reserved, go round again)."""
+    def _reserve(self, top_up: bool) -> int:
+        """Wait for room worth a claim, then reserve it (0: nothing reserved, go round again).
+
+        Without ``top_up`` it takes whatever room there is at once: the claimer holding the one
+        waiting place must not sleep for a bigger batch, or no claimer waits for new work meanwhile
+        (measured: idle-to-running p99 33-43 ms instead of ~2 ms, two claimers at 200 tasks/s).
+        """
         inflight = self.inflight
         room = self.room()
         if room <= 0:
             inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
             return 0
-        if room < self.min_batch and self._fed():  # top up in batches
+        if room < self.min_batch and top_up and self._fed():  # top up in batches
             wait = min(self.config.poll_interval, TOP_UP_WAIT)
             freed = inflight.wait_room(self.capacity - self.min_batch + 1, self.held_limit - self.min_batch + 1, wait)
             if not freed and self._fed():

@@ -78,6 +78,8 @@ class Inflight:
                     previous.mark_lost()  # claimed again: the broker reclaimed the lease we held
                 self._held[record.id] = held
                 added.append(held)
+            if len(added) < reserved:  # room the claim did not use is free again
+                self._cond.notify_all()
         return added
 
     def get(self, task_id: str) -> Held | None:
