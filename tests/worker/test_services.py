@@ -353,16 +353,22 @@ def test_only_one_idle_claimer_waits_for_work(live_app: Conveyor, wait_until: Wa
     assert calls[:2] == [5, 5]
 
 
+def waiting_for_room(inflight: Inflight, busy_below: int, held_below: int) -> tuple[threading.Thread, list[bool]]:
+    """A thread in ``wait_room`` (10 s timeout), returned once it waits; its result lands in the list."""
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(busy_below, held_below, timeout=10.0)))
+    waiter.start()
+    deadline = time.monotonic() + 5.0
+    while not inflight._wanted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return waiter, woke
+
+
 def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
     app = app_with_jobs(2)
     inflight = Inflight()
     first, _second = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=2))
-    woke: list[bool] = []
-    waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(2, 10, timeout=10.0)))
-    waiter.start()
-    deadline = time.monotonic() + 5.0
-    while not inflight._wanted and time.monotonic() < deadline:  # the waiter is waiting
-        time.sleep(0.001)
+    waiter, woke = waiting_for_room(inflight, 2, 10)
     inflight.finish(first)
     waiter.join(timeout=5.0)
     assert woke == [True]  # woken by finish(), not by its 10 s timeout
@@ -373,12 +379,7 @@ def test_room_a_claim_left_unused_wakes_a_fetcher_waiting_for_room() -> None:
     app = app_with_jobs(1)
     inflight = Inflight()
     assert inflight.reserve(4, 8) == 4  # a claim in flight asks for all the room
-    woke: list[bool] = []
-    waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(4, 8, timeout=10.0)))
-    waiter.start()
-    deadline = time.monotonic() + 5.0
-    while not inflight._wanted and time.monotonic() < deadline:  # the waiter is waiting
-        time.sleep(0.001)
+    waiter, woke = waiting_for_room(inflight, 4, 8)
     inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=4), reserved=4)  # it found 1 task of 4
     waiter.join(timeout=5.0)
     assert woke == [True]  # woken by add(), not by its 10 s timeout
