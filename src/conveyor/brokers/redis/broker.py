@@ -169,7 +169,8 @@ class RedisBroker:
 
         try:
             if len(tasks) == 1:  # the most common call, without the machinery for several chunks
-                stored(self._call("enqueue", now, 1, *encode_task(tasks[0])))
+                (args,) = _enqueue_args(tasks)
+                stored(self._invoke("enqueue", repr(float(now)), args)[1])
             else:  # the next chunk is encoded while the server stores this one
                 self._invoke_each("enqueue", repr(float(now)), _enqueue_args(tasks), stored)
         except Refused as exc:

@@ -135,11 +135,12 @@ class Connections:
                 conn.disconnect()  # type: ignore[no-untyped-call]
                 self._idle.append(conn)
                 raise
-            if failed:
+            if failed:  # its reply was not read: drop the connection, send the command again
                 conn.disconnect()  # type: ignore[no-untyped-call]
-            self._idle.append(conn)
-            if failed:
+                self._idle.append(conn)
                 reply = self.execute([command])[0]
+            else:
+                self._idle.append(conn)
             handle(command, reply)
             command = following
 
