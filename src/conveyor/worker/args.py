@@ -34,6 +34,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queues", help="queues to serve, optionally weighted: emails=3,default=1")
     parser.add_argument("--strict", action="store_true", default=None, help="visit queues strictly in order")
     parser.add_argument(
+        "--no-freeze-heap",
+        dest="freeze_heap",
+        action="store_false",
+        default=None,
+        help="leave the heap to the garbage collector as it is (WorkerConfig.freeze_heap)",
+    )
+    parser.add_argument(
         "--middleware", action="append", default=[], metavar="REF", help="a Middleware to use, as pkg.module:obj"
     )
     for option, (field, kind) in _OPTIONS.items():
@@ -48,6 +55,8 @@ def config_from_args(ns: argparse.Namespace, base: WorkerConfig | None = None) -
         changes["queues"], changes["weights"] = parse_queues(ns.queues)
     if ns.strict:
         changes["strict"] = True
+    if getattr(ns, "freeze_heap", None) is False:
+        changes["freeze_heap"] = False
     if getattr(ns, "middleware", None):
         from conveyor.worker.loader import load_object
 
@@ -67,6 +76,8 @@ def config_to_args(config: WorkerConfig) -> list[str]:
     out = ["--queues", spec]
     if config.strict:
         out.append("--strict")
+    if not config.freeze_heap:
+        out.append("--no-freeze-heap")
     for ref in config.middleware_refs:
         out += ["--middleware", ref]
     for option, (field, _) in _OPTIONS.items():

@@ -11,12 +11,13 @@ from __future__ import annotations
 import inspect
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from conveyor import outcomes
 from conveyor.context import TaskContext
 from conveyor.errors import SerializationError, UnknownTask
-from conveyor.model import ArchiveReason, Outcome, TaskRecord
+from conveyor.model import ArchiveReason, LeaseStatus, Outcome, TaskRecord
 from conveyor.options import EffectiveOptions, TaskOptions, resolve
 from conveyor.serializers import decode, decode_payload, encode
 from conveyor.worker.config import WorkerConfig
@@ -43,6 +44,11 @@ class Job:
     is_async: bool
 
 
+def _extend_lease(app: Conveyor, task_id: str, token: str, seconds: float) -> LeaseStatus | None:
+    """``ctx.extend()`` of a running task: one ``Broker.extend`` of its lease (None: the lease is lost)."""
+    return app.broker.extend(task_id, token, app.now(), seconds)
+
+
 class Executor:
     """Turns claimed records into outcomes."""
 
@@ -67,19 +73,10 @@ class Executor:
             options = self._options(record, task.options)
         except (SerializationError, ValueError, KeyError, TypeError) as exc:
             return Outcome(record.id, token, "archive", error=outcomes.describe(exc), reason=ArchiveReason.POISON)
-        broker = self.app.broker
-
-        def extend(seconds: float) -> float | None:
-            status = broker.extend(record.id, token, self.app.now(), seconds)
-            if status is None:
-                return None
-            if status.cancel_requested:  # the heartbeat is how a running handler learns of a cancel
-                ctx.mark_cancel_requested()
-            return status.expires_at
-
+        app = self.app
         ctx = TaskContext(
-            lambda: self.app.to_info(record),
-            extend,
+            partial(app.to_info, record),
+            partial(_extend_lease, app, record.id, token),
             task_id=record.id,
             name=record.name,
             queue=record.queue,
