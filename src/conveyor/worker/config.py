@@ -59,7 +59,7 @@ class WorkerConfig:
         (modules, the app, its handlers) to the garbage collector's permanent generation until it
         stops (``gc.freeze()``). Tasks' short-lived objects still trigger collections; a full one
         then traverses only what was made since, not the whole application's heap (measured on a
-        small app: full collections cost ~7x less; the larger the app, the larger the saving).
+        small app: full collections cost ~5x less; the larger the app, the larger the saving).
         Objects alive at start that later become cyclic garbage are collected only after the
         worker stops: set False for an app that drops large cyclic structures it built before.
     unregistered_delay / unregistered_window: a task whose name this worker does not know is put back
