@@ -14,9 +14,10 @@ import pytest
 
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.broker import _enqueue_args
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
-from conveyor.brokers.redis.scripts import OPERATIONS, READ_ONLY, Scripts, build_library, read_source
+from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState
 from conveyor.testing.redis_server import RedisServer
@@ -89,7 +90,7 @@ def own_server() -> Iterator[RedisServer]:
 def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     keys = Keys("app")
     touched = [
-        *keys.script_keys(),
+        *keys.shared(),
         keys.task("t-1"),
         keys.errors("t-1"),
         keys.settings("emails"),
@@ -126,18 +127,25 @@ def test_a_usual_task_is_stored_in_seven_fields_and_the_absent_ones_read_as_thei
 
 
 def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBroker) -> None:
+    """Calls declare one key (``due``) and the scripts build every other name from its prefix: each of
+    the namespace's shared keys, written by some operation, is found under the name ``keys.py`` gives."""
+    later = NewTask(id="b", name="job", queue="emails", payload="[]", run_at=NOW + 60, expires_at=NOW + 600,
+                    unique_key="u", unique_until=NOW + 600)  # fmt: skip
     broker.enqueue([task("a", "emails")], NOW)
+    broker.enqueue([later], NOW)
+    assert [r.id for r in broker.claim(["emails"], NOW, 30.0)] == ["a"]
     client, keys = broker.client, broker.keys
-    assert client.exists(keys.task("a"), keys.queue("emails", "pending"), keys.queue("emails", "waiting")) == 3
-    assert set(client.keys(keys.prefix + "*")) <= {
-        keys.task("a"),
-        keys.queue("emails", "pending"),
-        keys.queue("emails", "waiting"),
-        keys.seq,
-        keys.queues,
-        keys.settings("emails"),  # its "kn" flag: the queue is in `queues`
-        keys.wake,
-    }
+    per_task = {keys.task("a"), keys.task("b")}
+    per_queue = {keys.queue("emails", part) for part in ("scheduled", "active")} | {keys.settings("emails")}
+    shared = {keys.due, keys.expiring, keys.leases, keys.seq, keys.queues, keys.uniq, keys.wake}
+    assert set(client.keys(keys.prefix + "*")) == per_task | per_queue | shared
+    assert (
+        client.zrange(keys.due, 0, -1)
+        == client.zrange(keys.expiring, 0, -1)
+        == client.zrange(keys.queue("emails", "scheduled"), 0, -1)
+    )
+    assert client.hget(keys.uniq, "u") == "b"
+    assert client.lrange(keys.wake, 0, -1) == ["1"]
 
 
 def test_lua_scripts_ship_as_package_data_with_a_header() -> None:
@@ -161,6 +169,46 @@ def test_the_library_registers_every_operation_under_a_versioned_name() -> None:
     for name in OPERATIONS:
         assert f"function_name = 'conveyor_{version}_{name}'" in code
     assert build_library() == (version, code)  # deterministic: every process names the same functions
+
+
+def test_an_operation_defines_its_helpers_once_when_the_library_loads() -> None:
+    """Code above ``EACH_CALL`` in an operation file runs at ``FUNCTION LOAD``: its functions are not
+    built again on every call."""
+    _, code = build_library()
+    source = read_source("enqueue")
+    helpers, marked, body = source.partition(EACH_CALL)
+    assert marked and "local function store(" in helpers and "local function" not in body
+    start = code.index("local op_enqueue\ndo\n")
+    assert start < code.index("local function store(", start) < code.index("op_enqueue = function()\n", start)
+    for name in OPERATIONS:  # without the marker, the whole file is the body
+        assert f"op_{name} = function()\n" in code
+
+
+def test_a_one_task_enqueue_sends_only_the_values_that_are_not_at_their_default() -> None:
+    usual = task("a")
+    assert list(_enqueue_args([usual])) == [(1, "a", "job", "q", "[[], {}]")]
+    prioritized = NewTask(id="b", name="job", queue="q", payload="[]", priority=2)
+    assert list(_enqueue_args([prioritized])) == [(1, "b", "job", "q", "[]", "2")]
+    optioned = NewTask(id="c", name="job", queue="q", payload="[]", options='{"max_retries":1}')
+    assert list(_enqueue_args([optioned])) == [(1, "c", "job", "q", "[]", "0", "", "", "", "", '{"max_retries":1}')]
+    assert [args[0] for args in _enqueue_args([usual, prioritized])] == [2]  # several: one JSON array
+
+
+def test_tasks_sent_without_their_default_values_are_stored_with_them(broker: RedisBroker) -> None:
+    tasks = [
+        NewTask(id="b", name="job", queue="q", payload="[]", priority=2),
+        NewTask(id="c", name="job", queue="q", payload="[]", options='{"max_retries":1}'),
+        NewTask(id="d", name="job", queue="q", payload="[]", unique_key="k", unique_until=NOW + 9),
+    ]
+    for one in tasks:
+        assert broker.enqueue([one], NOW) == [None]
+    stored = {r.id: r for r in (broker.get(one.id, NOW) for one in tasks) if r is not None}
+    assert (stored["b"].priority, stored["b"].options) == (2, "{}")
+    assert (stored["c"].priority, stored["c"].options) == (0, '{"max_retries":1}')
+    assert stored["d"].unique_key == "k"
+    again = NewTask(id="e", name="job", queue="q", payload="[]", unique_key="k", unique_until=NOW + 20)
+    assert broker.enqueue([again], NOW) == ["d"]  # within d's window
+    assert broker.enqueue([again], NOW + 10) == [None]  # past it: d's unique_until was stored
 
 
 def test_the_library_is_loaded_once_and_again_after_function_flush(own_server: RedisServer) -> None:

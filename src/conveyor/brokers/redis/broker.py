@@ -23,6 +23,7 @@ import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
 from conveyor.brokers.redis.codec import (
+    TASK_DEFAULTS,
     decode_claimed,
     decode_events,
     decode_record,
@@ -82,11 +83,8 @@ class RedisBroker:
         self.keys = Keys(config.namespace)
         self._client = config.client()
         self._conns = Connections(self._client.connection_pool)
-        self._script_keys = self.keys.script_keys()
-        self._fixed: tuple[tuple[Arg, ...], tuple[Arg, ...]] = (
-            (len(self._script_keys), *self._script_keys, self.keys.prefix),
-            (MAX_ERRORS_KEPT, repr(float(self.policy.archive_retention)), self.policy.max_stalls),
-        )
+        self._key = self.keys.due  # the one key every call declares (see lua/_lib.lua)
+        self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)
         self._events = EventHub(
@@ -110,8 +108,7 @@ class RedisBroker:
 
     def _head(self, now: str) -> tuple[Arg, ...]:
         """KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call."""
-        fixed = self._fixed
-        return (*fixed[0], now, self._origin, "1" if self._events.active else "0", *fixed[1])
+        return (1, self._key, now, self._origin, "1" if self._events.active else "0", self._policy)
 
     def _invoke(
         self, name: str, now: str, args: Sequence[Arg], before: Sequence[Command] = ()
@@ -416,8 +413,11 @@ def _enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
     """``enqueue.lua``'s arguments, per chunk of tasks: one task's fields as they are, several as JSON."""
     for start in range(0, len(tasks), ENQUEUE_CHUNK):
         chunk = tasks[start : start + ENQUEUE_CHUNK]
-        if len(chunk) == 1:
-            yield (1, *encode_task(chunk[0]))
+        if len(chunk) == 1:  # the trailing values at their defaults are left out (see enqueue.lua)
+            fields = encode_task(chunk[0])
+            while len(fields) > 4 and fields[-1] == TASK_DEFAULTS[len(fields) - 1]:
+                fields.pop()
+            yield (1, *fields)
             continue
         values: list[str] = []
         for task in chunk:

@@ -25,6 +25,7 @@ from conveyor.model import ArchiveReason, ErrorEntry, Event, NewTask, Outcome, T
 
 __all__ = [
     "CLAIM_STRIDE",
+    "TASK_DEFAULTS",
     "decode_claimed",
     "decode_events",
     "decode_record",
@@ -47,6 +48,10 @@ def opt(value: str | None) -> str:
 
 def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
+
+
+#: What :func:`encode_task` gives for a field at its default (``None`` for the four always sent).
+TASK_DEFAULTS: tuple[str | None, ...] = (None, None, None, None, "0", "", "", "", "", "{}")
 
 
 def encode_task(task: NewTask) -> list[str]:

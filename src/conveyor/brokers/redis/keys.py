@@ -115,8 +115,9 @@ class Keys:
     def listening(self) -> str:
         return self.prefix + "listening"
 
-    def script_keys(self) -> list[str]:
-        """KEYS handed to every script, in the order ``lua/_lib.lua`` names them."""
+    def shared(self) -> list[str]:
+        """The namespace-wide keys the scripts use, which they build from :attr:`due` (the one key every
+        call declares; see ``lua/_lib.lua``): the names here and there must match."""
         return [
             self.due,
             self.leases,

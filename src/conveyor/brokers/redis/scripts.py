@@ -26,7 +26,16 @@ import redis
 
 from conveyor.brokers.redis.connections import Arg, Command, Connections
 
-__all__ = ["OPERATIONS", "READ_ONLY", "Arg", "Scripts", "build_library", "is_missing_function", "read_source"]
+__all__ = [
+    "EACH_CALL",
+    "OPERATIONS",
+    "READ_ONLY",
+    "Arg",
+    "Scripts",
+    "build_library",
+    "is_missing_function",
+    "read_source",
+]
 
 OPERATIONS = (
     "archive",
@@ -56,9 +65,23 @@ def read_source(name: str) -> str:
     return files("conveyor.brokers.redis").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+#: The line that ends an operation file's own helpers (optional): the code above it runs once, when
+#: the library loads, and only the code below it runs on each call (a function defined in the part
+#: that runs per call is built again on every call: measured ~1 µs of server time per call for five).
+EACH_CALL = "-- each call:\n"
+
+
+def _operation(name: str) -> str:
+    """Operation ``name`` as library code: its helpers in a block of their own, then ``op_<name>``."""
+    helpers, marked, body = read_source(name).partition(EACH_CALL)
+    if not marked:
+        helpers, body = "", helpers
+    return f"local op_{name}\ndo\n{helpers}\nop_{name} = function()\n{body}\nend\nend\n"
+
+
 def build_library() -> tuple[str, str]:
     """``(version, code)``: the library text for ``FUNCTION LOAD`` and the version its names carry."""
-    parts = [read_source("_lib"), *(f"local function op_{name}()\n{read_source(name)}\nend\n" for name in OPERATIONS)]
+    parts = [read_source("_lib"), *(_operation(name) for name in OPERATIONS)]
     body = "\n".join(parts)
     version = hashlib.sha1(body.encode()).hexdigest()[:12]
     registrations = []

@@ -2,31 +2,31 @@
 -- Functions library from it and the operation files (each becomes a function `conveyor_<version>_<op>`),
 -- loaded once per server: the helpers below are built at load time, not on every call.
 --
--- KEYS (the same for every operation: keys.Keys.script_keys()), all under the namespace's hash tag:
---   KEYS[1] due       zset   scheduled + retry tasks by next_run_at
---   KEYS[2] leases    zset   active tasks by lease_expires_at
---   KEYS[3] expiring  zset   pending/scheduled/retry tasks by expires_at
---   KEYS[4] seq       string enqueue counter
---   KEYS[5] queues    set    known queue names
---   KEYS[6] uniq      hash   unique_key -> holder task id
---   KEYS[7] events    pub/sub channel of transitions
---   KEYS[8] wake      list   one token, pushed when a call made tasks pending (idle workers BLPOP it)
---   KEYS[9] listening string  exists while some process listens on the events channel (a TTL its
---                             listener keeps refreshing); without it and without ARGV[4], no event is made
+-- KEYS[1] (the same for every operation: keys.Keys.due): the namespace's `due` zset. It is the one key
+-- declared, for routing: every other key is built from its prefix "{ns}:" (the hash tag, so one slot),
+-- with the names keys.py gives them. Declaring them all cost every call ~0.2 us of server time per
+-- argument (measured: a no-op FCALL with 29 arguments makes 0.79x the round trips of PING from
+-- Python, with 12 arguments 0.85x). The shared keys (see keys.py for their types):
+--   DUE       scheduled + retry tasks by next_run_at     LEASES    active tasks by lease_expires_at
+--   EXPIRING  pending/scheduled/retry by expires_at      SEQ       enqueue counter
+--   QUEUES    known queue names                          UNIQ      unique_key -> holder task id
+--   CHANNEL   pub/sub channel of transitions             WAKE      one token, pushed when a call made
+--                                                                  tasks pending (idle workers BLPOP it)
+--   LISTENING exists while some process listens on the events channel (a TTL its listener keeps
+--             refreshing); without it and without ARGV[3], no event is made
 -- ARGV head (the same for every operation):
---   ARGV[1] key prefix "{ns}:" (task and per-queue keys are built from it: same hash slot)
---   ARGV[2] now (epoch seconds, from the caller's clock; "" = the server's TIME, for calls queued
+--   ARGV[1] now (epoch seconds, from the caller's clock; "" = the server's TIME, for calls queued
 --           behind a blocking pop, which run later than they were sent)
---   ARGV[3] origin: id of the calling broker object (tags published events)
---   ARGV[4] "1": also return the events to the caller (it has local subscribers)
---   ARGV[5] MAX_ERRORS_KEPT   ARGV[6] policy.archive_retention   ARGV[7] policy.max_stalls
---           (read as numbers only by the operations that use them: max_errors() and so on)
--- Operation arguments follow: A(1) is ARGV[8]. Optional strings travel as "" (None) or "=" .. value.
+--   ARGV[2] origin: id of the calling broker object (tags published events)
+--   ARGV[3] "1": also return the events to the caller (it has local subscribers)
+--   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls>" (one argument; read as
+--           numbers only by the operations that use them: max_errors() and so on)
+-- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events};
 -- a string result with nothing else to return comes as one string, now .. "\n" .. result (a table
 -- reply costs the server ~0.7 us to convert, a string nothing). Events are also PUBLISHed as
 -- "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
--- Events are made only when someone wants them (EMIT: the caller has local subscribers, or KEYS[9]
+-- Events are made only when someone wants them (EMIT: the caller has local subscribers, or LISTENING
 -- exists). Operations check everything before their first write, and a function that may write is
 -- refused as a whole by a server out of memory, so an error leaves nothing half-written.
 --
@@ -34,24 +34,39 @@
 -- locals outlive a call; nothing may carry over from one call to the next).
 
 local KEYS, ARGV
-local P, NOW, ORIGIN, WANT, NOWS
-local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE
+local P, NOW, ORIGIN, WANT, NOWS, POLICY
+local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS
+
+-- the shared key names of a namespace, by its `due` key: built once per namespace, not per call (a
+-- pure function of the name, so nothing of a call's state carries over)
+local NAMES = {}
+local function names(due)
+  local n = NAMES[due]
+  if not n then
+    local p = string.sub(due, 1, -4) -- "{ns}:due" -> "{ns}:"
+    n = {p, p .. 'leases', p .. 'expiring', p .. 'seq', p .. 'queues', p .. 'uniq', p .. 'events', p .. 'wake',
+      p .. 'listening'}
+    NAMES[due] = n
+  end
+  return n
+end
 
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
-  P, ORIGIN, WANT = ARGV[1], ARGV[3], ARGV[4] == '1'
-  if ARGV[2] == '' then
+  ORIGIN, WANT, POLICY = ARGV[2], ARGV[3] == '1', nil
+  if ARGV[1] == '' then
     local t = redis.call('TIME')
     NOW = tonumber(t[1]) + tonumber(t[2]) / 1000000
     NOWS = string.format('%.17g', NOW)
   else -- the caller's repr(): the shortest text that reads back as the same double
-    NOWS = ARGV[2]
+    NOWS = ARGV[1]
     NOW = tonumber(NOWS)
   end
-  DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-  WAKE = KEYS[8]
-  EMIT = WANT or redis.call('EXISTS', KEYS[9]) == 1
+  DUE = KEYS[1]
+  local n = names(DUE)
+  P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING = n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8], n[9]
+  EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = {}, false, false, {}, {}, {}
 end
 
@@ -89,10 +104,17 @@ local function flush_z()
   ZOPS, ZORDER = {}, {}
 end
 
-local function A(i) return ARGV[7 + i] end
-local function max_errors() return tonumber(ARGV[5]) end
-local function retention() return tonumber(ARGV[6]) end
-local function max_stalls() return tonumber(ARGV[7]) end
+local function A(i) return ARGV[4 + i] end
+local function policy(i)
+  if not POLICY then
+    POLICY = {}
+    for v in string.gmatch(ARGV[4], '%S+') do POLICY[#POLICY + 1] = tonumber(v) end
+  end
+  return POLICY[i]
+end
+local function max_errors() return policy(1) end
+local function retention() return policy(2) end
+local function max_stalls() return policy(3) end
 local function num(s) if s == nil or s == false or s == '' then return nil end return tonumber(s) end
 local function opt(s) if s == nil or s == '' then return nil end return string.sub(s, 2) end
 -- numbers reach Redis as strings; Lua's own tostring keeps 14 digits only, times need 17

@@ -1,5 +1,5 @@
 -- cancel.lua: cancel a waiting task, or ask a running one to stop.
--- KEYS: the standard set (_lib.lua).
+-- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: the task's state after the call, or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | pending | retry -> archived(cancelled); active: cancel_requested set.

@@ -1,5 +1,5 @@
 -- clean.lua: the janitor. Bounded work: at most `limit` deletions, ZRANGE windows of that size.
--- KEYS: the standard set (_lib.lua).
+-- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue).
 -- Returns: how many tasks were deleted.
 -- Transition: completed/archived past keep_until -> deleted (not reported); then the oldest archived

@@ -1,5 +1,5 @@
 -- delete.lua: remove a task that is not running.
--- KEYS: the standard set (_lib.lua).
+-- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID active.
 -- Transition: any state but active -> deleted (reported).

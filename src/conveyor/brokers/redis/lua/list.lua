@@ -1,5 +1,5 @@
 -- list.lua: a page of one queue's visible tasks in one state (read only).
--- KEYS: the standard set (_lib.lua).
+-- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) offset, A(4) limit.
 -- Returns: the tasks, each {flat HGETALL, failures}. Order: pending by claim order; scheduled/retry
 --          by next_run_at; active by started_at; completed/archived newest finished_at first (ties

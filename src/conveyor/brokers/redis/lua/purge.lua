@@ -1,5 +1,5 @@
 -- purge.lua: delete visible tasks of one queue in one state (not active), oldest enqueued first.
--- KEYS: the standard set (_lib.lua).
+-- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) limit (-1: all).
 -- Returns: how many were deleted.
 -- Transition: scheduled | pending | retry | completed | archived -> deleted (reported, in enqueue

@@ -1,5 +1,5 @@
 -- stats.lua: every known queue's settings and visible counts (read only).
--- KEYS: the standard set (_lib.lua).
+-- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua) only.
 -- Returns: per queue {name, max_size, concurrency, aging, paused, scheduled, pending, active, retry,
 --          completed, archived, oldest ready_at of a pending task}; "" stands for None.
