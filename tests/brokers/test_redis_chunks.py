@@ -54,6 +54,8 @@ def test_a_chunk_of_one_after_full_chunks_is_stored(broker: RedisBroker) -> None
     tasks = [task(f"t{i}", "q") for i in range(count)]
     assert broker.enqueue(tasks, NOW) == [None] * count
     assert broker.enqueue([task("t0", "q"), task(f"t{count - 1}", "q")], NOW) == ["t0", f"t{count - 1}"]
+    more = [task(f"u{i}", "q") for i in range(ENQUEUE_CHUNK)]
+    assert broker.enqueue([*more, task("t12", "q")], NOW) == [None] * ENQUEUE_CHUNK + ["t12"]  # a duplicate alone
     assert [r.id for r in broker.claim(["q"], NOW, 30.0, limit=count)] == [t.id for t in tasks]
 
 

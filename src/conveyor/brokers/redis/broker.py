@@ -156,20 +156,17 @@ class RedisBroker:
     # -- producing -----------------------------------------------------------------------------
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
-        results: list[str | None] = []
-
-        def stored(reply: str | list[str]) -> None:  # one string for a one-task call (see enqueue.lua)
-            if isinstance(reply, str):
-                results.append(reply or None)
-            else:
-                results.extend(dup or None for dup in reply)
-
         try:
             if len(tasks) == 1:  # the most common call, without the machinery for several chunks
-                (args,) = _enqueue_args(tasks)
-                stored(self._invoke("enqueue", repr(float(now)), args)[1])
-            else:  # the next chunk is encoded while the server stores this one
-                self._invoke_each("enqueue", repr(float(now)), _enqueue_args(tasks), stored)
+                duplicate: str = self._invoke("enqueue", repr(float(now)), _one_task_args(tasks[0]))[1]
+                return [duplicate or None]  # one string for a one-task call (see enqueue.lua)
+            results: list[str | None] = []
+
+            def stored(reply: str | list[str]) -> None:  # a last chunk of one task gets one string
+                results.extend([reply or None] if isinstance(reply, str) else (dup or None for dup in reply))
+
+            # the next chunk is encoded while the server stores this one
+            self._invoke_each("enqueue", repr(float(now)), _enqueue_args(tasks), stored)
         except Refused as exc:
             _, queue, max_size = exc.text.split(" ")
             raise QueueFull(queue, int(float(max_size))) from None
@@ -409,15 +406,22 @@ class RedisBroker:
 _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
+def _one_task_args(task: NewTask) -> tuple[Arg, ...]:
+    """``enqueue.lua``'s arguments for one task: its fields as they are, without the trailing ones at
+    their defaults (each argument costs the server ~0.2 µs; a usual task sends four)."""
+    fields = encode_task(task)
+    end = len(fields)
+    while end > 4 and fields[end - 1] == TASK_DEFAULTS[end - 1]:
+        end -= 1
+    return (1, *fields[:end])
+
+
 def _enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
-    """``enqueue.lua``'s arguments, per chunk of tasks: one task's fields as they are, several as JSON."""
+    """``enqueue.lua``'s arguments, per chunk of tasks: one task's as :func:`_one_task_args`, several as JSON."""
     for start in range(0, len(tasks), ENQUEUE_CHUNK):
         chunk = tasks[start : start + ENQUEUE_CHUNK]
-        if len(chunk) == 1:  # the trailing values at their defaults are left out (see enqueue.lua)
-            fields = encode_task(chunk[0])
-            while len(fields) > 4 and fields[-1] == TASK_DEFAULTS[len(fields) - 1]:
-                fields.pop()
-            yield (1, *fields)
+        if len(chunk) == 1:  # a last chunk of one
+            yield _one_task_args(chunk[0])
             continue
         values: list[str] = []
         for task in chunk:
