@@ -114,18 +114,3 @@ class Keys:
     @property
     def listening(self) -> str:
         return self.prefix + "listening"
-
-    def shared(self) -> list[str]:
-        """The namespace-wide keys the scripts use, which they build from :attr:`due` (the one key every
-        call declares; see ``lua/_lib.lua``): the names here and there must match."""
-        return [
-            self.due,
-            self.leases,
-            self.expiring,
-            self.seq,
-            self.queues,
-            self.uniq,
-            self.events,
-            self.wake,
-            self.listening,
-        ]
