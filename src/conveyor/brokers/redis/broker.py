@@ -23,11 +23,11 @@ import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
 from conveyor.brokers.redis.codec import (
-    TASK_DEFAULTS,
     decode_claimed,
     decode_events,
     decode_record,
     decode_worker,
+    encode_one_task,
     encode_outcome,
     encode_task,
     encode_worker,
@@ -407,13 +407,8 @@ _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _one_task_args(task: NewTask) -> tuple[Arg, ...]:
-    """``enqueue.lua``'s arguments for one task: its fields as they are, without the trailing ones at
-    their defaults (each argument costs the server ~0.2 µs; a usual task sends four)."""
-    fields = encode_task(task)
-    end = len(fields)
-    while end > 4 and fields[end - 1] == TASK_DEFAULTS[end - 1]:
-        end -= 1
-    return (1, *fields[:end])
+    """``enqueue.lua``'s arguments for one task: its fields as they are, those at their defaults left out."""
+    return (1, *encode_one_task(task))
 
 
 def _enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:

@@ -25,11 +25,11 @@ from conveyor.model import ArchiveReason, ErrorEntry, Event, NewTask, Outcome, T
 
 __all__ = [
     "CLAIM_STRIDE",
-    "TASK_DEFAULTS",
     "decode_claimed",
     "decode_events",
     "decode_record",
     "decode_worker",
+    "encode_one_task",
     "encode_outcome",
     "encode_task",
     "encode_worker",
@@ -50,10 +50,6 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-#: What :func:`encode_task` gives for a field at its default (``None`` for the four always sent).
-TASK_DEFAULTS: tuple[str | None, ...] = (None, None, None, None, "0", "", "", "", "", "{}")
-
-
 def encode_task(task: NewTask) -> list[str]:
     """The 10 ARGV values of one task for ``enqueue.lua``."""
     return [
@@ -68,6 +64,21 @@ def encode_task(task: NewTask) -> list[str]:
         _num(task.unique_until),
         task.options,
     ]
+
+
+#: What :func:`encode_task` gives for a field at its default (``None`` for the four always sent).
+_DEFAULTS: tuple[str | None, ...] = (None, None, None, None, "0", "", "", "", "", "{}")
+
+
+def encode_one_task(task: NewTask) -> list[str]:
+    """:func:`encode_task` without the trailing values at their defaults, as ``enqueue.lua`` takes a
+    one-task call (each argument costs the server ~0.2 µs; a usual task sends four)."""
+    fields = encode_task(task)
+    end = len(fields)
+    while end > 4 and fields[end - 1] == _DEFAULTS[end - 1]:
+        end -= 1
+    del fields[end:]
+    return fields
 
 
 def encode_outcome(outcome: Outcome) -> list[str]:
