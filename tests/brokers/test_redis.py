@@ -9,12 +9,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 import pytest
 
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.broker import _enqueue_args
+from conveyor.brokers.redis.codec import MEMBER_PREFIX, ROW_FIELDS, decode_body, encode_body
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
@@ -25,6 +27,9 @@ from conveyor.testing.redis_server import RedisServer
 pytestmark = pytest.mark.redis
 
 NOW = 1_000_000.0
+#: A row's fields in order (see ``codec.py``).
+ROW_NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "ku", "r", "st", "pr", "ea", "fd", "ra",
+             "nr", "ar", "uu", "uk")  # fmt: skip
 
 
 def crc16(data: bytes) -> int:
@@ -45,6 +50,16 @@ def keyslot(key: str) -> int:
         if end > start + 1:
             key = key[start + 1 : end]
     return crc16(key.encode()) % 16384
+
+
+def stored_row(broker: RedisBroker, task_id: str) -> dict[str, str]:
+    """A task's row as stored, by field name."""
+    row = cast("str", broker.client.hget(broker.keys.rows, task_id)).split(" ", ROW_FIELDS - 1)
+    return dict(zip(ROW_NAMES, row, strict=True))
+
+
+def stored_body(broker: RedisBroker, task_id: str) -> tuple[str, str, str]:
+    return decode_body(cast("str", broker.client.hget(broker.keys.bodies, task_id)))
 
 
 def task(task_id: str, queue: str = "q", payload: str = "[[], {}]") -> NewTask:
@@ -92,7 +107,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     touched = [
         *(keys.due, keys.leases, keys.expiring, keys.seq, keys.queues, keys.uniq, keys.events, keys.wake),
         keys.listening,
-        keys.task("t-1"),
+        *(keys.rows, keys.bodies, keys.results, keys.lasterr),
         keys.errors("t-1"),
         keys.settings("emails"),
         keys.workers,
@@ -103,7 +118,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     assert all(key.startswith("{app}:") for key in touched)
 
 
-def test_a_usual_task_is_stored_in_seven_fields_and_the_absent_ones_read_as_their_defaults(
+def test_a_task_is_stored_as_one_row_and_one_body_and_the_absent_values_read_as_their_defaults(
     broker: RedisBroker,
 ) -> None:
     usual = task("usual", "emails")
@@ -111,9 +126,19 @@ def test_a_usual_task_is_stored_in_seven_fields_and_the_absent_ones_read_as_thei
                       options='{"max_retries":1}')  # fmt: skip
     assert broker.enqueue([usual], NOW) == [None]
     assert broker.enqueue([special], NOW) == [None]
-    client = broker.client
-    assert set(client.hkeys(broker.keys.task("usual"))) == {"n", "q", "m", "p", "ea", "s", "fd"}
-    assert {"pr", "o", "nr", "fd"} <= set(client.hkeys(broker.keys.task("special")))
+    row = stored_row(broker, "usual")
+    assert (row["s"], row["m"][MEMBER_PREFIX:], row["q"], row["uk"], row["l"], row["ne"]) == (
+        "pending", "usual", "emails", "", "0", "0"
+    )  # fmt: skip
+    absent = ("x", "tk", "lx", "sa", "fa", "ku", "nr", "ar", "uu")
+    assert [row[name] for name in absent] == ["-"] * len(absent)
+    assert all(row[name] in ("0", "-") for name in ("a", "r", "st", "pr"))
+    assert float(row["ea"]) == float(row["fd"]) == NOW
+    assert stored_body(broker, "usual") == ("job", "{}", "[[], {}]")
+    later = stored_row(broker, "special")
+    assert (later["s"], int(float(later["pr"])), float(later["nr"])) == ("scheduled", 3, NOW + 5)
+    assert stored_body(broker, "special") == ("job", '{"max_retries":1}', "[[], {}]")
+    assert not broker.client.exists(broker.keys.results, broker.keys.lasterr)
     stored = broker.get("usual", NOW)
     assert stored is not None
     assert (stored.priority, stored.options, stored.enqueued_at, stored.first_due_at) == (0, "{}", NOW, NOW)
@@ -136,7 +161,7 @@ def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBrok
     broker.enqueue([later], NOW)
     assert [r.id for r in broker.claim(["emails"], NOW, 30.0)] == ["a"]
     client, keys = broker.client, broker.keys
-    per_task = {keys.task("a"), keys.task("b")}
+    per_task = {keys.rows, keys.bodies}
     per_queue = {keys.queue("emails", part) for part in ("scheduled", "active")} | {keys.settings("emails")}
     shared = {keys.due, keys.expiring, keys.leases, keys.seq, keys.queues, keys.uniq, keys.wake}
     assert set(client.keys(keys.prefix + "*")) == per_task | per_queue | shared
@@ -187,11 +212,13 @@ def test_an_operation_defines_its_helpers_once_when_the_library_loads() -> None:
 
 def test_a_one_task_enqueue_sends_only_the_values_that_are_not_at_their_default() -> None:
     usual = task("a")
-    assert list(_enqueue_args([usual])) == [(1, "a", "job", "q", "[[], {}]")]
+    assert list(_enqueue_args([usual])) == [(1, "a", "q", encode_body("job", "{}", "[[], {}]"))]
     prioritized = NewTask(id="b", name="job", queue="q", payload="[]", priority=2)
-    assert list(_enqueue_args([prioritized])) == [(1, "b", "job", "q", "[]", "2")]
-    optioned = NewTask(id="c", name="job", queue="q", payload="[]", options='{"max_retries":1}')
-    assert list(_enqueue_args([optioned])) == [(1, "c", "job", "q", "[]", "0", "", "", "", "", '{"max_retries":1}')]
+    assert list(_enqueue_args([prioritized])) == [(1, "b", "q", encode_body("job", "{}", "[]"), "2")]
+    unique = NewTask(id="c", name="job", queue="q", payload="[]", unique_key="k", unique_until=NOW)
+    assert list(_enqueue_args([unique])) == [
+        (1, "c", "q", encode_body("job", "{}", "[]"), "0", "", "", "=k", repr(NOW))
+    ]
     assert [args[0] for args in _enqueue_args([usual, prioritized])] == [2]  # several: one JSON array
 
 
@@ -252,7 +279,7 @@ def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: Red
     broker = open_broker(f"{redis_server.url}?namespace=shop&socket_timeout=1.5&socket_connect_timeout=0.5")
     try:
         assert isinstance(broker, RedisBroker)
-        assert broker.keys.prefix == "{shop}:"
+        assert broker.keys.prefix == "{shop}:v2:"
         assert broker.config.socket_timeout == 1.5
         assert broker.config.socket_connect_timeout == 0.5
     finally:
@@ -265,6 +292,24 @@ def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: Red
 def test_bad_urls_are_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError):
         RedisConfig.from_url(url)
+
+
+def test_a_layout_1_task_in_the_same_namespace_is_neither_read_nor_changed(broker: RedisBroker) -> None:
+    """Layout 1 kept a hash per task under ``{ns}:``; this layout's keys carry ``v2``, so during a side-by-side
+    upgrade the earlier version's workers keep their tasks and this version never pops or drops them."""
+    client, old = broker.client, "{" + broker.keys.namespace + "}:"
+    legacy = {old + "t:old": "hash", old + "q:q:pending": "zset", old + "q:q:waiting": "zset", old + "queues": "set"}
+    client.hset(old + "t:old", mapping={"n": "job", "q": "q", "s": "pending", "m": "0000000000000001old", "p": "[]"})
+    client.zadd(old + "q:q:pending", {"0000000000000001old": 0})
+    client.zadd(old + "q:q:waiting", {"0000000000000001old": NOW})
+    client.sadd(old + "queues", "q")
+    before = {key: client.dump(key) for key in legacy}
+    broker.enqueue([task("new")], NOW)
+    assert [r.id for r in broker.claim(["q"], NOW, 30.0, limit=5)] == ["new"]
+    assert broker.get("old", NOW) is None
+    assert broker.reap(NOW + 3600, 100) == 1 and broker.clean(NOW + 10**7, 100) == 0
+    assert {key: client.type(key) for key in legacy} == legacy
+    assert {key: client.dump(key) for key in legacy} == before
 
 
 def test_namespaces_are_isolated(redis_server: RedisServer) -> None:
@@ -320,7 +365,8 @@ def test_out_of_memory_is_a_clear_error_and_writes_nothing(own_server: RedisServ
         assert not isinstance(caught.value, BrokerUnavailable)
         client.config_set("maxmemory", "0")
         assert broker.get("second", NOW) is None
-        assert not client.exists(broker.keys.task("second"))
+        assert not client.hexists(broker.keys.rows, "second")
+        assert not client.hexists(broker.keys.bodies, "second")
         assert [info.counts["pending"] for info in broker.queues(NOW)] == [1]
         client.close()
     finally:
@@ -336,10 +382,11 @@ def test_a_garbage_payload_is_stored_and_claimed_untouched(broker: RedisBroker) 
     assert broker.get("junk", NOW).state is TaskState.ARCHIVED  # type: ignore[union-attr]
 
 
-def test_a_task_hash_deleted_under_a_live_lease_is_handled(broker: RedisBroker) -> None:
+def test_a_task_row_deleted_under_a_live_lease_is_handled(broker: RedisBroker) -> None:
     broker.enqueue([task("gone"), task("kept")], NOW)
     gone, _kept = broker.claim(["q"], NOW, 30.0, limit=2)
-    broker.client.delete(broker.keys.task("gone"))
+    broker.client.hdel(broker.keys.rows, "gone")
+    broker.client.hdel(broker.keys.bodies, "gone")
     assert broker.get("gone", NOW) is None
     assert broker.extend("gone", gone.lease_token or "", NOW, 30.0) is None
     assert broker.settle([Outcome("gone", gone.lease_token or "", "complete")], NOW) == [False]
@@ -349,9 +396,9 @@ def test_a_task_hash_deleted_under_a_live_lease_is_handled(broker: RedisBroker) 
     assert [r.id for r in broker.claim(["q"], NOW + 60, 30.0, limit=5)] == ["kept"]
 
 
-def test_a_mangled_task_hash_is_skipped_not_fatal(broker: RedisBroker) -> None:
+def test_a_mangled_task_row_is_skipped_not_fatal(broker: RedisBroker) -> None:
     broker.enqueue([task("bad"), task("good")], NOW)
-    broker.client.hset(broker.keys.task("bad"), "pr", "not a number")
+    broker.client.hset(broker.keys.rows, "bad", "garbage")
     claimed = broker.claim(["q"], NOW, 30.0, limit=5)
     assert "good" in [r.id for r in claimed]
 

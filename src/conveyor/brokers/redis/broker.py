@@ -146,8 +146,8 @@ class RedisBroker:
         for item in items:
             try:
                 record = decode_record(item)
-            except (ValueError, KeyError, TypeError):
-                log.exception("skipping a task hash that cannot be decoded: %r", item)
+            except (ValueError, KeyError, TypeError, IndexError):
+                log.exception("skipping a task that cannot be decoded: %r", item)
                 continue
             if record is not None:
                 records.append(record)
@@ -237,11 +237,11 @@ class RedisBroker:
     def get(self, task_id: str, now: float) -> TaskRecord | None:
         with translate_errors():
             pipe = self._client.pipeline(transaction=False)
-            pipe.hgetall(self.keys.task(task_id))
+            for key in (self.keys.rows, self.keys.bodies, self.keys.results, self.keys.lasterr):
+                pipe.hget(key, task_id)
             pipe.lrange(self.keys.errors(task_id), 0, -1)
-            flat, failures = pipe.execute()
-        items = [x for pair in flat.items() for x in pair]
-        records = self._records([[items, failures]])
+            row, body, result, last_error, failures = pipe.execute()
+        records = self._records([[row, body, result, last_error, failures]])
         if not records:
             return None
         record = records[0]

@@ -1,17 +1,24 @@
-"""Between Redis replies and the model's dataclasses: task hashes, outcomes, events, worker info.
+"""Between Redis replies and the model's dataclasses: task rows and bodies, outcomes, events, worker info.
 
-A task hash holds (absent field = None): ``n`` name, ``q`` queue, ``s`` state, ``m`` member
-(``%016d(seq) + id``), ``p`` payload, ``o`` options, ``pr`` priority, ``ea`` enqueued_at, ``fd``
-first_due_at, ``ra`` ready_at, ``nr`` next_run_at, ``a`` attempts, ``r`` retries, ``st`` stalls, ``x``
-expires_at, ``uk``/``uu`` unique key/until, ``sa`` started_at, ``fa`` finished_at, ``ku`` keep_until,
-``le`` last error, ``ar`` archive reason, ``res`` result, ``tk`` lease token, ``lx`` lease deadline,
-``c`` cancel requested ("1"). Fields at their usual value are not written by ``enqueue``: ``a``/``r``/
-``st`` are absent until they first change (read as 0), ``pr`` when 0, ``o`` when ``{}``, and ``ra`` reads
-as ``ea`` while absent (a task enqueued pending became ready when it was enqueued).
+A task lives in four namespace-wide hashes keyed by its id: a claim or a settle reads and writes a whole
+batch of tasks with one command per hash (a script pays ~2 µs of server time per command, and a hash per
+task took four commands per claimed and settled task):
+
+``rows``: one line of 23 fields separated by single spaces, written only by the scripts: ``s`` state,
+``m`` member (``%016d(seq) + id``), ``q`` queue, ``x`` expires_at, ``a`` attempts, ``c`` cancel
+requested ("1"/"0"), ``l`` ("1": ``lasterr`` holds an entry), ``ne`` ("1": the failures list exists),
+``tk`` lease token, ``lx`` lease deadline, ``sa`` started_at, ``fa`` finished_at, ``ku`` keep_until,
+``r`` retries, ``st`` stalls, ``pr`` priority, ``ea`` enqueued_at, ``fd`` first_due_at, ``ra``
+ready_at, ``nr`` next_run_at, ``ar`` archive reason, ``uu`` unique_until, then ``uk``: the rest of the
+line, "" for no unique key (the only field that may hold spaces, hence last). "-" stands for an absent
+value; numbers are as Lua formats them.
 ``tk``, ``lx`` and ``c`` mean something only while the task is active and ``nr`` only while it is
 scheduled or retry: transitions out of those states leave them as they were (fewer writes on the hot
 path) and every reader ignores them in other states.
-Failures live in a list beside it, ``attempt\\tat\\terror`` each.
+
+``bodies``: what never changes, built here at enqueue (:func:`encode_body`) and never parsed by the
+scripts: name, options and payload. ``results``: the result of a task completed with one. ``lasterr``:
+the last error, while the task has one. Failures live in a list per task, ``attempt\\tat\\terror`` each.
 """
 
 from __future__ import annotations
@@ -25,10 +32,14 @@ from conveyor.model import ArchiveReason, ErrorEntry, Event, NewTask, Outcome, T
 
 __all__ = [
     "CLAIM_STRIDE",
+    "MEMBER_PREFIX",
+    "ROW_FIELDS",
+    "decode_body",
     "decode_claimed",
     "decode_events",
     "decode_record",
     "decode_worker",
+    "encode_body",
     "encode_one_task",
     "encode_outcome",
     "encode_task",
@@ -50,32 +61,50 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
+def encode_body(name: str, options: str, payload: str) -> str:
+    """A task's immutable part as one value: ``name\\n<len(options)>\\noptions + payload``.
+
+    The length, not a separator, ends the options, so options and payload may hold anything (newlines,
+    NUL); the name cannot hold a newline (task names are validated). One value instead of three fields
+    is one hash entry less per task, and the scripts only store and return it.
+    """
+    return f"{name}\n{len(options)}\n{options}{payload}"
+
+
+def decode_body(body: str) -> tuple[str, str, str]:
+    """``(name, options, payload)`` from :func:`encode_body`'s text; ValueError if it is damaged."""
+    name, newline, rest = body.partition("\n")
+    length, newline2, rest = rest.partition("\n")
+    size = int(length)
+    if not (newline and newline2 and 0 <= size <= len(rest)):
+        raise ValueError(f"not a task body: {body[:80]!r}")
+    return name, rest[:size], rest[size:]
+
+
 def encode_task(task: NewTask) -> list[str]:
-    """The 10 ARGV values of one task for ``enqueue.lua``."""
+    """The 8 ARGV values of one task for ``enqueue.lua``."""
     return [
         task.id,
-        task.name,
         task.queue,
-        task.payload,
+        encode_body(task.name, task.options, task.payload),
         str(int(task.priority)),
         _num(task.run_at),
         _num(task.expires_at),
         opt(task.unique_key),
         _num(task.unique_until),
-        task.options,
     ]
 
 
-#: What :func:`encode_task` gives for a field at its default (``None`` for the four always sent).
-_DEFAULTS: tuple[str | None, ...] = (None, None, None, None, "0", "", "", "", "", "{}")
+#: What :func:`encode_task` gives for a field at its default (``None`` for the three always sent).
+_DEFAULTS: tuple[str | None, ...] = (None, None, None, "0", "", "", "", "")
 
 
 def encode_one_task(task: NewTask) -> list[str]:
     """:func:`encode_task` without the trailing values at their defaults, as ``enqueue.lua`` takes a
-    one-task call (each argument costs the server ~0.2 µs; a usual task sends four)."""
+    one-task call (each argument costs the server ~0.2 µs; a usual task sends three)."""
     fields = encode_task(task)
     end = len(fields)
-    while end > 4 and fields[end - 1] == _DEFAULTS[end - 1]:
+    while end > 3 and fields[end - 1] == _DEFAULTS[end - 1]:
         end -= 1
     del fields[end:]
     return fields
@@ -98,9 +127,31 @@ def encode_outcome(outcome: Outcome) -> list[str]:
     ]
 
 
-def _f(fields: dict[str, str], key: str) -> float | None:
-    value = fields.get(key)
-    return None if value is None or value == "" else float(value)
+#: Fields in a row (see the module docstring); the last, the unique key, may hold spaces.
+ROW_FIELDS = 23
+
+
+def _row(row: str) -> list[str]:
+    """A row's fields; ValueError unless it has all of them."""
+    fields = row.split(" ", ROW_FIELDS - 1)
+    if len(fields) != ROW_FIELDS:
+        raise ValueError(f"not a task row: {row[:80]!r}")
+    return fields
+
+
+def _float(value: str) -> float | None:
+    """A row's number, None for "-"."""
+    return None if value == "-" else float(value)
+
+
+def _count(value: str) -> int:
+    """A row's count, 0 for "-" (counts at their start value may be written that way)."""
+    return 0 if value == "0" or value == "-" else int(float(value))
+
+
+def _text(value: str) -> str | None:
+    """A row's text, None for "-"."""
+    return None if value == "-" else value
 
 
 def _errors(failures: Sequence[str]) -> tuple[ErrorEntry, ...]:
@@ -111,87 +162,100 @@ def _errors(failures: Sequence[str]) -> tuple[ErrorEntry, ...]:
     return tuple(errors)
 
 
+def _present(value: Any) -> bool:
+    """redis-py gives None for an absent value, a script's JSON gives false."""
+    return value is not None and value is not False
+
+
 #: Values per task in ``claim.lua``'s reply.
-CLAIM_STRIDE = 15
+CLAIM_STRIDE = 4
 
 
 def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:
     """The tasks ``claim.lua`` leased at ``now`` (its flat reply, see its header), as now stored.
 
-    A task whose fields cannot be decoded (data damaged in Redis by hand) is logged and left out: its
+    The reply holds each row as it was before the claim: the claim's own writes (state, attempts + 1,
+    started_at, lease) are known here, so the script need not build a second row for the reply.
+    A task whose values cannot be decoded (data damaged in Redis by hand) is logged and left out: its
     lease expires and the reaper archives it after ``max_stalls`` tries, so it cannot block the queue.
+    Lease tokens count every task of the reply, left out or not, as the script numbered them.
     """
     records = []
     lease_expires_at = now + lease_for
     for position, start in enumerate(range(0, len(values), CLAIM_STRIDE), 1):
-        row = values[start : start + CLAIM_STRIDE]
+        item = values[start : start + CLAIM_STRIDE]
         try:
-            (task_id, name, queue, payload, options, priority, enqueued, due, expires, unique, attempts, retries,
-             stalls, last_error, failures) = row  # fmt: skip
+            row, body, last_error, failures = item
+            (_state, m, queue, x, a, _c, _l, _ne, _tk, _lx, _sa, _fa, _ku, r, st, pr, ea, fd, _ra, _nr, _ar, _uu,
+             uk) = _row(row)  # fmt: skip
+            name, options, payload = decode_body(body)
             records.append(
                 TaskRecord(
-                    id=task_id,
-                    name=name or "",
+                    id=m[MEMBER_PREFIX:],
+                    name=name,
                     queue=queue,
                     state=TaskState.ACTIVE,
-                    payload=payload or "",
-                    options=options or "{}",
-                    priority=int(priority or 0),
-                    enqueued_at=float(enqueued or 0),
-                    first_due_at=float(due or 0),
+                    payload=payload,
+                    options=options,
+                    priority=_count(pr),
+                    enqueued_at=float(ea),
+                    first_due_at=float(fd),
                     next_run_at=None,
-                    attempts=int(attempts or 0) + 1,
-                    retries=int(retries or 0),
-                    stalls=int(stalls or 0),
-                    expires_at=float(expires) if expires else None,
-                    unique_key=unique if unique is not False else None,
+                    attempts=_count(a) + 1,
+                    retries=_count(r),
+                    stalls=_count(st),
+                    expires_at=_float(x),
+                    unique_key=uk or None,
                     started_at=now,
-                    last_error=last_error if last_error is not False else None,
+                    last_error=last_error if _present(last_error) else None,
                     errors=_errors(failures) if failures else (),
                     lease_token=f"{base}-{position}",
                     lease_expires_at=lease_expires_at,
                 )
             )
-        except (ValueError, KeyError, TypeError):
-            log.exception("skipping a claimed task whose stored fields cannot be decoded: %r", row)
+        except (ValueError, KeyError, TypeError, IndexError):
+            log.exception("skipping a claimed task whose stored values cannot be decoded: %r", item)
     return records
 
 
 def decode_record(item: Sequence[Any]) -> TaskRecord | None:
-    """``{flat HGETALL, failures}`` as scripts return it (or a pipeline does); None for a missing hash."""
-    flat, failures = item[0], item[1]
-    h: dict[str, str] = dict(zip(flat[::2], flat[1::2], strict=True))
-    if "s" not in h or "m" not in h or "q" not in h:
+    """``[row, body, result, lasterr, failures]`` as scripts return it (or a pipeline does); None when
+    the row or the body is missing (no such task)."""
+    row, body, result, last_error, failures = item
+    if not _present(row) or not _present(body):
         return None
-    state = TaskState(h["s"])
+    (s, m, queue, x, a, c, _l, _ne, tk, lx, sa, fa, ku, r, st, pr, ea, fd, _ra, nr, ar, _uu,
+     uk) = _row(row)  # fmt: skip
+    name, options, payload = decode_body(body)
+    state = TaskState(s)
     active = state is TaskState.ACTIVE
-    reason = h.get("ar") or None
+    reason = _text(ar)
     return TaskRecord(
-        id=h["m"][MEMBER_PREFIX:],
-        name=h.get("n", ""),
-        queue=h["q"],
+        id=m[MEMBER_PREFIX:],
+        name=name,
+        queue=queue,
         state=state,
-        payload=h.get("p", ""),
-        options=h.get("o", "{}"),
-        priority=int(h.get("pr", "0")),
-        enqueued_at=float(h.get("ea", "0")),
-        first_due_at=float(h.get("fd", "0")),
-        next_run_at=_f(h, "nr") if state in (TaskState.SCHEDULED, TaskState.RETRY) else None,
-        attempts=int(h.get("a", "0")),
-        retries=int(h.get("r", "0")),
-        stalls=int(h.get("st", "0")),
-        expires_at=_f(h, "x"),
-        unique_key=h.get("uk"),
-        started_at=_f(h, "sa"),
-        finished_at=_f(h, "fa"),
-        keep_until=_f(h, "ku"),
-        last_error=h.get("le"),
+        payload=payload,
+        options=options,
+        priority=_count(pr),
+        enqueued_at=float(ea),
+        first_due_at=float(fd),
+        next_run_at=_float(nr) if state in (TaskState.SCHEDULED, TaskState.RETRY) else None,
+        attempts=_count(a),
+        retries=_count(r),
+        stalls=_count(st),
+        expires_at=_float(x),
+        unique_key=uk or None,
+        started_at=_float(sa),
+        finished_at=_float(fa),
+        keep_until=_float(ku),
+        last_error=last_error if _present(last_error) else None,
         archive_reason=None if reason is None else ArchiveReason(reason),
-        result=h.get("res"),
-        errors=_errors(failures),
-        lease_token=(h.get("tk") or None) if active else None,
-        lease_expires_at=_f(h, "lx") if active else None,
-        cancel_requested=active and h.get("c") == "1",
+        result=result if _present(result) else None,
+        errors=_errors(failures) if failures else (),
+        lease_token=_text(tk) if active else None,
+        lease_expires_at=_float(lx) if active else None,
+        cancel_requested=active and c == "1",
     )
 
 

@@ -8,11 +8,17 @@ that check would span slots (no longer one atomic script) and every by-id call w
 round trip to an id→queue index. A namespace is therefore the unit of sharding: tenants or apps on
 one cluster get their own namespaces, which spread over the nodes.
 
-Layout (``P`` = ``{ns}:``; a task's *member* is ``%016d(seq) + id``: equal scores order by member,
+Layout (``P`` = ``{ns}:v2:``; ``v2`` is the layout's version: the per-task hashes of layout 1 lived
+under ``{ns}:``, so an upgrade runs side by side, each version's workers on their own keys, and nothing
+of the other layout is read, changed or deleted (keep a worker of the earlier version running until its
+queues are drained); a task's *member* is ``%016d(seq) + id``: equal scores order by member,
 i.e. by enqueue sequence, which gives the exact tie-break of the contract without packing two
 numbers into one double)::
 
-    P t:<id>                 hash    the task body (fields: see ``codec.py``)
+    P rows                   hash    id → the task's mutable fields, one line (see ``codec.py``)
+    P bodies                 hash    id → name, options and payload, one immutable value (``codec.py``)
+    P results                hash    id → result, for a task completed with one
+    P lasterr                hash    id → last error, while the task has one
     P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
     P q:<queue>:pending      zset    member by ready_key (the claim order)
     P q:<queue>:waiting      zset    member by ready_at (oldest pending)
@@ -38,7 +44,10 @@ from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError
 
-__all__ = ["NAMESPACE_RE", "Keys"]
+__all__ = ["LAYOUT", "NAMESPACE_RE", "Keys"]
+
+#: The storage layout's version, part of every key (see above).
+LAYOUT = "v2"
 
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -55,11 +64,8 @@ class Keys:
 
     @property
     def prefix(self) -> str:
-        """``{ns}:``: the start of every key, hash tag included."""
-        return "{" + self.namespace + "}:"
-
-    def task(self, task_id: str) -> str:
-        return f"{self.prefix}t:{task_id}"
+        """``{ns}:v2:``: the start of every key, hash tag and layout version included."""
+        return "{" + self.namespace + "}:" + LAYOUT + ":"
 
     def errors(self, task_id: str) -> str:
         return f"{self.prefix}e:{task_id}"
@@ -70,6 +76,22 @@ class Keys:
 
     def settings(self, queue: str) -> str:
         return f"{self.prefix}qs:{queue}"
+
+    @property
+    def rows(self) -> str:
+        return self.prefix + "rows"
+
+    @property
+    def bodies(self) -> str:
+        return self.prefix + "bodies"
+
+    @property
+    def results(self) -> str:
+        return self.prefix + "results"
+
+    @property
+    def lasterr(self) -> str:
+        return self.prefix + "lasterr"
 
     @property
     def due(self) -> str:

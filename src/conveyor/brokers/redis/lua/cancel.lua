@@ -6,7 +6,8 @@
 local t = existing(A(1))
 if not t then return redis.error_reply('CONVEYOR_NOTFOUND') end
 if t.s == 'active' then
-  redis.call('HSET', tkey(t.id), 'c', '1')
+  t.c = '1'
+  save(t)
 elseif t.s == 'scheduled' or t.s == 'pending' or t.s == 'retry' then
   archive_task(t, 'cancelled', nil)
 else

@@ -14,9 +14,8 @@ local ag = num(A(4))
 if ag ~= old then
   local key = qkey(q, 'pending')
   for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-    local v = redis.call('HMGET', tkey(idof(m)), 'pr', 'ra', 'ea') -- absent pr is 0, absent ra is ea
-    local ra = num(v[2]) or num(v[3])
-    if ra then redis.call('ZADD', key, f(ready_score(num(v[1]) or 0, ra, ag)), m) end
+    local t = load(idof(m))
+    if t then redis.call('ZADD', key, f(ready_score(t.pr, t.ra, ag)), m) end
   end
 end
 return finish('ok')

@@ -6,6 +6,6 @@
 local t = load(A(1))
 if not t or t.s ~= 'active' or t.tk ~= A(2) then return finish(false) end
 t.lx = NOW + tonumber(A(3))
-redis.call('HSET', tkey(t.id), 'lx', f(t.lx))
+save(t)
 redis.call('ZADD', LEASES, f(t.lx), t.m)
 return finish({f(t.lx), t.c == '1' and '1' or '0'})

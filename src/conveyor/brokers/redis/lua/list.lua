@@ -1,7 +1,7 @@
 -- list.lua: a page of one queue's visible tasks in one state (read only).
 -- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) offset, A(4) limit.
--- Returns: the tasks, each {flat HGETALL, failures}. Order: pending by claim order; scheduled/retry
+-- Returns: the tasks, each {row, body, result, last error, failures} (_lib.lua's dump()). Order: pending by claim order; scheduled/retry
 --          by next_run_at; active by started_at; completed/archived newest finished_at first (ties
 --          by enqueue order, reversed for the finished ones), skipping tasks past keep_until.
 -- Transition: none.
@@ -11,7 +11,7 @@ if limit <= 0 then return finish(out) end
 if s ~= 'completed' and s ~= 'archived' then
   for _, m in ipairs(redis.call('ZRANGE', qkey(q, s), offset, offset + limit - 1)) do
     local d = dump(idof(m))
-    if #d[1] > 0 then out[#out + 1] = d end
+    if d then out[#out + 1] = d end
   end
   return finish(out)
 end
@@ -21,12 +21,12 @@ while #out < limit do
   if #members == 0 then break end
   for _, m in ipairs(members) do
     local id = idof(m)
-    local ku = num(redis.call('HGET', tkey(id), 'ku'))
-    if ku and NOW < ku then
+    local t = load(id)
+    if t and t.ku and NOW < t.ku then
       if skip > 0 then
         skip = skip - 1
       elseif #out < limit then
-        out[#out + 1] = dump(id)
+        out[#out + 1] = dump(id) or nil
       end
     end
   end

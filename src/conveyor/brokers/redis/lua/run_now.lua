@@ -7,9 +7,10 @@
 local t = existing(A(1))
 if not t then return redis.error_reply('CONVEYOR_NOTFOUND') end
 if t.s == 'scheduled' or t.s == 'retry' then
-  make_pending(t, NOW, {}, {})
+  make_pending(t, NOW)
 elseif t.s == 'archived' then
-  make_pending(t, NOW, {r = '0', st = '0'}, {'ar', 'fa', 'ku'})
+  t.r, t.st, t.ar, t.fa, t.ku = 0, 0, nil, nil, nil
+  make_pending(t, NOW)
 else
   return redis.error_reply('CONVEYOR_INVALID ' .. t.s)
 end

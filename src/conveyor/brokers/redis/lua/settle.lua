@@ -4,63 +4,85 @@
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
 --       keep_for.
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
---          holds it).
--- Costs per outcome: one HMGET of 5 fields for the fence; `complete` then writes directly, the other
---   kinds load the task (one HMGET more).
+--          holds it; also a second outcome for a task in the same call: the first one ended its lease).
+-- Costs: one HMGET of all the rows for the fences; `complete` then rewrites the row's head and the
+--   call writes all completed rows with one HSET (and results with one more); the other kinds go
+--   through the generic transitions of _lib.lua.
 -- Transition: active -> completed (result, keep_until = now + keep_for) | retry (retries + 1, at
 --             run_at or now, error recorded) | archived (reason, default failed; error recorded) |
 --             pending, or scheduled if run_at > now (release: the attempt is given back).
+
+-- a row's head: s m q (x a c) l ne tk (lx sa fa ku), then the rest from r on
+local HEAD = '^(%S+) (%S+) (%S+) (%S+ %S+ %S+) (%S+) (%S+) (%S+) (%S+ %S+) %S+ %S+ (.*)$'
+
+-- each call:
 local n = tonumber(A(1))
 local V = cjson.decode(A(2))
-local applied = {}
+local ids = {}
+for i = 0, n - 1 do ids[i + 1] = V[1 + i * 8] end
+local rows = redis.call('HMGET', ROWS, unpack(ids))
+local applied, done, writes, results, cleared = {}, {}, {}, {}, {}
+local KEEP, qk = {}, {} -- keep_until by keep_for, and the sorted sets by queue
 DEFER = true -- no sorted set is read below
 for i = 0, n - 1 do
   local b = 1 + i * 8
-  local id, token, kind = V[b], V[b + 1], V[b + 2]
-  -- the fence first, reading only what it and `complete` need (the other kinds load the whole task)
-  local v = redis.call('HMGET', tkey(id), 's', 'tk', 'q', 'm', 'le')
-  if v[1] ~= 'active' or v[2] ~= token or token == '' or not v[3] or not v[4] then
+  local id, token, kind, row = V[b], V[b + 1], V[b + 2], rows[i + 1]
+  local s, m, q, xac, l, ne, tk, lxsa, rest
+  if row and not done[id] then s, m, q, xac, l, ne, tk, lxsa, rest = string.match(row, HEAD) end
+  if s ~= 'active' or tk ~= token or token == '' then
     applied[i + 1] = '0'
   elseif kind == 'complete' then
-    -- active -> completed, written directly (what finish_task() would write for this case)
-    local q, m, result = v[3], v[4], opt(V[b + 3])
-    local kus = f(NOW + tonumber(V[b + 7]))
+    -- active -> completed, the row's head rewritten (what finish_task() would write for this case);
     -- tk, lx and c are left as they were: they mean nothing outside `active` (see codec.py)
-    if result then
-      redis.call('HSET', tkey(id), 's', 'completed', 'res', result, 'fa', NOWS, 'ku', kus)
-    else
-      redis.call('HSET', tkey(id), 's', 'completed', 'fa', NOWS, 'ku', kus)
+    local result, keep = opt(V[b + 3]), V[b + 7]
+    local kus = KEEP[keep]
+    if not kus then
+      kus = f(NOW + tonumber(keep))
+      KEEP[keep] = kus
     end
-    if v[5] then redis.call('HDEL', tkey(id), 'le') end
-    zop('ZREM', qkey(q, 'active'), m)
+    local k = qk[q]
+    if not k then
+      k = {qkey(q, 'active'), qkey(q, 'completed'), qkey(q, 'completed:keep')}
+      qk[q] = k
+    end
+    writes[#writes + 1] = id
+    writes[#writes + 1] = 'completed ' .. m .. ' ' .. q .. ' ' .. xac .. ' 0 ' .. ne .. ' ' .. tk .. ' ' .. lxsa .. ' '
+      .. NOWS .. ' ' .. kus .. ' ' .. rest
+    if result then
+      results[#results + 1] = id
+      results[#results + 1] = result
+    end
+    if l == '1' then cleared[#cleared + 1] = id end
+    zop('ZREM', k[1], m)
     zop('ZREM', LEASES, m)
-    zop('ZADD', qkey(q, 'completed'), NOWS, m)
-    zop('ZADD', qkey(q, 'completed:keep'), kus, m)
+    zop('ZADD', k[2], NOWS, m)
+    zop('ZADD', k[3], kus, m)
     event(id, 'active', 'completed', q)
     applied[i + 1] = '1'
   else
-    local t = load(id)
+    local t = parse(id, row)
     local err, run_at, reason = opt(V[b + 4]), num(V[b + 5]), opt(V[b + 6])
     if kind == 'retry' then
       err = err or 'Retry'
-      t.r, t.nr = t.r + 1, run_at or NOW
+      t.r, t.nr, t.c, t.tk, t.lx = t.r + 1, run_at or NOW, '0', nil, nil
       add_error(t, err)
-      move(t, 'retry', {r = tostring(t.r), nr = f(t.nr), le = err, c = '0'}, {'tk', 'lx'})
+      move(t, 'retry', err)
     elseif kind == 'archive' then
       archive_task(t, reason or 'failed', err)
     else
-      local set = {a = tostring(math.max(0, t.a - 1)), c = '0'}
-      t.a = math.max(0, t.a - 1)
-      if err then set.le = err end
+      t.a, t.c = math.max(0, t.a - 1), '0'
       if run_at and run_at > NOW then
-        t.nr = run_at
-        set.nr = f(run_at)
-        move(t, 'scheduled', set, {'tk', 'lx'})
+        t.nr, t.tk, t.lx = run_at, nil, nil
+        move(t, 'scheduled', err)
       else
-        make_pending(t, NOW, set, {})
+        make_pending(t, NOW, err)
       end
     end
     applied[i + 1] = '1'
   end
+  if applied[i + 1] == '1' then done[id] = true end
 end
+if #writes > 0 then redis.call('HSET', ROWS, unpack(writes)) end
+if #results > 0 then redis.call('HSET', RESULTS, unpack(results)) end
+if #cleared > 0 then redis.call('HDEL', LASTERR, unpack(cleared)) end
 return finish(table.concat(applied))

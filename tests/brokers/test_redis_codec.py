@@ -1,0 +1,162 @@
+"""``redis://``'s codec on hand-written rows, bodies and replies: no server needed."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from conveyor.brokers.redis.codec import (
+    CLAIM_STRIDE,
+    decode_body,
+    decode_claimed,
+    decode_record,
+    encode_body,
+    encode_one_task,
+    encode_task,
+)
+from conveyor.model import ArchiveReason, ErrorEntry, NewTask, TaskState
+
+NOW = 1_700_000_000.5
+#: A row's fields in order, but the last (``uk``).
+NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "ku", "r", "st", "pr", "ea", "fd", "ra", "nr",
+         "ar", "uu")  # fmt: skip
+MEMBER = f"{42:016d}"  # a member's sequence, as the scripts write it
+
+
+def row(**given: str) -> str:
+    """A row as the scripts write it: a pending task enqueued at NOW, with ``given`` fields replaced."""
+    fields = {
+        **dict.fromkeys(NAMES, "-"),
+        **{"s": "pending", "m": MEMBER + "t-1", "q": "emails", "a": "0", "c": "0", "l": "0", "ne": "0"},
+        **{"r": "0", "st": "0", "pr": "0", "ea": repr(NOW), "fd": repr(NOW), "ra": repr(NOW), "uk": ""},
+        **given,
+    }
+    uk = fields.pop("uk")
+    return " ".join([*fields.values(), uk])
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "payload"),
+    [
+        ("job", "{}", "[[], {}]"),
+        ("job", "", ""),
+        ("mod:job<x>", '{"a":"\\n"}', ""),
+        ("job", "", "line\nline\n"),
+        ("job", "{\n}\n12\n", "\n\n3\nx"),
+        ("job", "\x00{}\x00", "\x00not json{"),
+        ("job", '{"é":"🙂"}', '["ünïcode 🙂", "\\u0000"]'),
+    ],
+)
+def test_a_body_decodes_to_what_was_encoded(name: str, options: str, payload: str) -> None:
+    body = encode_body(name, options, payload)
+    assert body.startswith(name + "\n")
+    assert decode_body(body) == (name, options, payload)
+
+
+@pytest.mark.parametrize("body", ["", "job", "job\n", "job\n3", "job\nx\n{}", "job\n5\n{}", "job\n-1\n{}"])
+def test_a_damaged_body_is_a_value_error(body: str) -> None:
+    with pytest.raises(ValueError):
+        decode_body(body)
+
+
+def test_a_task_travels_as_eight_values_and_alone_without_its_trailing_defaults() -> None:
+    usual = NewTask(id="a", name="job", queue="q", payload="[]")
+    assert encode_task(usual) == ["a", "q", "job\n2\n{}[]", "0", "", "", "", ""]
+    assert encode_one_task(usual) == ["a", "q", "job\n2\n{}[]"]
+    expiring = NewTask(id="b", name="job", queue="q", payload="[]", options='{"x":1}', expires_at=NOW)
+    assert encode_one_task(expiring) == ["b", "q", 'job\n7\n{"x":1}[]', "0", "", repr(NOW)]
+
+
+def test_a_record_is_decoded_from_a_hand_written_row() -> None:
+    text = row(s="archived", a="3", r="2", st="1", pr="-4", x="1700000100", sa="1700000001.25", fa="1700000002",
+               ku="1700086402", ar="failed", l="1", ne="1", uu="1700000050", uk="key with  spaces ")  # fmt: skip
+    body = encode_body("job", '{"max_retries":2}', '[[1], {"k": "v w"}]')
+    record = decode_record([text, body, None, "boom", ["1\t1700000000.75\tfirst", "3\t1700000002\tboom\twith tab"]])
+    assert record is not None
+    assert (record.id, record.name, record.queue, record.state) == ("t-1", "job", "emails", TaskState.ARCHIVED)
+    assert (record.options, record.payload) == ('{"max_retries":2}', '[[1], {"k": "v w"}]')
+    assert (record.attempts, record.retries, record.stalls, record.priority) == (3, 2, 1, -4)
+    assert (record.enqueued_at, record.first_due_at, record.expires_at) == (NOW, NOW, 1700000100.0)
+    assert (record.started_at, record.finished_at, record.keep_until) == (1700000001.25, 1700000002.0, 1700086402.0)
+    assert (record.archive_reason, record.unique_key, record.last_error) == (
+        ArchiveReason.FAILED,
+        "key with  spaces ",
+        "boom",
+    )
+    assert record.errors == (ErrorEntry(1, 1700000000.75, "first"), ErrorEntry(3, 1700000002.0, "boom\twith tab"))
+    assert (record.result, record.next_run_at, record.lease_token, record.lease_expires_at) == (None, None, None, None)
+
+
+def test_a_record_reads_lease_and_next_run_only_in_the_states_they_belong_to() -> None:
+    body = encode_body("job", "{}", "[]")
+    stale = {"tk": "tok-1", "lx": "1700000030", "c": "1", "nr": "1700000060"}
+    active = decode_record([row(s="active", **stale), body, None, None, []])
+    assert active is not None
+    assert (active.lease_token, active.lease_expires_at, active.cancel_requested) == ("tok-1", 1700000030.0, True)
+    assert active.next_run_at is None
+    retry = decode_record([row(s="retry", **stale), body, None, None, []])
+    assert retry is not None
+    assert (retry.lease_token, retry.lease_expires_at, retry.cancel_requested) == (None, None, False)
+    assert retry.next_run_at == 1700000060.0
+    done = decode_record([row(s="completed", **stale), body, '{"ok": 1}', False, False])
+    assert done is not None
+    assert (done.result, done.last_error, done.errors, done.next_run_at) == ('{"ok": 1}', None, (), None)
+
+
+@pytest.mark.parametrize("missing", [0, 1])
+@pytest.mark.parametrize("absent", [None, False])
+def test_no_record_without_a_row_or_a_body(missing: int, absent: bool | None) -> None:
+    item: list[object] = [row(), encode_body("job", "{}", "[]"), None, None, []]
+    item[missing] = absent
+    assert decode_record(item) is None
+
+
+@pytest.mark.parametrize("text", ["garbage", row()[: row().rindex(" ")], row(s="lost"), row(pr="x")])
+def test_a_damaged_row_is_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        decode_record([text, encode_body("job", "{}", "[]"), None, None, []])
+
+
+def test_claimed_tasks_carry_the_claims_own_writes(caplog: pytest.LogCaptureFixture) -> None:
+    body = encode_body("job", '{"x":1}', "[]")
+    reply = [
+        *(row(m=MEMBER + "first", a="0", x="1700000100", uk="u 1"), body, False, False),
+        *("garbage", body, False, False),
+        *(row(m=MEMBER + "third", a="2", r="1", st="1", pr="5", tk="old", lx="1", nr="9", c="1"), body, "boom",
+          ["2\t1700000000\tboom"]),
+    ]  # fmt: skip
+    reply = json.loads(json.dumps(reply))  # as it travels: one JSON text
+    assert len(reply) == 3 * CLAIM_STRIDE
+    with caplog.at_level(logging.ERROR, "conveyor.brokers.redis"):
+        first, third = decode_claimed(reply, NOW + 1, 30.0, "base")
+    assert "garbage" in caplog.text
+    assert (first.id, first.name, first.options, first.payload, first.queue) == (
+        "first",
+        "job",
+        '{"x":1}',
+        "[]",
+        "emails",
+    )
+    assert (first.state, first.attempts, first.started_at, first.lease_expires_at) == (
+        TaskState.ACTIVE,
+        1,
+        NOW + 1,
+        NOW + 31,
+    )
+    assert (first.lease_token, first.expires_at, first.unique_key, first.last_error, first.errors) == (
+        "base-1",
+        1700000100.0,
+        "u 1",
+        None,
+        (),
+    )
+    assert (third.id, third.attempts, third.retries, third.stalls, third.priority) == ("third", 3, 1, 1, 5)
+    assert (third.lease_token, third.cancel_requested, third.next_run_at) == ("base-3", False, None)  # position 3
+    assert (third.last_error, third.errors) == ("boom", (ErrorEntry(2, 1700000000.0, "boom"),))
+    assert (third.enqueued_at, third.first_due_at) == (NOW, NOW)
+
+
+def test_an_empty_claim_reply_is_no_tasks() -> None:
+    assert decode_claimed([], NOW, 30.0, "base") == []
