@@ -15,7 +15,7 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.broker import ENQUEUE_CHUNK
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.errors import QueueFull
-from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskState
+from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskState
 from conveyor.testing.redis_server import RedisServer
 
 NOW = 1_000_000.0
@@ -136,3 +136,18 @@ def test_a_connection_killed_under_a_command_sends_it_again(redis_server: RedisS
     # retried call); either way every command ran and each handle saw a reply, in order
     assert stored in (["0", "1"], ["0", "0", "1"])
     assert replies == [1, len(stored)] or replies == [len(stored) - 1, len(stored)]
+
+
+def test_a_claim_and_a_settle_larger_than_luas_unpack_limit_are_served_whole(broker: RedisBroker) -> None:
+    """``claim.lua`` hands a popped batch's ids to HMGET through ``unpack()``, which Lua caps at 8000
+    values: a larger ``limit`` is popped in parts, and every task is claimed once and settled."""
+    count = 9000
+    assert broker.enqueue([task(f"t{i}", "big") for i in range(count)], NOW) == [None] * count
+    claimed = broker.claim(["big"], NOW, 30.0, limit=count + 5)
+    assert sorted(r.id for r in claimed) == sorted(f"t{i}" for i in range(count))
+    assert len({r.lease_token for r in claimed}) == count
+    outcomes = [Outcome(r.id, r.lease_token or "", "complete", result=r.id) for r in claimed]
+    assert broker.settle(outcomes, NOW) == [True] * count
+    (info,) = broker.queues(NOW)
+    assert (info.counts["completed"], info.counts["active"], info.counts["pending"]) == (count, 0, 0)
+    assert broker.get("t8999", NOW).result == "t8999"  # type: ignore[union-attr]

@@ -172,7 +172,8 @@ end
 --   1 s  2 m  3 q  4 x  5 a  6 c  7 l  8 ne  9 tk  10 lx  11 sa  12 fa  13 ku  14 r  15 st  16 pr
 --   17 ea  18 fd  19 ra  20 nr  21 ar  22 uu  23 uk (the rest of the row: "" = none; may hold spaces)
 -- (written out: the string library is not reachable while the library loads)
-local ROW = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$'
+local ROW = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) '
+  .. '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$'
 
 local function str(s) if s == '-' then return nil end return s end
 
@@ -246,23 +247,16 @@ local function index(t)
   end
 end
 
--- set (a string), clear (false) or keep (nil) t's last error; the row records whether there is one
-local function last_error(t, le)
-  if le then
-    redis.call('HSET', LASTERR, t.id, le)
-    t.l = true
-  elseif le == false and t.l then
-    redis.call('HDEL', LASTERR, t.id)
-    t.l = false
-  end
-end
-
--- move t to state s (t's fields already updated) and write its row; le as last_error()
+-- move t to state s (t's fields already updated) and write its row; le: its new last error, if any
+-- (only `complete` clears one, in settle.lua; the row records whether there is one)
 local function move(t, s, le)
   unindex(t)
   local old = t.s
   t.s = s
-  last_error(t, le)
+  if le then
+    redis.call('HSET', LASTERR, t.id, le)
+    t.l = true
+  end
   save(t)
   index(t)
   if old ~= s then event(t.id, old, s, t.q) end

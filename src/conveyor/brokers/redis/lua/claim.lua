@@ -17,6 +17,7 @@
 
 -- a row's head: s m q x a (c) l ne (tk lx sa), then the rest from fa on
 local HEAD = '^(%S+) (%S+) (%S+) (%S+) (%S+) %S+ (%S+) (%S+) %S+ %S+ %S+ (.*)$'
+local POP = 1000
 
 -- each call:
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
@@ -36,7 +37,8 @@ while A(i) and claimed < limit do
     if s.cc then room = math.min(room, s.cc - redis.call('ZCARD', qkey(q, 'active'))) end
     local kactive, kwaiting = qkey(q, 'active'), qkey(q, 'waiting')
     while room > 0 do
-      local popped = redis.call('ZPOPMIN', qkey(q, 'pending'), room)
+      -- at most POP at a time: the batch's ids go to HMGET through unpack(), which Lua caps at 8000
+      local popped = redis.call('ZPOPMIN', qkey(q, 'pending'), math.min(room, POP))
       if #popped == 0 then break end
       local ids = {}
       for j = 1, #popped, 2 do ids[#ids + 1] = idof(popped[j]) end
