@@ -16,7 +16,7 @@ import pytest
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.broker import _enqueue_args
-from conveyor.brokers.redis.codec import MEMBER_PREFIX, ROW_FIELDS, decode_body, encode_body
+from conveyor.brokers.redis.codec import MEMBER_PREFIX, ROW_FIELDS, ROW_NAMES, decode_body, encode_body
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
@@ -27,9 +27,6 @@ from conveyor.testing.redis_server import RedisServer
 pytestmark = pytest.mark.redis
 
 NOW = 1_000_000.0
-#: A row's fields in order (see ``codec.py``).
-ROW_NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "ku", "r", "st", "pr", "ea", "fd", "ra",
-             "nr", "ar", "uu", "uk")  # fmt: skip
 
 
 def crc16(data: bytes) -> int:

@@ -9,6 +9,7 @@ import pytest
 
 from conveyor.brokers.redis.codec import (
     CLAIM_STRIDE,
+    ROW_NAMES,
     decode_body,
     decode_claimed,
     decode_record,
@@ -19,22 +20,18 @@ from conveyor.brokers.redis.codec import (
 from conveyor.model import ArchiveReason, ErrorEntry, NewTask, TaskState
 
 NOW = 1_700_000_000.5
-#: A row's fields in order, but the last (``uk``).
-NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "ku", "r", "st", "pr", "ea", "fd", "ra", "nr",
-         "ar", "uu")  # fmt: skip
 MEMBER = f"{42:016d}"  # a member's sequence, as the scripts write it
 
 
 def row(**given: str) -> str:
     """A row as the scripts write it: a pending task enqueued at NOW, with ``given`` fields replaced."""
     fields = {
-        **dict.fromkeys(NAMES, "-"),
+        **dict.fromkeys(ROW_NAMES, "-"),
         **{"s": "pending", "m": MEMBER + "t-1", "q": "emails", "a": "0", "c": "0", "l": "0", "ne": "0"},
         **{"r": "0", "st": "0", "pr": "0", "ea": repr(NOW), "fd": repr(NOW), "ra": repr(NOW), "uk": ""},
         **given,
     }
-    uk = fields.pop("uk")
-    return " ".join([*fields.values(), uk])
+    return " ".join(fields.values())  # in ROW_NAMES order: the keys came from it first
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ __all__ = [
     "CLAIM_STRIDE",
     "MEMBER_PREFIX",
     "ROW_FIELDS",
+    "ROW_NAMES",
     "decode_body",
     "decode_claimed",
     "decode_events",
@@ -127,8 +128,11 @@ def encode_outcome(outcome: Outcome) -> list[str]:
     ]
 
 
-#: Fields in a row (see the module docstring); the last, the unique key, may hold spaces.
-ROW_FIELDS = 23
+#: A row's field names in order (see the module docstring); the last, the unique key, may hold spaces.
+ROW_NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "ku", "r", "st", "pr", "ea", "fd", "ra",
+             "nr", "ar", "uu", "uk")  # fmt: skip
+#: Fields in a row.
+ROW_FIELDS = len(ROW_NAMES)
 
 
 def _row(row: str) -> list[str]:

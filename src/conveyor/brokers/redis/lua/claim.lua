@@ -46,7 +46,8 @@ while A(i) and claimed < limit do
       local bodies = redis.call('HMGET', BODIES, unpack(ids))
       local writes = {}
       for j, id in ipairs(ids) do
-        local m, row, s_, m_, q_, x, a, l, ne, rest = popped[2 * j - 1], rows[j], nil, nil, nil, nil, nil, nil, nil, nil
+        local m, row = popped[2 * j - 1], rows[j]
+        local s_, m_, q_, x, a, l, ne, rest
         if row then s_, m_, q_, x, a, l, ne, rest = string.match(row, HEAD) end
         local xn = num(x)
         if s_ ~= 'pending' or m_ ~= m or not bodies[j] then
@@ -58,8 +59,9 @@ while A(i) and claimed < limit do
           -- the member left `pending` with the ZPOPMIN above
           claimed = claimed + 1
           writes[#writes + 1] = id
-          writes[#writes + 1] = 'active ' .. m .. ' ' .. q_ .. ' ' .. x .. ' ' .. (a == '0' and '1' or f((num(a) or 0) + 1)) .. ' 0 ' .. l
-            .. ' ' .. ne .. ' ' .. base .. '-' .. claimed .. ' ' .. lxs .. ' ' .. NOWS .. ' ' .. rest
+          local attempts = a == '0' and '1' or f((num(a) or 0) + 1)
+          writes[#writes + 1] = 'active ' .. m .. ' ' .. q_ .. ' ' .. x .. ' ' .. attempts .. ' 0 ' .. l .. ' ' .. ne .. ' '
+            .. base .. '-' .. claimed .. ' ' .. lxs .. ' ' .. NOWS .. ' ' .. rest
           zop('ZREM', kwaiting, m)
           if xn then zop('ZREM', EXPIRING, m) end
           zop('ZADD', kactive, NOWS, m)
