@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from conveyor._frozen import fast_init
+
 __all__ = [
     "UNFINISHED",
     "ArchiveReason",
@@ -55,6 +57,7 @@ class ArchiveReason(enum.StrEnum):
     POISON = "poison"  # undecodable payload, or its lease expired max_stalls times
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErrorEntry:
     """One failure in a task's history."""
@@ -64,6 +67,7 @@ class ErrorEntry:
     error: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NewTask:
     """A task as the app hands it to ``Broker.enqueue``.
@@ -86,6 +90,7 @@ class NewTask:
     options: str = "{}"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
     """A task as a broker stores it (payload and result still JSON text)."""
@@ -117,6 +122,7 @@ class TaskRecord:
     cancel_requested: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How an execution ended, as handed to ``Broker.settle`` (fenced by ``token``).
@@ -175,6 +181,7 @@ class QueueInfo:
         return self.settings.name
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     """A state transition. ``old_state`` None on enqueue; ``new_state`` "deleted" on deletion."""

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor._frozen import fast_init
 from conveyor.brokers.base import ready_key
 from conveyor.model import ArchiveReason, ErrorEntry, TaskRecord, TaskState
 
@@ -28,6 +29,7 @@ UPDATE_TASK = (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Stored:
     """A task record with its row's enqueue sequence and the time it last became pending."""
