@@ -2,7 +2,9 @@
 
 Brokers speak only in these plain frozen dataclasses (strings, numbers, tuples): no client types leak
 through the :class:`~conveyor.brokers.base.Broker` protocol. Payloads and results travel as JSON text;
-the app layer decodes them into :class:`TaskInfo` for users.
+the app layer decodes them into :class:`TaskInfo` for users. The records built on hot paths (one per
+claimed task, outcome, enqueued task, event) get :func:`~conveyor._frozen.fast_init`: still frozen, built
+at a mutable dataclass's speed.
 """
 
 from __future__ import annotations
