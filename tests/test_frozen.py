@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import pickle
+import typing
 from typing import Any
 
 import pytest
@@ -106,3 +107,9 @@ def test_what_it_cannot_build_is_refused_at_decoration() -> None:
     for cls in (Mutable, NoSlots, Factory, PostInit):
         with pytest.raises(TypeError, match="fast_init"):
             fast_init(cls)
+
+
+def test_the_init_lives_in_the_class_module_so_its_type_hints_resolve() -> None:
+    assert TaskRecord.__init__.__module__ == "conveyor.model"
+    hints = typing.get_type_hints(TaskRecord.__init__)
+    assert hints["state"] is TaskState and hints["return"] is type(None)

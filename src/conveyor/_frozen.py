@@ -17,6 +17,7 @@ keyword-only fields or ``__post_init__``); the decorator refuses anything else.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, TypeVar, cast
 
 __all__ = ["fast_init"]
@@ -50,16 +51,23 @@ def fast_init(cls: type[T]) -> type[T]:
     names = ", ".join(field.name for field in fields)
     # A subclass that inherits this __init__ is built the frozen class's own way: the swap would
     # otherwise hand it back as an instance of ``cls``.
+    # Built as dataclasses builds its own: a factory run in the class's module, whose parameters are
+    # the helpers the __init__ closes over, so __init__.__globals__ is the module's (type hints resolve).
     source = (
-        f"def __init__(self, {', '.join(params_text)}):\n"
-        f"    if type(self) is not _cls:\n"
-        f"        return _frozen_init(self, {names})\n"
-        f"    _set(self, '__class__', _twin)\n"
-        f"    _twin_init(self, {names})\n"
-        f"    _set(self, '__class__', _cls)\n"
+        f"def __create_fn__({', '.join(namespace)}):\n"
+        f"    def __init__(self, {', '.join(params_text)}):\n"
+        f"        if type(self) is not _cls:\n"
+        f"            return _frozen_init(self, {names})\n"
+        f"        _set(self, '__class__', _twin)\n"
+        f"        _twin_init(self, {names})\n"
+        f"        _set(self, '__class__', _cls)\n"
+        f"    return __init__\n"
     )
-    exec(source, namespace)  # the text holds field names only, as dataclasses' own code generation does
-    init = namespace["__init__"]
+    created: dict[str, Any] = {}
+    # the text holds field names only, as dataclasses' own code generation does
+    exec(source, sys.modules[cls.__module__].__dict__, created)
+    init = created["__create_fn__"](**namespace)
+    init.__module__ = original.__module__
     init.__qualname__ = original.__qualname__
     init.__annotations__ = dict(original.__annotations__)
     init.__doc__ = original.__doc__
