@@ -22,7 +22,8 @@ local ids = {}
 for i = 0, n - 1 do ids[i + 1] = V[1 + i * 8] end
 local rows = redis.call('HMGET', ROWS, unpack(ids))
 local applied, done, writes, results, cleared = {}, {}, {}, {}, {}
-local KEEP, qk = {}, {} -- keep_until by keep_for, and the sorted sets by queue
+local KEEP, qk = {}, {} -- keep_until by keep_for, and per queue its sorted sets' writes (see below)
+local unleased, nu = {}, 0
 DEFER = true -- no sorted set is read below
 for i = 0, n - 1 do
   local b = 1 + i * 8
@@ -40,9 +41,9 @@ for i = 0, n - 1 do
       kus = f(NOW + tonumber(keep))
       KEEP[keep] = kus
     end
-    local k = qk[q]
+    local k = qk[q] -- its keys, then members left `active`, and pairs for `completed` and its keep
     if not k then
-      k = {qkey(q, 'active'), qkey(q, 'completed'), qkey(q, 'completed:keep')}
+      k = {qkey(q, 'active'), qkey(q, 'completed'), qkey(q, 'completed:keep'), {}, {}, {}, 0}
       qk[q] = k
     end
     writes[#writes + 1] = id
@@ -53,10 +54,13 @@ for i = 0, n - 1 do
       results[#results + 1] = result
     end
     if l == '1' then cleared[#cleared + 1] = id end
-    zop('ZREM', k[1], m)
-    zop('ZREM', LEASES, m)
-    zop('ZADD', k[2], NOWS, m)
-    zop('ZADD', k[3], kus, m)
+    local c = k[7]
+    k[4][c / 2 + 1] = m
+    k[5][c + 1], k[5][c + 2] = NOWS, m
+    k[6][c + 1], k[6][c + 2] = kus, m
+    k[7] = c + 2
+    nu = nu + 1
+    unleased[nu] = m
     event(id, 'active', 'completed', q)
     applied[i + 1] = '1'
   else
@@ -83,6 +87,13 @@ for i = 0, n - 1 do
   if applied[i + 1] == '1' then done[id] = true end
 end
 if #writes > 0 then redis.call('HSET', ROWS, unpack(writes)) end
+-- the completed tasks' sorted-set writes, one command per key
+for _, k in pairs(qk) do
+  call_all('ZREM', k[1], k[4], k[7] / 2)
+  call_all('ZADD', k[2], k[5], k[7])
+  call_all('ZADD', k[3], k[6], k[7])
+end
+call_all('ZREM', LEASES, unleased, nu)
 if #results > 0 then redis.call('HSET', RESULTS, unpack(results)) end
 if #cleared > 0 then redis.call('HDEL', LASTERR, unpack(cleared)) end
 return finish(table.concat(applied))
