@@ -307,7 +307,7 @@ end
 local function promote(n)
   local moved = 0
   if n <= 0 then return 0 end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', DUE, '-inf', f(NOW), 'LIMIT', 0, n)) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', DUE, '-inf', NOWS, 'LIMIT', 0, n)) do
     local t = load(idof(m))
     if t and (t.s == 'scheduled' or t.s == 'retry') and t.m == m then
       make_pending(t, t.nr)
@@ -323,7 +323,7 @@ end
 local function reap(n)
   local done = 0
   if n <= 0 then return 0 end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', f(NOW), 'LIMIT', 0, n)) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', NOWS, 'LIMIT', 0, n)) do
     local t = load(idof(m))
     if t and t.s == 'active' and t.m == m then
       local lx = t.lx
@@ -341,7 +341,7 @@ local function reap(n)
     end
   end
   if done >= n then return done end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', EXPIRING, '-inf', f(NOW), 'LIMIT', 0, n - done)) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', EXPIRING, '-inf', NOWS, 'LIMIT', 0, n - done)) do
     local t = load(idof(m))
     if t and (t.s == 'pending' or t.s == 'scheduled' or t.s == 'retry') and t.m == m then
       archive_task(t, 'expired', 'Expired: not started before its deadline')

@@ -12,7 +12,7 @@ for _, q in ipairs(queues) do
   for _, s in ipairs({'completed', 'archived'}) do
     if removed >= limit then break end
     local key = qkey(q, s .. ':keep')
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', f(NOW), 'LIMIT', 0, limit - removed)) do
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', NOWS, 'LIMIT', 0, limit - removed)) do
       local t = load(idof(m))
       if t and t.m == m then
         remove_task(t, false)

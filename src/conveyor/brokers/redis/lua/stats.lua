@@ -12,7 +12,7 @@ for _, q in ipairs(redis.call('SMEMBERS', QUEUES)) do
     row[#row + 1] = redis.call('ZCARD', qkey(q, s))
   end
   for _, s in ipairs({'completed', 'archived'}) do
-    row[#row + 1] = redis.call('ZCARD', qkey(q, s)) - redis.call('ZCOUNT', qkey(q, s .. ':keep'), '-inf', f(NOW))
+    row[#row + 1] = redis.call('ZCARD', qkey(q, s)) - redis.call('ZCOUNT', qkey(q, s .. ':keep'), '-inf', NOWS)
   end
   local oldest = redis.call('ZRANGE', qkey(q, 'waiting'), 0, 0, 'WITHSCORES')
   row[#row + 1] = oldest[2] or ''
