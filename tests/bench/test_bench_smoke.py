@@ -1,9 +1,12 @@
-"""The benchmark harness keeps working: a smoke run (N=500, Conveyor only) completes and reports figures."""
+"""The benchmark harness keeps working: a smoke run (N=500, Conveyor only) completes and reports figures;
+``bench.bench_redis`` and ``bench.server_cost`` run small and report theirs."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,20 +16,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(90)
-def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None:
-    env = {**os.environ, "N": "500", "PYTHONPATH": str(ROOT)}
+def run_bench(*args: str, timeout: float, env: dict[str, str] | None = None) -> str:
+    """``python -m <args>`` from the repository's root, as ``make bench`` runs it: its output (exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--no-peers", "--out", str(tmp_path)],
+        [sys.executable, "-m", *args],
         cwd=ROOT,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=80,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None:
+    run_bench("bench", "--smoke", "--no-peers", "--out", str(tmp_path), timeout=80, env={"N": "500"})
     report = (tmp_path / "benchmarks.md").read_text()
     assert "| Conveyor (memory) |" in report
     figures = json.loads((tmp_path / "results.json").read_text())["figures"]
@@ -40,17 +48,28 @@ def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None
 @pytest.mark.timeout(120)
 def test_redis_benchmark_runs_and_reports_server_time_per_task() -> None:
     small = ["--tasks", "2000", "--single", "200", "--latency-tasks", "40", "--concurrency", "20"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.bench_redis", *small],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_bench("bench.bench_redis", *small, timeout=110).splitlines()
     server_times = [float(line.split()[4]) for line in lines if line.startswith("server time per task")]
-    assert len(server_times) == 3 and all(usec > 0 for usec in server_times), done.stdout
-    assert any(line.startswith("drain, Worker.run()") for line in lines), done.stdout
+    assert len(server_times) == 3 and all(usec > 0 for usec in server_times), lines
+    assert any(line.startswith("drain, Worker.run()") for line in lines), lines
+
+
+COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="valgrind is not installed")
+def test_server_cost_counts_each_phase_on_its_own() -> None:
+    out = run_bench("bench.server_cost", "--tasks", "40", "--singles", "10", timeout=230)
+    costs = {m.group(2): int(m.group(1).replace(",", "")) for m in map(COST_LINE.match, out.splitlines()) if m}
+    assert len(costs) == 7, out
+    ping = costs["PING"]
+    assert ping > 0
+    # every broker call runs a Lua function: several times the work of a PING, per call
+    for unit in ("one-task enqueue", "one-task claim", "one-outcome settle"):
+        assert costs[unit] > 5 * ping, out
+    # a batch shares a call's fixed cost among its tasks: less per task than a call of one
+    assert costs["task of a batch enqueue"] < costs["one-task enqueue"], out
+    assert costs["task of a 500-task claim"] < costs["one-task claim"], out
+    assert costs["outcome of a 500-outcome settle"] < costs["one-outcome settle"], out
