@@ -45,13 +45,25 @@ local function register(q) -- settings(q) is cached: read for max_size before
   end
 end
 
+-- m for sequence number seq (the zero-padded sequence, then the id)
+local function member(seq, id) return string.format('%016d', seq) .. id end
+
+-- A new task's row, as pack() would make it (its counters are 0 and it has no lease yet): its head,
+-- then the tail row_tail() makes (priority, next run "-" or formatted, unique_until, unique key).
+-- Numbers are formatted here, not copied: a row's fields must not hold spaces.
+local function row_tail(pr, nr, uu, uk)
+  return ' 0 0 0 0 - - - - - 0 0 ' .. (pr == 0 and '0' or f(pr)) .. ' ' .. NOWS .. ' ' .. (nr == '-' and NOWS or nr)
+    .. ' ' .. NOWS .. ' ' .. nr .. ' - ' .. (uu and f(uu) or '-') .. ' ' .. (uk or '')
+end
+local function new_row(s, m, q, x, tail) return s .. ' ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. tail end
+
 -- task V[b..] as stored, with sequence number seq; its row and body go to `rows` and `bodies` (id,
 -- value pairs), which the caller writes (old: an invisible task it replaces)
 local function store(V, b, seq, old, rows, bodies)
   local id, q, pr = V[b], V[b + 1], V[b + 3]
   local run_at, x, uk, uu = num(V[b + 4]), num(V[b + 5]), opt(V[b + 6]), num(V[b + 7])
   if old then remove_task(old, false) end
-  local t = {id = id, q = q, m = string.format('%016d', seq) .. id, pr = pr and tonumber(pr) or 0, ra = NOW, x = x}
+  local t = {id = id, q = q, m = member(seq, id), pr = pr and tonumber(pr) or 0, ra = NOW, x = x}
   local nr = '-'
   if run_at and run_at > NOW then
     t.s, t.nr = 'scheduled', run_at
@@ -59,13 +71,8 @@ local function store(V, b, seq, old, rows, bodies)
   else
     t.s = 'pending'
   end
-  -- the row pack() would make, written out (a new task's counters are 0 and it has no lease yet);
-  -- numbers are formatted here, not copied: a row's fields must not hold spaces
   local n = #rows
-  rows[n + 1] = id
-  rows[n + 2] = t.s .. ' ' .. t.m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. ' 0 0 0 0 - - - - - 0 0 '
-    .. (t.pr == 0 and '0' or f(t.pr)) .. ' ' .. NOWS .. ' ' .. (t.nr and nr or NOWS) .. ' ' .. NOWS .. ' ' .. nr .. ' - '
-    .. (uu and f(uu) or '-') .. ' ' .. (uk or '')
+  rows[n + 1], rows[n + 2] = id, new_row(t.s, t.m, q, x, row_tail(t.pr, nr, uu, uk))
   bodies[n + 1], bodies[n + 2] = id, V[b + 2]
   if uk and uu then redis.call('HSET', UNIQ, uk, id) end
   index(t)
@@ -74,21 +81,13 @@ end
 
 -- The plain task: no unique key, not scheduled, its id free. store() and index() for it, written out
 -- (measured with callgrind: a batch task cost ~39k instructions of Lua, most of it this generality).
--- Its row is the one store() makes: "pending <m> <q> <x> " .. its priority's tail, which depends on the
--- call's now and the priority only (built once per priority: plain_kind), and its pending score is
--- the priority's too (aging: ready_at - priority * aging, ready_at = now).
+-- Its row is the one store() makes, its tail the same for every plain task of a priority in a call,
+-- and so is its pending score (aging: ready_at - priority * aging, ready_at = now): plain_kind()
+-- builds both once per priority.
 local function plain_kind(q, prt)
   local pr = tonumber(prt) or 0
   local ag = settings(q).ag
-  return {' 0 0 0 0 - - - - - 0 0 ' .. (pr == 0 and '0' or f(pr)) .. ' ' .. NOWS .. ' ' .. NOWS .. ' ' .. NOWS .. ' - - - ',
-    (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
-end
-
--- m for sequence number seq (the zero-padded sequence, then the id)
-local function member(seq, id) return string.format('%016d', seq) .. id end
-
-local function plain_row(m, q, x, kind)
-  return 'pending ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. kind[1]
+  return {row_tail(pr, '-'), (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
 end
 
 -- each call:
@@ -103,7 +102,7 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
     if full then return full end
     local m, x = member(redis.call('INCRBY', SEQ, 1), id), num(A(7))
     local kind = plain_kind(q, A(5) or '0')
-    if redis.call('HSETNX', ROWS, id, plain_row(m, q, x, kind)) == 1 then
+    if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, kind[1])) == 1 then
       register(q)
       redis.call('HSET', BODIES, id, A(4))
       redis.call('ZADD', qkey(q, 'pending'), kind[2], m)
@@ -186,7 +185,7 @@ for i = 1, n do
       end
       local m, x = member(seq, id), num(V[b + 5])
       local r = #rows
-      rows[r + 1], rows[r + 2] = id, plain_row(m, q, x, kind)
+      rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, kind[1])
       bodies[r + 1], bodies[r + 2] = id, V[b + 2]
       local c, w = kind[5], waiting[q]
       kind[4][c + 1], kind[4][c + 2], kind[5] = kind[2], m, c + 2
