@@ -61,7 +61,9 @@ def test_random_operations_keep_the_lifecycle_invariants(app: Conveyor, clock: F
         @precondition(lambda self: self.leases)
         @rule(data=st.data(), action=ACTIONS)
         def act_on_a_held_lease(self, data: st.DataObject, action: str) -> None:
-            self._act(data.draw(st.sampled_from(sorted(self.leases))), action)
+            # Insertion order, not sorted(): ids are random, so a sorted list would put a different task
+            # at the same index when Hypothesis replays a prefix (FlakyStrategyDefinition).
+            self._act(data.draw(st.sampled_from(list(self.leases))), action)
 
         def _act(self, task_id: str, action: str) -> None:
             lease = self.leases[task_id]
