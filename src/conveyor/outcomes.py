@@ -24,7 +24,9 @@ def describe(exc: BaseException) -> str:
 
 
 def complete(record: TaskRecord, token: str, result: str, options: EffectiveOptions) -> Outcome:
-    return Outcome(record.id, token, "complete", result=result, keep_for=options.retention)
+    # positional (task_id, token, kind, result, error, run_at, reason, keep_for): every task a worker
+    # runs to the end makes one, and keywords cost more to match
+    return Outcome(record.id, token, "complete", result, None, None, None, options.retention)
 
 
 def failure(

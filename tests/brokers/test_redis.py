@@ -379,6 +379,32 @@ def test_a_garbage_payload_is_stored_and_claimed_untouched(broker: RedisBroker) 
     assert broker.get("junk", NOW).state is TaskState.ARCHIVED  # type: ignore[union-attr]
 
 
+def test_a_claimed_task_is_returned_exactly_as_stored(broker: RedisBroker) -> None:
+    """The claim builds its records from the rows as they were before it (codec.decode_claimed, with
+    positional arguments): every field must equal what ``get`` then reads back."""
+    full = NewTask(
+        id="full",
+        name="job",
+        queue="q",
+        payload='[[1], {"a": 2}]',
+        options='{"max_retries": 3}',
+        priority=4,
+        expires_at=NOW + 500,
+        unique_key="key 1",
+        unique_until=NOW + 100,
+    )
+    broker.enqueue([full, task("plain")], NOW)
+    first = broker.claim(["q"], NOW, 30.0, limit=1)
+    retry = Outcome("full", first[0].lease_token or "", "retry", error="Boom: once", run_at=NOW + 5)
+    assert broker.settle([retry], NOW) == [True]
+    claimed = broker.claim(["q"], NOW + 10, 30.0, limit=5)  # "full" (due again, priority 4), then "plain"
+    assert [r.id for r in claimed] == ["full", "plain"]
+    for record in claimed:
+        assert record == broker.get(record.id, NOW + 10)
+    assert (claimed[0].attempts, claimed[0].retries, claimed[0].last_error) == (2, 1, "Boom: once")
+    assert [e.error for e in claimed[0].errors] == ["Boom: once"]
+
+
 def test_a_task_row_deleted_under_a_live_lease_is_handled(broker: RedisBroker) -> None:
     broker.enqueue([task("gone"), task("kept")], NOW)
     gone, _kept = broker.claim(["q"], NOW, 30.0, limit=2)

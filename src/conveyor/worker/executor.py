@@ -30,7 +30,7 @@ __all__ = ["Executor", "Job"]
 log = logging.getLogger("conveyor.worker")
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A claimed task ready to run."""
 

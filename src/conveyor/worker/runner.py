@@ -63,7 +63,9 @@ class Runner:
         if job.is_async:
             outcome: Outcome = _run_coroutine(self.run_async(job))
             return outcome
-        call_before(self.middleware, job.ctx)
+        middleware = self.middleware  # usually none: then no hook calls at all
+        if middleware:
+            call_before(middleware, job.ctx)
         token = set_current(job.ctx)
         started = time.monotonic()
         try:
@@ -74,13 +76,14 @@ class Runner:
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TaskTimeout(f"handler ran past its {timeout} s timeout")
         except Exception as exc:
-            call_on_error(self.middleware, job.ctx, exc)
+            call_on_error(middleware, job.ctx, exc)
             outcome = self.executor.failed(job, exc)
         else:
             outcome = self.executor.succeeded(job, result)
         finally:
             reset_current(token)
-        call_after(self.middleware, job.ctx, outcome)
+        if middleware:
+            call_after(middleware, job.ctx, outcome)
         return outcome
 
     async def run_async(self, job: Job) -> Outcome:

