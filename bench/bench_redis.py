@@ -6,8 +6,9 @@ Measures, with full lease safety (every claim leases with a fencing token, every
 raw PING round trips/s from Python (the baseline), single enqueue/s (broker call, and through
 ``Conveyor.enqueue``), batch enqueue/s, drain/s with one process (batch claim + one settle call per
 batch, and through the real ``Worker.run()`` runtime with no-op tasks), idle-to-running latency at 200
-tasks/s (an idle worker in ``claim_after_wait``, as the runtime's fetcher waits), and server memory per
-small queued task. Issue 4's aims: drain >= 30,000/s, single enqueue >= 0.8x raw round trips, batch
+tasks/s (an idle worker in ``claim_after_wait``, as the runtime's fetcher waits) beside the PING round
+trip at the same rate (its floor: idle processes on a VM wake slowly), and server memory per small
+queued task. Issue 4's aims: drain >= 30,000/s, single enqueue >= 0.8x raw round trips, batch
 enqueue > 150,000/s, latency p50 < 0.5 ms and p99 < 2 ms. It also reports the server's own time per task
 (``FCALL`` time from ``INFO commandstats``) for one-task enqueues, batch enqueues and claim + settle: the
 part of each figure that is Lua work rather than round trips.
@@ -178,6 +179,24 @@ def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) 
     return latencies
 
 
+def bench_idle_ping(broker: RedisBroker, count: int, per_second: float) -> list[float]:
+    """PING round trips (s) sent at the latency benchmark's steady rate: the round trip between idle
+    processes, which on a virtual machine costs several times a busy loop's (each hop wakes an idle
+    core). Idle-to-running is one hop to the server and one to the worker, so this is its floor."""
+    client = broker.client
+    times: list[float] = []
+    interval = 1.0 / per_second
+    next_at = time.perf_counter()
+    for _ in range(count):
+        while time.perf_counter() < next_at:
+            time.sleep(max(0.0, next_at - time.perf_counter() - 0.0005))
+        start = time.perf_counter()
+        client.ping()
+        times.append(time.perf_counter() - start)
+        next_at += interval
+    return times
+
+
 def server_times(broker: RedisBroker, n: int, batch: int) -> dict[str, float]:
     """Server µs per task for one-task enqueues, 10,000-task batch enqueues and batch claim + settle."""
     counter = iter(range(10**9))
@@ -232,6 +251,7 @@ def main() -> None:
         drain = bench_drain(broker, args.tasks, args.batch)
         runtime_drain = bench_runtime_drain(server.namespace_url("bench"), args.tasks, args.concurrency)
         lat = sorted(x * 1000 for x in bench_latency(broker, server.namespace_url("bench"), args.latency_tasks, 200.0))
+        idle = sorted(x * 1000 for x in bench_idle_ping(broker, args.latency_tasks, 200.0))
         per_task = server_times(broker, min(args.tasks, 20_000), args.batch)
         mem = memory_per_task(broker, 20_000)
         broker.close()
@@ -247,6 +267,11 @@ def main() -> None:
         f"drain, Worker.run()    {runtime_drain:10,.0f} /s   (no-op tasks, concurrency {args.concurrency}, one process)"
     )
     print(f"idle-to-running        p50 {p50:.3f} ms, p99 {p99:.3f} ms at 200 tasks/s (aim < 0.5 / < 2 ms)")
+    idle50, idle99 = statistics.median(idle), idle[int(len(idle) * 0.99) - 1]
+    print(
+        f"idle PING round trip   p50 {idle50:.3f} ms, p99 {idle99:.3f} ms at 200/s (its floor; "
+        f"idle-to-running p50 = {p50 / idle50:.2f}x)"
+    )
     print(f"memory per queued task {mem:10,.0f} bytes (payload 9 bytes)")
     for what, usec in per_task.items():
         print(f"server time per task   {usec:10,.1f} us   ({what})")
