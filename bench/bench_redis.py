@@ -25,7 +25,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from bench.server import choose_placement
 from conveyor.app import Conveyor
@@ -142,6 +142,17 @@ def bench_runtime_drain(url: str, n: int, concurrency: int) -> float:
     return rate(n, elapsed)
 
 
+def paced(count: int, per_second: float) -> Iterator[int]:
+    """0 .. count - 1, each yielded at its time on a steady ``per_second`` schedule (sleeping between)."""
+    interval = 1.0 / per_second
+    next_at = time.perf_counter()
+    for i in range(count):
+        while time.perf_counter() < next_at:
+            time.sleep(max(0.0, next_at - time.perf_counter() - 0.0005))
+        yield i
+        next_at += interval
+
+
 def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) -> list[float]:
     """Producer enqueues at a steady rate; an idle worker waits in ``claim_after_wait`` on the server
     clock (the runtime's default), so the claim is queued behind its blocking pop."""
@@ -162,14 +173,9 @@ def bench_latency(broker: RedisBroker, url: str, count: int, per_second: float) 
 
     thread = threading.Thread(target=consume)
     thread.start()
-    interval = 1.0 / per_second
-    next_at = time.perf_counter()
-    for i in range(count):
-        while time.perf_counter() < next_at:
-            time.sleep(max(0.0, next_at - time.perf_counter() - 0.0005))
+    for i in paced(count, per_second):
         sent[f"lat-{i}"] = time.perf_counter()
         broker.enqueue([task(i, "lat")], time.time())
-        next_at += interval
     deadline = time.monotonic() + 10
     while len(latencies) < count and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -185,15 +191,10 @@ def bench_idle_ping(broker: RedisBroker, count: int, per_second: float) -> list[
     core). Idle-to-running is one hop to the server and one to the worker, so this is its floor."""
     client = broker.client
     times: list[float] = []
-    interval = 1.0 / per_second
-    next_at = time.perf_counter()
-    for _ in range(count):
-        while time.perf_counter() < next_at:
-            time.sleep(max(0.0, next_at - time.perf_counter() - 0.0005))
+    for _ in paced(count, per_second):
         start = time.perf_counter()
         client.ping()
         times.append(time.perf_counter() - start)
-        next_at += interval
     return times
 
 

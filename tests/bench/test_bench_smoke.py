@@ -52,6 +52,8 @@ def test_redis_benchmark_runs_and_reports_server_time_per_task() -> None:
     server_times = [float(line.split()[4]) for line in lines if line.startswith("server time per task")]
     assert len(server_times) == 3 and all(usec > 0 for usec in server_times), lines
     assert any(line.startswith("drain, Worker.run()") for line in lines), lines
+    floor = [line for line in lines if line.startswith("idle PING round trip")]
+    assert len(floor) == 1 and "idle-to-running p50 = " in floor[0], lines
 
 
 COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")

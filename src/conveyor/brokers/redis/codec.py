@@ -144,7 +144,7 @@ _LAST = ROW_FIELDS - 1  # splits of a row: its last field may hold spaces
 
 def _row(row: str) -> list[str]:
     """A row's fields; ValueError unless it has all of them."""
-    fields = row.split(" ", ROW_FIELDS - 1)
+    fields = row.split(" ", _LAST)
     if len(fields) != ROW_FIELDS:
         raise ValueError(f"not a task row: {row[:80]!r}")
     return fields
