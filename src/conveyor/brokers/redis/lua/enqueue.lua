@@ -109,7 +109,7 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
       redis.call('ZADD', qkey(q, 'waiting'), NOWS, m)
       if x then redis.call('ZADD', EXPIRING, f(x), m) end
       WOKEN = true
-      event(id, nil, 'pending', q)
+      if EMIT then event(id, nil, 'pending', q) end
       return finish('')
     end
   end
@@ -195,7 +195,7 @@ for i = 1, n do
         expiring[nx + 1], expiring[nx + 2], nx = f(x), m, nx + 2
       end
       WOKEN = true
-      event(id, nil, 'pending', q)
+      if EMIT then event(id, nil, 'pending', q) end
     end
   end
 end

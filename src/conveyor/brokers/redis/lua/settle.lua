@@ -61,7 +61,7 @@ for i = 0, n - 1 do
     k[7] = c + 2
     nu = nu + 1
     unleased[nu] = m
-    event(id, 'active', 'completed', q)
+    if EMIT then event(id, 'active', 'completed', q) end
     applied[i + 1] = '1'
   else
     local t = parse(id, row)
