@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from bench.measure import percentile
 from bench.server import choose_placement
 from conveyor.app import Conveyor
 from conveyor.brokers.redis import RedisBroker
@@ -251,13 +252,12 @@ def main() -> None:
         batch = bench_batch_enqueue(broker, args.tasks)
         drain = bench_drain(broker, args.tasks, args.batch)
         runtime_drain = bench_runtime_drain(server.namespace_url("bench"), args.tasks, args.concurrency)
-        lat = sorted(x * 1000 for x in bench_latency(broker, server.namespace_url("bench"), args.latency_tasks, 200.0))
-        idle = sorted(x * 1000 for x in bench_idle_ping(broker, args.latency_tasks, 200.0))
+        lat = [x * 1000 for x in bench_latency(broker, server.namespace_url("bench"), args.latency_tasks, 200.0)]
+        idle = [x * 1000 for x in bench_idle_ping(broker, args.latency_tasks, 200.0)]
         per_task = server_times(broker, min(args.tasks, 20_000), args.batch)
         mem = memory_per_task(broker, 20_000)
         broker.close()
-    p50 = statistics.median(lat)
-    p99 = lat[int(len(lat) * 0.99) - 1]
+    p50, p99 = percentile(lat, 50), percentile(lat, 99)
     print(f"raw PING round trips   {single['ping'][0]:10,.0f} /s")
     rate_, ratio = single["enqueue"]
     print(f"single enqueue         {rate_:10,.0f} /s   ({ratio:.2f}x raw round trips; aim >= 0.8x)")
@@ -268,7 +268,7 @@ def main() -> None:
         f"drain, Worker.run()    {runtime_drain:10,.0f} /s   (no-op tasks, concurrency {args.concurrency}, one process)"
     )
     print(f"idle-to-running        p50 {p50:.3f} ms, p99 {p99:.3f} ms at 200 tasks/s (aim < 0.5 / < 2 ms)")
-    idle50, idle99 = statistics.median(idle), idle[int(len(idle) * 0.99) - 1]
+    idle50, idle99 = percentile(idle, 50), percentile(idle, 99)
     print(
         f"idle PING round trip   p50 {idle50:.3f} ms, p99 {idle99:.3f} ms at 200/s (its floor; "
         f"idle-to-running p50 = {p50 / idle50:.2f}x)"
