@@ -116,9 +116,9 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
   local old = load(id)
   local dup = duplicate_of(ARGV, 6, old)
   if dup then return finish(dup) end
-  local full = over_max_size(A(3), 1)
+  local full = over_max_size(q, 1)
   if full then return full end
-  register(A(3))
+  register(q)
   local rows, bodies = {}, {}
   store(ARGV, 6, redis.call('INCRBY', SEQ, 1), old, rows, bodies)
   redis.call('HSET', ROWS, rows[1], rows[2])
