@@ -52,7 +52,8 @@ def available() -> bool:
 
 
 def _complete(records: list[TaskRecord]) -> list[Outcome]:
-    return [Outcome(r.id, r.lease_token or "", "complete", result="null") for r in records]
+    """What a worker sends for a no-op task: its None result is not stored (``outcomes.complete``)."""
+    return [Outcome(r.id, r.lease_token or "", "complete") for r in records]
 
 
 def _counts(directory: Path) -> dict[str, int]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 import pytest
+import redis
 
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
@@ -56,7 +57,7 @@ def stored_row(broker: RedisBroker, task_id: str) -> dict[str, str]:
 
 
 def stored_body(broker: RedisBroker, task_id: str) -> tuple[str, str, str]:
-    return decode_body(cast("str", broker.client.hget(broker.keys.bodies, task_id)))
+    return decode_body(stored_row(broker, task_id)["b"])
 
 
 def task(task_id: str, queue: str = "q", payload: str = "[[], {}]") -> NewTask:
@@ -104,7 +105,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     touched = [
         *(keys.due, keys.leases, keys.expiring, keys.seq, keys.queues, keys.uniq, keys.events, keys.wake),
         keys.listening,
-        *(keys.rows, keys.bodies, keys.results, keys.lasterr),
+        *(keys.rows, keys.results, keys.lasterr),
         keys.errors("t-1"),
         keys.settings("emails"),
         keys.workers,
@@ -115,7 +116,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     assert all(key.startswith("{app}:") for key in touched)
 
 
-def test_a_task_is_stored_as_one_row_and_one_body_and_the_absent_values_read_as_their_defaults(
+def test_a_task_is_stored_as_one_row_its_body_last_and_the_absent_values_read_as_their_defaults(
     broker: RedisBroker,
 ) -> None:
     usual = task("usual", "emails")
@@ -125,7 +126,7 @@ def test_a_task_is_stored_as_one_row_and_one_body_and_the_absent_values_read_as_
     assert broker.enqueue([special], NOW) == [None]
     row = stored_row(broker, "usual")
     assert (row["s"], row["m"][MEMBER_PREFIX:], row["q"], row["uk"], row["l"], row["ne"]) == (
-        "pending", "usual", "emails", "", "0", "0"
+        "pending", "usual", "emails", "-", "0", "0"
     )  # fmt: skip
     absent = ("x", "tk", "lx", "sa", "fa", "ku", "nr", "ar", "uu")
     assert [row[name] for name in absent] == ["-"] * len(absent)
@@ -158,7 +159,7 @@ def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBrok
     broker.enqueue([later], NOW)
     assert [r.id for r in broker.claim(["emails"], NOW, 30.0)] == ["a"]
     client, keys = broker.client, broker.keys
-    per_task = {keys.rows, keys.bodies}
+    per_task = {keys.rows}
     per_queue = {keys.queue("emails", part) for part in ("scheduled", "active")} | {keys.settings("emails")}
     shared = {keys.due, keys.expiring, keys.leases, keys.seq, keys.queues, keys.uniq, keys.wake}
     assert set(client.keys(keys.prefix + "*")) == per_task | per_queue | shared
@@ -276,7 +277,7 @@ def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: Red
     broker = open_broker(f"{redis_server.url}?namespace=shop&socket_timeout=1.5&socket_connect_timeout=0.5")
     try:
         assert isinstance(broker, RedisBroker)
-        assert broker.keys.prefix == "{shop}:v2:"
+        assert broker.keys.prefix == "{shop}:v3:"
         assert broker.config.socket_timeout == 1.5
         assert broker.config.socket_connect_timeout == 0.5
     finally:
@@ -291,12 +292,32 @@ def test_bad_urls_are_configuration_errors(url: str) -> None:
         RedisConfig.from_url(url)
 
 
-def test_a_layout_1_task_in_the_same_namespace_is_neither_read_nor_changed(broker: RedisBroker) -> None:
-    """Layout 1 kept a hash per task under ``{ns}:``; this layout's keys carry ``v2``, so during a side-by-side
-    upgrade the earlier version's workers keep their tasks and this version never pops or drops them."""
-    client, old = broker.client, "{" + broker.keys.namespace + "}:"
-    legacy = {old + "t:old": "hash", old + "q:q:pending": "zset", old + "q:q:waiting": "zset", old + "queues": "set"}
+def layout_1(client: redis.Redis, old: str) -> dict[str, str]:
+    """A pending task as layout 1 kept it: a hash per task under ``{ns}:``."""
     client.hset(old + "t:old", mapping={"n": "job", "q": "q", "s": "pending", "m": "0000000000000001old", "p": "[]"})
+    return {old + "t:old": "hash"}
+
+
+def layout_2(client: redis.Redis, old: str) -> dict[str, str]:
+    """A pending task as layout 2 kept it under ``{ns}:v2:``: its row in ``rows``, its body in ``bodies``."""
+    old += "v2:"
+    row = f"pending 0000000000000001old q - 0 0 0 0 - - - - - 0 0 0 {NOW!r} {NOW!r} {NOW!r} - - - "
+    client.hset(old + "rows", "old", row)
+    client.hset(old + "bodies", "old", encode_body("job", "{}", "[]"))
+    return {old + "rows": "hash", old + "bodies": "hash"}
+
+
+@pytest.mark.parametrize("layout", [layout_1, layout_2])
+def test_an_earlier_layouts_task_in_the_same_namespace_is_neither_read_nor_changed(
+    broker: RedisBroker, layout: Callable[[redis.Redis, str], dict[str, str]]
+) -> None:
+    """Layout 1 kept a hash per task under ``{ns}:``, layout 2 a row and a body per task under ``{ns}:v2:``;
+    this layout's keys carry ``v3``, so during a side-by-side upgrade the earlier version's workers keep
+    their tasks and this version never pops or drops them."""
+    client = broker.client
+    old = "{" + broker.keys.namespace + "}:" + ("v2:" if layout is layout_2 else "")
+    legacy = layout(client, "{" + broker.keys.namespace + "}:")
+    legacy |= {old + "q:q:pending": "zset", old + "q:q:waiting": "zset", old + "queues": "set"}
     client.zadd(old + "q:q:pending", {"0000000000000001old": 0})
     client.zadd(old + "q:q:waiting", {"0000000000000001old": NOW})
     client.sadd(old + "queues", "q")
@@ -363,7 +384,6 @@ def test_out_of_memory_is_a_clear_error_and_writes_nothing(own_server: RedisServ
         client.config_set("maxmemory", "0")
         assert broker.get("second", NOW) is None
         assert not client.hexists(broker.keys.rows, "second")
-        assert not client.hexists(broker.keys.bodies, "second")
         assert [info.counts["pending"] for info in broker.queues(NOW)] == [1]
         client.close()
     finally:
@@ -405,11 +425,26 @@ def test_a_claimed_task_is_returned_exactly_as_stored(broker: RedisBroker) -> No
     assert [e.error for e in claimed[0].errors] == ["Boom: once"]
 
 
+def test_unique_keys_with_spaces_escapes_and_newlines_hold_their_tasks(broker: RedisBroker) -> None:
+    """A row's unique key field holds no whitespace (the body follows it): the codec escapes the key, and
+    the scripts see only the escaped key, in rows and in the ``uniq`` index alike."""
+    keys = ["a b", "a%20b", "a\nb", "100%"]
+    first = [NewTask(id=f"t{i}", name="job", queue="q", payload="[]", unique_key=key, unique_until=NOW + 60)
+             for i, key in enumerate(keys)]  # fmt: skip
+    assert broker.enqueue(first, NOW) == [None] * len(keys)
+    again = [NewTask(id=f"u{i}", name="job", queue="q", payload="[]", unique_key=key, unique_until=NOW + 60)
+             for i, key in enumerate(keys)]  # fmt: skip
+    assert broker.enqueue(again, NOW) == [f"t{i}" for i in range(len(keys))]
+    assert [broker.get(f"t{i}", NOW).unique_key for i in range(len(keys))] == keys  # type: ignore[union-attr]
+    claimed = broker.claim(["q"], NOW, 30.0, limit=10)
+    assert [(r.id, r.unique_key) for r in claimed] == [(f"t{i}", key) for i, key in enumerate(keys)]
+    assert all(record == broker.get(record.id, NOW) for record in claimed)
+
+
 def test_a_task_row_deleted_under_a_live_lease_is_handled(broker: RedisBroker) -> None:
     broker.enqueue([task("gone"), task("kept")], NOW)
     gone, _kept = broker.claim(["q"], NOW, 30.0, limit=2)
     broker.client.hdel(broker.keys.rows, "gone")
-    broker.client.hdel(broker.keys.bodies, "gone")
     assert broker.get("gone", NOW) is None
     assert broker.extend("gone", gone.lease_token or "", NOW, 30.0) is None
     assert broker.settle([Outcome("gone", gone.lease_token or "", "complete")], NOW) == [False]

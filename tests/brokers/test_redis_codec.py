@@ -1,4 +1,4 @@
-"""``redis://``'s codec on hand-written rows, bodies and replies: no server needed."""
+"""``redis://``'s codec on hand-written rows and replies: no server needed."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ from conveyor.brokers.redis.codec import (
     encode_body,
     encode_one_task,
     encode_task,
+    escape_key,
+    unescape_key,
 )
 from conveyor.model import ArchiveReason, ErrorEntry, NewTask, TaskState
 
 NOW = 1_700_000_000.5
 MEMBER = f"{42:016d}"  # a member's sequence, as the scripts write it
+BODY = encode_body("job", "{}", "[]")
 
 
 def row(**given: str) -> str:
@@ -28,7 +31,7 @@ def row(**given: str) -> str:
     fields = {
         **dict.fromkeys(ROW_NAMES, "-"),
         **{"s": "pending", "m": MEMBER + "t-1", "q": "emails", "a": "0", "c": "0", "l": "0", "ne": "0"},
-        **{"r": "0", "st": "0", "pr": "0", "ea": repr(NOW), "fd": repr(NOW), "ra": repr(NOW), "uk": ""},
+        **{"r": "0", "st": "0", "pr": "0", "ea": repr(NOW), "fd": repr(NOW), "ra": repr(NOW), "b": BODY},
         **given,
     }
     return " ".join(fields.values())  # in ROW_NAMES order: the keys came from it first
@@ -66,11 +69,23 @@ def test_a_task_travels_as_eight_values_and_alone_without_its_trailing_defaults(
     assert encode_one_task(expiring) == ["b", "q", 'job\n7\n{"x":1}[]', "0", "", repr(NOW)]
 
 
+@pytest.mark.parametrize(
+    "key", ["plain", "key with  spaces ", "100%", "%20", "tab\tnew\nline\r\x0b\x0c", "-", "=", "ünï 🙂", "\x00"]
+)
+def test_a_unique_key_is_escaped_into_one_row_field_and_back(key: str) -> None:
+    escaped = escape_key(key)
+    assert escaped and escaped.split() == [escaped]  # one field: no whitespace of any kind
+    assert unescape_key(escaped) == key
+    assert encode_task(NewTask(id="a", name="job", queue="q", payload="[]", unique_key=key))[6] == "=" + escaped
+    record = decode_record([row(uk="=" + escaped), None, None, []])
+    assert record is not None and record.unique_key == key
+
+
 def test_a_record_is_decoded_from_a_hand_written_row() -> None:
     text = row(s="archived", a="3", r="2", st="1", pr="-4", x="1700000100", sa="1700000001.25", fa="1700000002",
-               ku="1700086402", ar="failed", l="1", ne="1", uu="1700000050", uk="key with  spaces ")  # fmt: skip
-    body = encode_body("job", '{"max_retries":2}', '[[1], {"k": "v w"}]')
-    record = decode_record([text, body, None, "boom", ["1\t1700000000.75\tfirst", "3\t1700000002\tboom\twith tab"]])
+               ku="1700086402", ar="failed", l="1", ne="1", uu="1700000050", uk="=" + escape_key("key with  spaces "),
+               b=encode_body("job", '{"max_retries":2}', '[[1], {"k": "v w"}]'))  # fmt: skip
+    record = decode_record([text, None, "boom", ["1\t1700000000.75\tfirst", "3\t1700000002\tboom\twith tab"]])
     assert record is not None
     assert (record.id, record.name, record.queue, record.state) == ("t-1", "job", "emails", TaskState.ARCHIVED)
     assert (record.options, record.payload) == ('{"max_retries":2}', '[[1], {"k": "v w"}]')
@@ -87,41 +102,39 @@ def test_a_record_is_decoded_from_a_hand_written_row() -> None:
 
 
 def test_a_record_reads_lease_and_next_run_only_in_the_states_they_belong_to() -> None:
-    body = encode_body("job", "{}", "[]")
     stale = {"tk": "tok-1", "lx": "1700000030", "c": "1", "nr": "1700000060"}
-    active = decode_record([row(s="active", **stale), body, None, None, []])
+    active = decode_record([row(s="active", **stale), None, None, []])
     assert active is not None
     assert (active.lease_token, active.lease_expires_at, active.cancel_requested) == ("tok-1", 1700000030.0, True)
     assert active.next_run_at is None
-    retry = decode_record([row(s="retry", **stale), body, None, None, []])
+    retry = decode_record([row(s="retry", **stale), None, None, []])
     assert retry is not None
     assert (retry.lease_token, retry.lease_expires_at, retry.cancel_requested) == (None, None, False)
     assert retry.next_run_at == 1700000060.0
-    done = decode_record([row(s="completed", **stale), body, '{"ok": 1}', False, False])
+    done = decode_record([row(s="completed", **stale), '{"ok": 1}', False, False])
     assert done is not None
     assert (done.result, done.last_error, done.errors, done.next_run_at) == ('{"ok": 1}', None, (), None)
 
 
-@pytest.mark.parametrize("missing", [0, 1])
 @pytest.mark.parametrize("absent", [None, False])
-def test_no_record_without_a_row_or_a_body(missing: int, absent: bool | None) -> None:
-    item: list[object] = [row(), encode_body("job", "{}", "[]"), None, None, []]
-    item[missing] = absent
-    assert decode_record(item) is None
+def test_no_record_without_a_row(absent: bool | None) -> None:
+    assert decode_record([absent, None, None, []]) is None
 
 
-@pytest.mark.parametrize("text", ["garbage", row()[: row().rindex(" ")], row(s="lost"), row(pr="x")])
+@pytest.mark.parametrize(
+    "text", ["garbage", row()[: row().index(" " + BODY)], row(s="lost"), row(pr="x"), row(b="job\n9\n{}")]
+)
 def test_a_damaged_row_is_a_value_error(text: str) -> None:
     with pytest.raises(ValueError):
-        decode_record([text, encode_body("job", "{}", "[]"), None, None, []])
+        decode_record([text, None, None, []])
 
 
 def test_claimed_tasks_carry_the_claims_own_writes(caplog: pytest.LogCaptureFixture) -> None:
     body = encode_body("job", '{"x":1}', "[]")
     reply = [
-        *(row(m=MEMBER + "first", a="0", x="1700000100", uk="u 1"), body, False, False),
-        *("garbage", body, False, False),
-        *(row(m=MEMBER + "third", a="2", r="1", st="1", pr="5", tk="old", lx="1", nr="9", c="1"), body, "boom",
+        *(row(m=MEMBER + "first", a="0", x="1700000100", uk="=" + escape_key("u 1"), b=body), False, False),
+        *("garbage", False, False),
+        *(row(m=MEMBER + "third", a="2", r="1", st="1", pr="5", tk="old", lx="1", nr="9", c="1", b=body), "boom",
           ["2\t1700000000\tboom"]),
     ]  # fmt: skip
     reply = json.loads(json.dumps(reply))  # as it travels: one JSON text

@@ -122,6 +122,36 @@ def test_success_completes_with_the_result(app: Conveyor, clock: FakeClock, work
     assert info.started_at == info.completed_at == clock.now()
 
 
+def test_a_none_result_is_not_stored_and_reads_as_none(app: Conveyor, worker: Worker) -> None:
+    """Most handlers return None: its "null" is not written (a write and the memory of a value saved per
+    task); the task reads as completed with the result None all the same, through a worker or a lease."""
+    ran: list[int] = []
+
+    @app.task
+    def fire_and_forget(n: int) -> None:
+        ran.append(n)
+
+    @app.task
+    def zero() -> int:
+        return 0
+
+    handles = [app.enqueue("fire_and_forget", args=[1]), app.enqueue("zero")]
+    assert worker.process_next() and worker.process_next()
+    app.enqueue("fire_and_forget", args=[2])
+    lease = app.claim()
+    assert lease is not None
+    lease.complete(None)
+    records = [app.broker.get(h.id, app.now()) for h in handles] + [app.broker.get(lease.task.id, app.now())]
+    assert [(r.state, r.result) for r in records if r is not None] == [
+        (TaskState.COMPLETED, None),
+        (TaskState.COMPLETED, "0"),
+        (TaskState.COMPLETED, None),
+    ]
+    infos = [app.get(h.id) for h in handles]
+    assert [(i.state, i.result) for i in infos] == [(TaskState.COMPLETED, None), (TaskState.COMPLETED, 0)]
+    assert handles[0].result() is None and ran == [1]
+
+
 def test_each_execution_increments_attempts_and_success_clears_last_error(
     app: Conveyor, clock: FakeClock, worker: Worker, boom_once: list[int]
 ) -> None:

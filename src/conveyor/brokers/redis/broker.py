@@ -237,11 +237,11 @@ class RedisBroker:
     def get(self, task_id: str, now: float) -> TaskRecord | None:
         with translate_errors():
             pipe = self._client.pipeline(transaction=False)
-            for key in (self.keys.rows, self.keys.bodies, self.keys.results, self.keys.lasterr):
+            for key in (self.keys.rows, self.keys.results, self.keys.lasterr):
                 pipe.hget(key, task_id)
             pipe.lrange(self.keys.errors(task_id), 0, -1)
-            row, body, result, last_error, failures = pipe.execute()
-        records = self._records([[row, body, result, last_error, failures]])
+            item = pipe.execute()
+        records = self._records([item])
         if not records:
             return None
         record = records[0]

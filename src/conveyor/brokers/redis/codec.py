@@ -1,22 +1,22 @@
-"""Between Redis replies and the model's dataclasses: task rows and bodies, outcomes, events, worker info.
+"""Between Redis replies and the model's dataclasses: task rows, outcomes, events, worker info.
 
-A task lives in four namespace-wide hashes keyed by its id: a claim or a settle reads and writes a whole
+A task lives in three namespace-wide hashes keyed by its id: a claim or a settle reads and writes a whole
 batch of tasks with one command per hash (a script pays ~2 µs of server time per command, and a hash per
 task took four commands per claimed and settled task):
 
-``rows``: one line of 23 fields separated by single spaces, written only by the scripts: ``s`` state,
+``rows``: 23 fields separated by single spaces, written only by the scripts, then its body: ``s`` state,
 ``m`` member (``%016d(seq) + id``), ``q`` queue, ``x`` expires_at, ``a`` attempts, ``c`` cancel
 requested ("1"/"0"), ``l`` ("1": ``lasterr`` holds an entry), ``ne`` ("1": the failures list exists),
 ``tk`` lease token, ``lx`` lease deadline, ``sa`` started_at, ``fa`` finished_at, ``ku`` keep_until,
 ``r`` retries, ``st`` stalls, ``pr`` priority, ``ea`` enqueued_at, ``fd`` first_due_at, ``ra``
-ready_at, ``nr`` next_run_at, ``ar`` archive reason, ``uu`` unique_until, then ``uk``: the rest of the
-line, "" for no unique key (the only field that may hold spaces, hence last). "-" stands for an absent
-value; numbers are as Lua formats them.
+ready_at, ``nr`` next_run_at, ``ar`` archive reason, ``uu`` unique_until, ``uk`` unique key ("=" + the
+key as :func:`escape_key` made it: no whitespace), then ``b``: the body, the rest of the row (it may hold
+anything, hence last). "-" stands for an absent value; numbers are as Lua formats them.
 ``tk``, ``lx`` and ``c`` mean something only while the task is active and ``nr`` only while it is
 scheduled or retry: transitions out of those states leave them as they were (fewer writes on the hot
 path) and every reader ignores them in other states.
 
-``bodies``: what never changes, built here at enqueue (:func:`encode_body`) and never parsed by the
+The body is what never changes, built here at enqueue (:func:`encode_body`) and never parsed by the
 scripts: name, options and payload. ``results``: the result of a task completed with one. ``lasterr``:
 the last error, while the task has one. Failures live in a list per task, ``attempt\\tat\\terror`` each.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,9 @@ __all__ = [
     "encode_outcome",
     "encode_task",
     "encode_worker",
+    "escape_key",
     "opt",
+    "unescape_key",
 ]
 
 log = logging.getLogger("conveyor.brokers.redis")
@@ -82,6 +85,27 @@ def decode_body(body: str) -> tuple[str, str, str]:
     return name, rest[:size], rest[size:]
 
 
+_UNSAFE = re.compile("[% \t\n\v\f\r]")  # Lua's %s (whitespace in the C locale), and the escape itself
+_ESCAPED = re.compile("%([0-9A-F]{2})")
+
+
+def escape_key(key: str) -> str:
+    """A unique key without whitespace, as a row field must be: ``%`` and whitespace as ``%XX``."""
+    return _UNSAFE.sub(lambda found: f"%{ord(found.group()):02X}", key)
+
+
+def unescape_key(text: str) -> str:
+    """The key :func:`escape_key` escaped (every ``%`` in it starts an escape)."""
+    if "%" not in text:
+        return text
+    return _ESCAPED.sub(lambda found: chr(int(found.group(1), 16)), text)
+
+
+def _key(field: str) -> str | None:
+    """A row's unique key field: "-" or "=" + the escaped key."""
+    return None if field == "-" else unescape_key(field[1:])
+
+
 def encode_task(task: NewTask) -> list[str]:
     """The 8 ARGV values of one task for ``enqueue.lua``."""
     return [
@@ -91,7 +115,7 @@ def encode_task(task: NewTask) -> list[str]:
         str(int(task.priority)),
         _num(task.run_at),
         _num(task.expires_at),
-        opt(task.unique_key),
+        "" if task.unique_key is None else "=" + escape_key(task.unique_key),
         _num(task.unique_until),
     ]
 
@@ -134,10 +158,10 @@ def encode_outcome(outcome: Outcome) -> list[str]:
     ]
 
 
-#: A row's field names in order (see the module docstring); the last, the unique key, may hold spaces.
+#: A row's field names in order (see the module docstring); the last, the body, may hold spaces.
 ROW_NAMES = ("s", "m", "q", "x", "a", "c", "l", "ne", "tk", "lx", "sa", "fa", "ku", "r", "st", "pr", "ea", "fd", "ra",
-             "nr", "ar", "uu", "uk")  # fmt: skip
-#: Fields in a row.
+             "nr", "ar", "uu", "uk", "b")  # fmt: skip
+#: Fields in a row, its body included.
 ROW_FIELDS = len(ROW_NAMES)
 _LAST = ROW_FIELDS - 1  # splits of a row: its last field may hold spaces
 
@@ -179,7 +203,7 @@ def _present(value: Any) -> bool:
 
 
 #: Values per task in ``claim.lua``'s reply.
-CLAIM_STRIDE = 4
+CLAIM_STRIDE = 3
 
 
 def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:
@@ -201,9 +225,9 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
     for position, start in enumerate(range(0, len(values), CLAIM_STRIDE), 1):
         item = values[start : start + CLAIM_STRIDE]
         try:
-            row, body, last_error, failures = item
+            row, last_error, failures = item
             (_state, m, queue, x, a, _c, _l, _ne, _tk, _lx, _sa, _fa, _ku, r, st, pr, ea, fd, _ra, _nr, _ar, _uu,
-             uk) = row.split(" ", _LAST)  # fmt: skip
+             uk, body) = row.split(" ", _LAST)  # fmt: skip
             name, options, payload = decode_body(body)
             append(
                 TaskRecord(
@@ -221,7 +245,7 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
                     0 if r == "0" else _count(r),
                     0 if st == "0" else _count(st),
                     None if x == "-" else float(x),
-                    uk or None,
+                    None if uk == "-" else _key(uk),
                     now,
                     None,
                     None,
@@ -240,13 +264,13 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
 
 
 def decode_record(item: Sequence[Any]) -> TaskRecord | None:
-    """``[row, body, result, lasterr, failures]`` as scripts return it (or a pipeline does); None when
-    the row or the body is missing (no such task)."""
-    row, body, result, last_error, failures = item
-    if not _present(row) or not _present(body):
+    """``[row, result, lasterr, failures]`` as scripts return it (or a pipeline does); None when the
+    row is missing (no such task)."""
+    row, result, last_error, failures = item
+    if not _present(row):
         return None
     (s, m, queue, x, a, c, _l, _ne, tk, lx, sa, fa, ku, r, st, pr, ea, fd, _ra, nr, ar, _uu,
-     uk) = _row(row)  # fmt: skip
+     uk, body) = _row(row)  # fmt: skip
     name, options, payload = decode_body(body)
     state = TaskState(s)
     active = state is TaskState.ACTIVE
@@ -266,7 +290,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         retries=_count(r),
         stalls=_count(st),
         expires_at=_float(x),
-        unique_key=uk or None,
+        unique_key=_key(uk),
         started_at=_float(sa),
         finished_at=_float(fa),
         keep_until=_float(ku),

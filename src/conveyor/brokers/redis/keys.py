@@ -8,15 +8,14 @@ that check would span slots (no longer one atomic script) and every by-id call w
 round trip to an id→queue index. A namespace is therefore the unit of sharding: tenants or apps on
 one cluster get their own namespaces, which spread over the nodes.
 
-Layout (``P`` = ``{ns}:v2:``; ``v2`` is the layout's version: the per-task hashes of layout 1 lived
-under ``{ns}:``, so an upgrade runs side by side, each version's workers on their own keys, and nothing
-of the other layout is read, changed or deleted (keep a worker of the earlier version running until its
-queues are drained); a task's *member* is ``%016d(seq) + id``: equal scores order by member,
-i.e. by enqueue sequence, which gives the exact tie-break of the contract without packing two
-numbers into one double)::
+Layout (``P`` = ``{ns}:v3:``; ``v3`` is the layout's version: the per-task hashes of layout 1 lived
+under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, so an upgrade runs side by
+side, each version's workers on their own keys, and nothing of the other layout is read, changed or
+deleted (keep a worker of the earlier version running until its queues are drained); a task's *member*
+is ``%016d(seq) + id``: equal scores order by member, i.e. by enqueue sequence, which gives the exact
+tie-break of the contract without packing two numbers into one double)::
 
-    P rows                   hash    id → the task's mutable fields, one line (see ``codec.py``)
-    P bodies                 hash    id → name, options and payload, one immutable value (``codec.py``)
+    P rows                   hash    id → the task: its fields, then its body (see ``codec.py``)
     P results                hash    id → result, for a task completed with one
     P lasterr                hash    id → last error, while the task has one
     P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
@@ -47,7 +46,7 @@ from conveyor.errors import ConfigurationError
 __all__ = ["LAYOUT", "NAMESPACE_RE", "Keys"]
 
 #: The storage layout's version, part of every key (see above).
-LAYOUT = "v2"
+LAYOUT = "v3"
 
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -64,7 +63,7 @@ class Keys:
 
     @property
     def prefix(self) -> str:
-        """``{ns}:v2:``: the start of every key, hash tag and layout version included."""
+        """``{ns}:v3:``: the start of every key, hash tag and layout version included."""
         return "{" + self.namespace + "}:" + LAYOUT + ":"
 
     def errors(self, task_id: str) -> str:
@@ -80,10 +79,6 @@ class Keys:
     @property
     def rows(self) -> str:
         return self.prefix + "rows"
-
-    @property
-    def bodies(self) -> str:
-        return self.prefix + "bodies"
 
     @property
     def results(self) -> str:

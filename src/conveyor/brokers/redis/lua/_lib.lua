@@ -3,7 +3,7 @@
 -- loaded once per server: the helpers below are built at load time, not on every call.
 --
 -- KEYS[1] (the same for every operation: keys.Keys.due): the namespace's `due` zset. It is the one key
--- declared, for routing: every other key is built from its prefix "{ns}:v2:" (hash tag: one slot),
+-- declared, for routing: every other key is built from its prefix "{ns}:v3:" (hash tag: one slot),
 -- with the names keys.py gives them (a test checks they match). Declaring them all cost every call
 -- ~0.2 us of server time per argument (measured: a no-op FCALL with 29 arguments makes 0.79x the round
 -- trips of PING from Python, with 12 arguments 0.85x). The shared keys (see keys.py for their types):
@@ -14,8 +14,8 @@
 --                                                                  tasks pending (idle workers BLPOP it)
 --   LISTENING exists while some process listens on the events channel (a TTL its listener keeps
 --             refreshing); without it and without ARGV[3], no event is made
---   ROWS      task id -> row                             BODIES    task id -> body (name, options, payload)
---   RESULTS   task id -> result                          LASTERR   task id -> last error
+--   ROWS      task id -> row (its fields, then its body)  RESULTS   task id -> result
+--   LASTERR   task id -> last error
 -- ARGV head (the same for every operation):
 --   ARGV[1] now (epoch seconds, from the caller's clock; "" = the server's TIME, for calls queued
 --           behind a blocking pop, which run later than they were sent)
@@ -37,7 +37,7 @@
 
 local KEYS, ARGV
 local P, NOW, ORIGIN, WANT, NOWS, POLICY
-local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, BODIES, RESULTS, LASTERR
+local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS
 
 -- the shared key names of a namespace, by its `due` key: built once per namespace, not per call (a
@@ -46,9 +46,9 @@ local NAMES = {}
 local function names(due)
   local n = NAMES[due]
   if not n then
-    local p = string.sub(due, 1, -4) -- "{ns}:v2:due" -> "{ns}:v2:"
+    local p = string.sub(due, 1, -4) -- "{ns}:v3:due" -> "{ns}:v3:"
     n = {p, p .. 'leases', p .. 'expiring', p .. 'seq', p .. 'queues', p .. 'uniq', p .. 'events', p .. 'wake',
-      p .. 'listening', p .. 'rows', p .. 'bodies', p .. 'results', p .. 'lasterr'}
+      p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr'}
     NAMES[due] = n
   end
   return n
@@ -67,7 +67,7 @@ local function begin(keys, argv)
   end
   DUE = KEYS[1]
   local n = names(DUE)
-  P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, BODIES, RESULTS, LASTERR = unpack(n)
+  P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR = unpack(n)
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (measured: a one-task enqueue ~3% cheaper)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = EMIT and {} or nil, false, false, nil, nil, {}
@@ -171,30 +171,35 @@ local function ready_score(pr, ra, ag)
   return -pr
 end
 
--- A task is one row in ROWS (fixed fields, space-separated, "-" = absent; see codec.py) plus its body
--- in BODIES (name, options and payload, made by the client and never parsed here), its result in
--- RESULTS, its last error in LASTERR (row field l = "1" while there is one) and its failures in the
--- list e:<id> (row field ne = "1" once it exists). One row per task, in one hash, lets a claim or a
--- settle read and write a whole batch of tasks with one command each: a command costs a script ~2 us
--- of server time plus ~0.25 us per argument, whatever the key, and a hash per task took four per task.
+-- A task is one row in ROWS: fixed fields, space-separated ("-" = absent; see codec.py), then its body
+-- (name, options and payload, made by the client and never parsed here), with its result in RESULTS,
+-- its last error in LASTERR (row field l = "1" while there is one) and its failures in the list
+-- e:<id> (row field ne = "1" once it exists). One row per task, in one hash, lets a claim or a settle
+-- read and write a whole batch of tasks with one command each: a command costs a script ~2 us of
+-- server time plus ~0.25 us per argument, whatever the key, and a hash per task took four per task.
+-- The body in the row, not in a hash of its own, saves a batch enqueue ~14% of its server
+-- instructions and a one-task enqueue and a claim one command each (measured with callgrind); every
+-- rewrite of a row copies it, which costs a small body next to nothing.
 -- Field order, hottest first (claim.lua and settle.lua match the head of a row directly):
 --   1 s  2 m  3 q  4 x  5 a  6 c  7 l  8 ne  9 tk  10 lx  11 sa  12 fa  13 ku  14 r  15 st  16 pr
---   17 ea  18 fd  19 ra  20 nr  21 ar  22 uu  23 uk (the rest of the row: "" = none; may hold spaces)
+--   17 ea  18 fd  19 ra  20 nr  21 ar  22 uu  23 uk ("=" .. the unique key as the client escaped it:
+--   no whitespace), then 24 the body: the rest of the row (it may hold anything)
 -- (written out: the string library is not reachable while the library loads)
 local ROW = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) '
-  .. '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$'
+  .. '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$'
 
 local function str(s) if s == '-' then return nil end return s end
 
 -- a task from its row, or nil if the row is missing or unusable
 local function parse(id, row)
   if not row then return nil end
-  local s, m, q, x, a, c, l, ne, tk, lx, sa, fa, ku, r, st, pr, ea, fd, ra, nr, ar, uu, uk = string.match(row, ROW)
+  local s, m, q, x, a, c, l, ne, tk, lx, sa, fa, ku, r, st, pr, ea, fd, ra, nr, ar, uu, uk, b =
+    string.match(row, ROW)
   if not s then return nil end
   return {id = id, s = s, m = m, q = q, x = num(x), a = num(a) or 0, c = c, l = l == '1', ne = ne == '1',
     tk = str(tk), lx = num(lx), sa = num(sa), fa = num(fa), ku = num(ku), r = num(r) or 0, st = num(st) or 0,
     pr = num(pr) or 0, ea = num(ea) or NOW, fd = num(fd) or NOW, ra = num(ra) or NOW, nr = num(nr), ar = str(ar),
-    uu = num(uu), uk = uk ~= '' and uk or nil}
+    uu = num(uu), uk = opt(str(uk)), b = b}
 end
 
 -- a number as a row keeps it (the caller's text for now: no formatting)
@@ -207,7 +212,7 @@ end
 local function pack(t)
   return table.concat({t.s, t.m, t.q, rn(t.x), f(t.a), t.c == '1' and '1' or '0', t.l and '1' or '0',
     t.ne and '1' or '0', t.tk or '-', rn(t.lx), rn(t.sa), rn(t.fa), rn(t.ku), f(t.r), f(t.st), f(t.pr), rn(t.ea),
-    rn(t.fd), rn(t.ra), rn(t.nr), t.ar or '-', rn(t.uu), t.uk or ''}, ' ')
+    rn(t.fd), rn(t.ra), rn(t.nr), t.ar or '-', rn(t.uu), t.uk and '=' .. t.uk or '-', t.b}, ' ')
 end
 
 local function load(id) return parse(id, redis.call('HGET', ROWS, id)) end
@@ -298,7 +303,6 @@ end
 local function remove_task(t, report)
   unindex(t)
   redis.call('HDEL', ROWS, t.id)
-  redis.call('HDEL', BODIES, t.id)
   redis.call('HDEL', RESULTS, t.id)
   if t.l then redis.call('HDEL', LASTERR, t.id) end
   if t.ne then redis.call('DEL', ekey(t.id)) end
@@ -356,12 +360,11 @@ local function reap(n)
   return done
 end
 
--- a task as stored, {row, body, result, last error, failures} (false: absent), or nil without a row
+-- a task as stored, {row, result, last error, failures} (false: absent), or nil without a row
 local function dump(id)
   local row = redis.call('HGET', ROWS, id)
   if not row then return nil end
-  return {row, redis.call('HGET', BODIES, id), redis.call('HGET', RESULTS, id), redis.call('HGET', LASTERR, id),
-    redis.call('LRANGE', ekey(id), 0, -1)}
+  return {row, redis.call('HGET', RESULTS, id), redis.call('HGET', LASTERR, id), redis.call('LRANGE', ekey(id), 0, -1)}
 end
 
 -- admin calls: the visible task, or an error reply the caller maps to TaskNotFound

@@ -4,12 +4,12 @@
 --       A(4) maintenance budget (due tasks promoted and leases reaped first, each at most this many),
 --       A(5..) queue names.
 -- Returns: one JSON text (cjson: one reply string converts far faster than several per task): a flat
---          array of 4 values per claimed task, in claim order ("{}" when none): its row as it was
---          before this claim, its body, its last error, its failures (an array of "attempt\tat\terror");
+--          array of 3 values per claimed task, in claim order ("{}" when none): its row (body included)
+--          as it was before this claim, its last error, its failures (an array of "attempt\tat\terror");
 --          false stands for an absent value. The caller knows the claim's own writes (s = active,
 --          a + 1, sa = now, lx = now + lease_for, tk = "<base>-<position>", c = 0), which keeps the reply
 --          short.
--- Costs: per batch popped, one HMGET of the rows, one of the bodies and one HSET of the new rows (plus
+-- Costs: per batch popped, one HMGET of the rows and one HSET of the new rows (plus
 --   the sorted-set writes, one command per key): a claimed task costs a few arguments, not commands.
 -- Transition: due scheduled/retry -> pending; expired leases -> pending or archived(poison);
 --             pending past expires_at -> archived(expired); pending -> active (attempts + 1,
@@ -46,7 +46,6 @@ while A(i) and claimed < limit do
       local ids = {}
       for j = 1, #popped / 2 do ids[j] = idof(popped[2 * j - 1]) end
       local rows = redis.call('HMGET', ROWS, unpack(ids))
-      local bodies = redis.call('HMGET', BODIES, unpack(ids))
       -- the batch's writes, sent after it as one command per key
       local writes, gone, started, leased, unexpiring = {}, {}, {}, {}, {}
       local nw, ng, ns = 0, 0, 0
@@ -62,7 +61,7 @@ while A(i) and claimed < limit do
           end
         end
         local xn = num(x)
-        if s_ ~= 'pending' or m_ ~= m or not bodies[j] then
+        if s_ ~= 'pending' or m_ ~= m then
           ng = ng + 1
           gone[ng] = m
         elseif xn and xn <= NOW then
@@ -84,9 +83,9 @@ while A(i) and claimed < limit do
           ns = ns + 2
           if EMIT then event(id, 'pending', 'active', q_) end
           local n = #out
-          out[n + 1], out[n + 2] = row, bodies[j]
-          out[n + 3] = l == '1' and redis.call('HGET', LASTERR, id) or false
-          out[n + 4] = ne == '1' and redis.call('LRANGE', ekey(id), 0, -1) or false
+          out[n + 1] = row
+          out[n + 2] = l == '1' and redis.call('HGET', LASTERR, id) or false
+          out[n + 3] = ne == '1' and redis.call('LRANGE', ekey(id), 0, -1) or false
           room = room - 1
         end
       end

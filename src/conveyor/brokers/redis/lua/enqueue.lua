@@ -2,11 +2,11 @@
 -- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
---       ("" none), unique_key (opt), unique_until ("" none): for n > 1 as one JSON array in A(2)
---       (cjson decodes it far faster than Redis builds 8n ARGV), for n = 1 as they are in A(2)..A(9)
---       (no JSON to make or to decode for the most common call), where the caller leaves out the
---       trailing ones at their defaults (priority "0", then ""): each argument costs a one-task call
---       ~0.2 us of server time.
+--       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
+--       n > 1 as one JSON array in A(2) (cjson decodes it far faster than Redis builds 8n ARGV), for
+--       n = 1 as they are in A(2)..A(9) (no JSON to make or to decode for the most common call), where
+--       the caller leaves out the trailing ones at their defaults (priority "0", then ""): each
+--       argument costs a one-task call ~0.2 us of server time.
 -- Returns: per task "" (stored) or the id of the existing task (duplicate, not stored), as that one
 --          string when n = 1; or the error "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size
 --          would be exceeded (nothing written).
@@ -49,17 +49,19 @@ end
 local function member(seq, id) return string.format('%016d', seq) .. id end
 
 -- A new task's row, as pack() would make it (its counters are 0 and it has no lease yet): its head,
--- then the tail row_tail() makes (priority, next run "-" or formatted, unique_until, unique key).
--- Numbers are formatted here, not copied: a row's fields must not hold spaces.
+-- then the tail row_tail() makes (priority, next run "-" or formatted, unique_until, unique key), then
+-- its body. Numbers are formatted here, not copied: a row's fields must not hold spaces.
 local function row_tail(pr, nr, uu, uk)
   return ' 0 0 0 0 - - - - - 0 0 ' .. (pr == 0 and '0' or f(pr)) .. ' ' .. NOWS .. ' ' .. (nr == '-' and NOWS or nr)
-    .. ' ' .. NOWS .. ' ' .. nr .. ' - ' .. (uu and f(uu) or '-') .. ' ' .. (uk or '')
+    .. ' ' .. NOWS .. ' ' .. nr .. ' - ' .. (uu and f(uu) or '-') .. ' ' .. (uk and '=' .. uk or '-') .. ' '
 end
-local function new_row(s, m, q, x, tail) return s .. ' ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. tail end
+local function new_row(s, m, q, x, tail, body)
+  return s .. ' ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. tail .. body
+end
 
--- task V[b..] as stored, with sequence number seq; its row and body go to `rows` and `bodies` (id,
--- value pairs), which the caller writes (old: an invisible task it replaces)
-local function store(V, b, seq, old, rows, bodies)
+-- task V[b..] as stored, with sequence number seq; its row goes to `rows` (id, row pairs), which the
+-- caller writes (old: an invisible task it replaces)
+local function store(V, b, seq, old, rows)
   local id, q, pr = V[b], V[b + 1], V[b + 3]
   local run_at, x, uk, uu = num(V[b + 4]), num(V[b + 5]), opt(V[b + 6]), num(V[b + 7])
   if old then remove_task(old, false) end
@@ -72,8 +74,7 @@ local function store(V, b, seq, old, rows, bodies)
     t.s = 'pending'
   end
   local n = #rows
-  rows[n + 1], rows[n + 2] = id, new_row(t.s, t.m, q, x, row_tail(t.pr, nr, uu, uk))
-  bodies[n + 1], bodies[n + 2] = id, V[b + 2]
+  rows[n + 1], rows[n + 2] = id, new_row(t.s, t.m, q, x, row_tail(t.pr, nr, uu, uk), V[b + 2])
   if uk and uu then redis.call('HSET', UNIQ, uk, id) end
   index(t)
   event(id, nil, t.s, q)
@@ -102,9 +103,8 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
     if full then return full end
     local m, x = member(redis.call('INCRBY', SEQ, 1), id), num(A(7))
     local kind = plain_kind(q, A(5) or '0')
-    if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, kind[1])) == 1 then
+    if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, kind[1], A(4))) == 1 then
       register(q)
-      redis.call('HSET', BODIES, id, A(4))
       redis.call('ZADD', qkey(q, 'pending'), kind[2], m)
       redis.call('ZADD', qkey(q, 'waiting'), NOWS, m)
       if x then redis.call('ZADD', EXPIRING, f(x), m) end
@@ -119,10 +119,9 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
   local full = over_max_size(q, 1)
   if full then return full end
   register(q)
-  local rows, bodies = {}, {}
-  store(ARGV, 6, redis.call('INCRBY', SEQ, 1), old, rows, bodies)
+  local rows = {}
+  store(ARGV, 6, redis.call('INCRBY', SEQ, 1), old, rows)
   redis.call('HSET', ROWS, rows[1], rows[2])
-  redis.call('HSET', BODIES, bodies[1], bodies[2])
   return finish('')
 end
 local V = cjson.decode(A(2))
@@ -159,7 +158,7 @@ end
 DEFER = true -- no sorted set is read below
 local seq = new > 0 and redis.call('INCRBY', SEQ, new) - new or 0
 for q, _ in pairs(adding) do register(q) end
-local rows, bodies = {}, {}
+local rows = {}
 -- plain tasks' sorted-set writes, one command per key: per queue its `waiting` pairs, and per queue
 -- and priority (a kind) its `pending` pairs (kind[3] the key, kind[4] the pairs, kind[5] their count)
 local kinds, waiting, expiring, nx = {}, {}, {}, 0
@@ -169,7 +168,7 @@ for i = 1, n do
     local b = i * 8 - 7
     local id, q, stale_ = V[b], V[b + 1], stale[V[b]]
     if stale_ or V[b + 6] ~= '' or (V[b + 4] ~= '' and tonumber(V[b + 4]) > NOW) then
-      store(V, b, seq, stale_, rows, bodies)
+      store(V, b, seq, stale_, rows)
     else -- plain (see plain_kind), written as store() and index() would write it
       local byp = kinds[q]
       if not byp then
@@ -185,8 +184,7 @@ for i = 1, n do
       end
       local m, x = member(seq, id), num(V[b + 5])
       local r = #rows
-      rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, kind[1])
-      bodies[r + 1], bodies[r + 2] = id, V[b + 2]
+      rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, kind[1], V[b + 2])
       local c, w = kind[5], waiting[q]
       kind[4][c + 1], kind[4][c + 2], kind[5] = kind[2], m, c + 2
       c = #w
@@ -199,10 +197,7 @@ for i = 1, n do
     end
   end
 end
-if #rows > 0 then
-  redis.call('HSET', ROWS, unpack(rows))
-  redis.call('HSET', BODIES, unpack(bodies))
-end
+if #rows > 0 then redis.call('HSET', ROWS, unpack(rows)) end
 for q, byp in pairs(kinds) do
   for _, kind in pairs(byp) do call_all('ZADD', kind[3], kind[4], kind[5]) end
   call_all('ZADD', qkey(q, 'waiting'), waiting[q], #waiting[q])
