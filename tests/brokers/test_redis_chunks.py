@@ -59,6 +59,22 @@ def test_a_chunk_of_one_after_full_chunks_is_stored(broker: RedisBroker) -> None
     assert [r.id for r in broker.claim(["q"], NOW, 30.0, limit=count)] == [t.id for t in tasks]
 
 
+def test_each_task_of_a_several_chunk_batch_gets_its_own_result(broker: RedisBroker) -> None:
+    """A chunk replies "" when it stored every task, else one line per task: results keep their places
+    across chunks of either kind, and a last chunk shorter than the others."""
+    taken = [task(f"old{i}", "q") for i in range(3)]
+    assert broker.enqueue(taken, NOW) == [None] * 3
+    fresh = [task(f"n{i}", "q") for i in range(2 * ENQUEUE_CHUNK + 7)]
+    batch = [*fresh[:-7], *taken, *fresh[-7:]]  # chunks: 500 new, 500 new, then 10 with the 3 taken ids
+    batch[ENQUEUE_CHUNK + 10] = task("old1", "q")  # and one inside the 2nd chunk
+    expected: list[str | None] = [None] * len(batch)
+    for position, queued in enumerate(batch):
+        if queued.id.startswith("old"):
+            expected[position] = queued.id
+    assert broker.enqueue(batch, NOW) == expected
+    assert broker.get(fresh[-1].id, NOW) is not None and broker.get(fresh[ENQUEUE_CHUNK + 10].id, NOW) is None
+
+
 def test_a_server_without_the_library_gets_it_in_the_middle_of_a_batch(broker: RedisBroker) -> None:
     broker.enqueue([task("warm", "q")], NOW)  # the library is loaded
     broker.client.function_flush()

@@ -162,8 +162,11 @@ class RedisBroker:
                 return [duplicate or None]  # one string for a one-task call (see enqueue.lua)
             results: list[str | None] = []
 
-            def stored(reply: str | list[str]) -> None:  # a last chunk of one task gets one string
-                results.extend([reply or None] if isinstance(reply, str) else (dup or None for dup in reply))
+            def stored(reply: str) -> None:  # "" when every task of the chunk was stored (see enqueue.lua)
+                if reply:
+                    results.extend([dup or None for dup in reply.split("\n")])
+                else:
+                    results.extend([None] * min(ENQUEUE_CHUNK, len(tasks) - len(results)))
 
             # the next chunk is encoded while the server stores this one
             self._invoke_each("enqueue", repr(float(now)), _enqueue_args(tasks), stored)

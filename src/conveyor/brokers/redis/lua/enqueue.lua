@@ -7,9 +7,10 @@
 --       n = 1 as they are in A(2)..A(9) (no JSON to make or to decode for the most common call), where
 --       the caller leaves out the trailing ones at their defaults (priority "0", then ""): each
 --       argument costs a one-task call ~0.2 us of server time.
--- Returns: per task "" (stored) or the id of the existing task (duplicate, not stored), as that one
---          string when n = 1; or the error "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size
---          would be exceeded (nothing written).
+-- Returns: one string: "" when every task was stored, else per task "" (stored) or the id of the
+--          existing task (duplicate, not stored), joined by newlines (ids hold none); or the error
+--          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing
+--          written).
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
 
@@ -126,6 +127,7 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
 end
 local V = cjson.decode(A(2))
 local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
+local dups = false
 local ids = {}
 for i = 0, n - 1 do ids[i + 1] = V[1 + i * 8] end
 local existing_rows = redis.call('HMGET', ROWS, unpack(ids)) -- usually none: no id is taken
@@ -140,6 +142,7 @@ for i = 1, n do
     local dup = taken[id] and id or duplicate_of(V, b, old, ukeys)
     if dup then
       results[i] = dup
+      dups = true
     else
       results[i] = ''
       taken[id] = true
@@ -203,4 +206,5 @@ for q, byp in pairs(kinds) do
   call_all('ZADD', qkey(q, 'waiting'), waiting[q], #waiting[q])
 end
 call_all('ZADD', EXPIRING, expiring, nx)
-return finish(results)
+-- one string, not a table of n (converting a table reply costs the server per element)
+return finish(dups and table.concat(results, '\n') or '')
