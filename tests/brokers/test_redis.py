@@ -300,23 +300,22 @@ def layout_1(client: redis.Redis, old: str) -> dict[str, str]:
 
 def layout_2(client: redis.Redis, old: str) -> dict[str, str]:
     """A pending task as layout 2 kept it under ``{ns}:v2:``: its row in ``rows``, its body in ``bodies``."""
-    old += "v2:"
     row = f"pending 0000000000000001old q - 0 0 0 0 - - - - - 0 0 0 {NOW!r} {NOW!r} {NOW!r} - - - "
     client.hset(old + "rows", "old", row)
     client.hset(old + "bodies", "old", encode_body("job", "{}", "[]"))
     return {old + "rows": "hash", old + "bodies": "hash"}
 
 
-@pytest.mark.parametrize("layout", [layout_1, layout_2])
+@pytest.mark.parametrize(("layout", "version"), [(layout_1, ""), (layout_2, "v2:")])
 def test_an_earlier_layouts_task_in_the_same_namespace_is_neither_read_nor_changed(
-    broker: RedisBroker, layout: Callable[[redis.Redis, str], dict[str, str]]
+    broker: RedisBroker, layout: Callable[[redis.Redis, str], dict[str, str]], version: str
 ) -> None:
     """Layout 1 kept a hash per task under ``{ns}:``, layout 2 a row and a body per task under ``{ns}:v2:``;
     this layout's keys carry ``v3``, so during a side-by-side upgrade the earlier version's workers keep
     their tasks and this version never pops or drops them."""
     client = broker.client
-    old = "{" + broker.keys.namespace + "}:" + ("v2:" if layout is layout_2 else "")
-    legacy = layout(client, "{" + broker.keys.namespace + "}:")
+    old = "{" + broker.keys.namespace + "}:" + version
+    legacy = layout(client, old)
     legacy |= {old + "q:q:pending": "zset", old + "q:q:waiting": "zset", old + "queues": "set"}
     client.zadd(old + "q:q:pending", {"0000000000000001old": 0})
     client.zadd(old + "q:q:waiting", {"0000000000000001old": NOW})
