@@ -41,7 +41,8 @@ while A(i) and claimed < limit do
     local kactive, kwaiting, fresh = qkey(q, 'active'), qkey(q, 'waiting'), ' ' .. q .. ' ' .. FRESH
     while room > 0 do
       -- at most POP at a time: the batch's ids go to HMGET through unpack(), which Lua caps at 8000
-      local popped = redis.call('ZPOPMIN', qkey(q, 'pending'), math.min(room, POP))
+      local asked = math.min(room, POP)
+      local popped = redis.call('ZPOPMIN', qkey(q, 'pending'), asked)
       if #popped == 0 then break end
       local ids = {}
       for j = 1, #popped / 2 do ids[j] = idof(popped[2 * j - 1]) end
@@ -94,6 +95,7 @@ while A(i) and claimed < limit do
       call_all('ZADD', kactive, started, ns)
       call_all('ZADD', LEASES, leased, ns)
       call_all('ZREM', EXPIRING, unexpiring, #unexpiring)
+      if #popped < 2 * asked then break end -- the queue ran out: no ZPOPMIN to find it empty
     end
   end
   i = i + 1
