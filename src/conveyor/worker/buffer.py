@@ -32,6 +32,8 @@ class Buffer:
         self._closed = False
         self._sleeping = 0
         self._waking = False  # a sleeping thread was notified and has not run yet
+        self._drained = threading.Condition(self._lock)  # the buffer became empty (see wait_taken)
+        self._watched = False  # someone waits in wait_taken
 
     def put_many(self, records: Iterable[TaskRecord]) -> None:
         with self._lock:
@@ -56,7 +58,21 @@ class Buffer:
             record = self._items.popleft()
             if self._items:
                 self._wake_one()  # more work: let the next sleeping thread take some
+            elif self._watched:
+                self._drained.notify_all()
             return record
+
+    def wait_taken(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until every buffered record was taken (or the buffer
+        closed): True if it is empty. The caller gives up the GIL and the core meanwhile."""
+        with self._lock:
+            if not self._items or self._closed:
+                return True
+            self._watched = True
+            try:
+                return self._drained.wait_for(lambda: not self._items or self._closed, timeout)
+            finally:
+                self._watched = False
 
     def _wake_one(self) -> None:
         if self._sleeping and not self._waking:
@@ -70,6 +86,7 @@ class Buffer:
             left = list(self._items)
             self._items.clear()
             self._cond.notify_all()
+            self._drained.notify_all()
             return left
 
     @property
