@@ -110,7 +110,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
         keys.settings("emails"),
         keys.workers,
         keys.worker_ttl,
-        *(keys.queue(q, part) for q in ("emails", "q.2") for part in ("pending", "waiting", "completed:keep")),
+        *(keys.queue(q, part) for q in ("emails", "q.2") for part in ("pending", "waiting", "groups", "archived:keep")),
     ]
     assert {keyslot(key) for key in touched} == {keyslot(keys.prefix)}
     assert all(key.startswith("{app}:") for key in touched)
@@ -277,7 +277,7 @@ def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: Red
     broker = open_broker(f"{redis_server.url}?namespace=shop&socket_timeout=1.5&socket_connect_timeout=0.5")
     try:
         assert isinstance(broker, RedisBroker)
-        assert broker.keys.prefix == "{shop}:v3:"
+        assert broker.keys.prefix == "{shop}:v4:"
         assert broker.config.socket_timeout == 1.5
         assert broker.config.socket_connect_timeout == 0.5
     finally:
@@ -306,13 +306,21 @@ def layout_2(client: redis.Redis, old: str) -> dict[str, str]:
     return {old + "rows": "hash", old + "bodies": "hash"}
 
 
-@pytest.mark.parametrize(("layout", "version"), [(layout_1, ""), (layout_2, "v2:")])
+def layout_3(client: redis.Redis, old: str) -> dict[str, str]:
+    """A pending task as layout 3 kept it under ``{ns}:v3:``: its row, body included, in ``rows``."""
+    row = f"pending 0000000000000001old q - 0 0 0 0 - - - - - 0 0 0 {NOW!r} {NOW!r} {NOW!r} - - - - "
+    client.hset(old + "rows", "old", row + encode_body("job", "{}", "[]"))
+    return {old + "rows": "hash"}
+
+
+@pytest.mark.parametrize(("layout", "version"), [(layout_1, ""), (layout_2, "v2:"), (layout_3, "v3:")])
 def test_an_earlier_layouts_task_in_the_same_namespace_is_neither_read_nor_changed(
     broker: RedisBroker, layout: Callable[[redis.Redis, str], dict[str, str]], version: str
 ) -> None:
-    """Layout 1 kept a hash per task under ``{ns}:``, layout 2 a row and a body per task under ``{ns}:v2:``;
-    this layout's keys carry ``v3``, so during a side-by-side upgrade the earlier version's workers keep
-    their tasks and this version never pops or drops them."""
+    """Layout 1 kept a hash per task under ``{ns}:``, layout 2 a row and a body per task under ``{ns}:v2:``,
+    layout 3 a row per task and a ``waiting`` member per pending task under ``{ns}:v3:``; this layout's
+    keys carry ``v4``, so during a side-by-side upgrade the earlier version's workers keep their tasks
+    and this version never pops or drops them."""
     client = broker.client
     old = "{" + broker.keys.namespace + "}:" + version
     legacy = layout(client, old)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.broker import ENQUEUE_CHUNK
+from conveyor.brokers.redis.codec import ROW_FIELDS, ROW_NAMES
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.errors import QueueFull
 from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskState
@@ -167,3 +168,36 @@ def test_a_claim_and_a_settle_larger_than_luas_unpack_limit_are_served_whole(bro
     (info,) = broker.queues(NOW)
     assert (info.counts["completed"], info.counts["active"], info.counts["pending"]) == (count, 0, 0)
     assert broker.get("t8999", NOW).result == "t8999"  # type: ignore[union-attr]
+
+
+def row_field(broker: RedisBroker, task_id: str, name: str) -> str:
+    """One field of a task's row as stored (see ``codec.py``)."""
+    row = cast("str", broker.client.hget(broker.keys.rows, task_id))
+    return row.split(" ", ROW_FIELDS - 1)[ROW_NAMES.index(name)]
+
+
+def test_tasks_of_one_call_wait_as_one_group_that_leaves_no_key_behind(broker: RedisBroker) -> None:
+    """A batch's plain tasks take one ``waiting`` member per call and queue (see ``lua/_lib.lua``); each
+    way out of ``pending`` counts the group down, and the last one removes it."""
+    client, keys = broker.client, broker.keys
+    waiting, groups = keys.queue("g", "waiting"), keys.queue("g", "groups")
+    n = ENQUEUE_CHUNK + 3  # two calls: two groups, though both at NOW
+    assert broker.enqueue([task(f"t{i}", "g") for i in range(n)], NOW) == [None] * n
+    assert broker.enqueue([task("one", "g")], NOW) == [None]  # a one-task call waits on its own
+    entries = cast("list[tuple[str, float]]", client.zrange(waiting, 0, -1, withscores=True))
+    assert dict(entries) == {f"g{NOW!r}": NOW, row_field(broker, "one", "m"): NOW}
+    assert client.hgetall(groups) == {f"g{NOW!r}": str(n)}  # same call time: one group
+    assert row_field(broker, "t0", "fa") == f"g{NOW!r}"  # the group, while pending
+    claimed = broker.claim(["g"], NOW, 30.0, limit=n - 3)
+    assert client.hgetall(groups) == {f"g{NOW!r}": "3"}
+    active = broker.get(claimed[0].id, NOW)
+    assert active is not None and active.finished_at is None  # fa means nothing while active
+    broker.archive(f"t{n - 1}", NOW)
+    broker.cancel(f"t{n - 2}", NOW)
+    assert client.hgetall(groups) == {f"g{NOW!r}": "1"}
+    broker.settle([Outcome(r.id, r.lease_token or "", "release") for r in claimed[:1]], NOW)  # back, alone
+    assert client.zscore(waiting, row_field(broker, claimed[0].id, "m")) == NOW
+    assert {r.id for r in broker.claim(["g"], NOW, 30.0, limit=5)} == {claimed[0].id, f"t{n - 3}", "one"}
+    assert not client.exists(groups, waiting)
+    archived = broker.get(f"t{n - 1}", NOW)
+    assert archived is not None and archived.state is TaskState.ARCHIVED

@@ -90,3 +90,42 @@ def test_oldest_pending_ignores_priority_and_admin_moves(app: Conveyor, clock: F
     assert oldest(app) == t0 + 7
     app.inspect.purge(Q, "pending")
     assert oldest(app) is None
+
+
+def test_tasks_enqueued_together_wait_from_their_call_until_the_last_one_leaves(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    """Tasks of one ``enqueue_many`` call (Redis keeps them as one group) leave ``pending`` one at a time,
+    in any order and by every way; the call's ready time counts until the last of them is gone."""
+    t0 = clock.now()
+    calls: list[tuple[tuple[int], dict[str, object]]] = [((i,), {}) for i in range(7)]
+    first = [h.id for h in app.enqueue_many("job", calls[:4], queue=Q)]
+    prioritized = app.enqueue_many("job", calls[4:6], queue=Q, priority=3)  # same call time, another kind
+    clock.advance(1)
+    single = app.enqueue("job", queue=Q).id
+    clock.advance(1)  # t0 + 2
+    assert oldest(app) == t0
+    assert {claim(app).task.id for _ in range(2)} == {h.id for h in prioritized}  # priority first
+    assert oldest(app) == t0
+    app.inspect.archive(first[3])
+    app.inspect.cancel(first[2])
+    app.inspect.delete(first[1])
+    assert oldest(app) == t0  # first[0] still waits
+    lease = claim(app)
+    assert lease.task.id == first[0]
+    assert oldest(app) == t0 + 1  # only the single task waits now
+    lease.release()  # back in pending, waiting from now on its own
+    assert oldest(app) == t0 + 1
+    assert claim(app).task.id == first[0]  # it was enqueued before the single one
+    assert claim(app).task.id == single
+    assert oldest(app) is None
+    later = [h.id for h in app.enqueue_many("job", calls, queue=Q, expires=5)]
+    clock.advance(1)  # t0 + 3
+    app.enqueue_many("job", calls[:2], queue=Q)
+    assert oldest(app) == t0 + 2
+    clock.advance(5)  # t0 + 8: the first call's tasks expire before they start
+    app.broker.reap(clock.now())
+    assert {app.get(i).state.value for i in later} == {"archived"}
+    assert oldest(app) == t0 + 3
+    app.inspect.purge(Q, "pending")
+    assert oldest(app) is None

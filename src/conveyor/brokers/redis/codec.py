@@ -12,9 +12,11 @@ requested ("1"/"0"), ``l`` ("1": ``lasterr`` holds an entry), ``ne`` ("1": the f
 ready_at, ``nr`` next_run_at, ``ar`` archive reason, ``uu`` unique_until, ``uk`` unique key ("=" + the
 key as :func:`escape_key` made it: no whitespace), then ``b``: the body, the rest of the row (it may hold
 anything, hence last). "-" stands for an absent value; numbers are as Lua formats them.
-``tk``, ``lx`` and ``c`` mean something only while the task is active and ``nr`` only while it is
-scheduled or retry: transitions out of those states leave them as they were (fewer writes on the hot
-path) and every reader ignores them in other states.
+``tk``, ``lx`` and ``c`` mean something only while the task is active, ``nr`` only while it is
+scheduled or retry and ``fa`` only once it is completed or archived: transitions out of those states
+leave them as they were (fewer writes on the hot path) and every reader ignores them in other states.
+A pending task enqueued with others in one call holds its group's ``waiting`` member in ``fa``
+("g" + ready_at; see ``lua/_lib.lua``), and a claim leaves it there.
 
 The body is what never changes, built here at enqueue (:func:`encode_body`) and never parsed by the
 scripts: name, options and payload. ``results``: the result of a task completed with one. ``lasterr``:
@@ -54,6 +56,7 @@ __all__ = [
 log = logging.getLogger("conveyor.brokers.redis")
 
 MEMBER_PREFIX = 16  # width of the zero-padded enqueue sequence in front of the id
+_FINISHED = (TaskState.COMPLETED, TaskState.ARCHIVED)
 
 
 def opt(value: str | None) -> str:
@@ -292,7 +295,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         expires_at=_float(x),
         unique_key=_key(uk),
         started_at=_float(sa),
-        finished_at=_float(fa),
+        finished_at=_float(fa) if state in _FINISHED else None,
         keep_until=_float(ku),
         last_error=last_error if _present(last_error) else None,
         archive_reason=None if reason is None else ArchiveReason(reason),

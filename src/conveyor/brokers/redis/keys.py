@@ -8,8 +8,9 @@ that check would span slots (no longer one atomic script) and every by-id call w
 round trip to an id→queue index. A namespace is therefore the unit of sharding: tenants or apps on
 one cluster get their own namespaces, which spread over the nodes.
 
-Layout (``P`` = ``{ns}:v3:``; ``v3`` is the layout's version: the per-task hashes of layout 1 lived
-under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, so an upgrade runs side by
+Layout (``P`` = ``{ns}:v4:``; ``v4`` is the layout's version: the per-task hashes of layout 1 lived
+under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, layout 3 kept a ``waiting``
+member per task under ``{ns}:v3:`` (no groups), so an upgrade runs side by
 side, each version's workers on their own keys, and nothing of the other layout is read, changed or
 deleted (keep a worker of the earlier version running until its queues are drained); a task's *member*
 is ``%016d(seq) + id``: equal scores order by member, i.e. by enqueue sequence, which gives the exact
@@ -20,7 +21,9 @@ tie-break of the contract without packing two numbers into one double)::
     P lasterr                hash    id → last error, while the task has one
     P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
     P q:<queue>:pending      zset    member by ready_key (the claim order)
-    P q:<queue>:waiting      zset    member by ready_at (oldest pending)
+    P q:<queue>:waiting      zset    member by ready_at (oldest pending); tasks that one call enqueued
+                                     together wait as one member, "g" + ready_at (see ``lua/_lib.lua``)
+    P q:<queue>:groups       hash    "g" + ready_at → how many of the group's tasks are pending
     P q:<queue>:scheduled    zset    member by next_run_at (likewise retry)
     P q:<queue>:active       zset    member by started_at
     P q:<queue>:completed    zset    member by finished_at (likewise archived)
@@ -46,7 +49,7 @@ from conveyor.errors import ConfigurationError
 __all__ = ["LAYOUT", "NAMESPACE_RE", "Keys"]
 
 #: The storage layout's version, part of every key (see above).
-LAYOUT = "v3"
+LAYOUT = "v4"
 
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -63,7 +66,7 @@ class Keys:
 
     @property
     def prefix(self) -> str:
-        """``{ns}:v3:``: the start of every key, hash tag and layout version included."""
+        """``{ns}:v4:``: the start of every key, hash tag and layout version included."""
         return "{" + self.namespace + "}:" + LAYOUT + ":"
 
     def errors(self, task_id: str) -> str:

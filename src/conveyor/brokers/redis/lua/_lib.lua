@@ -3,7 +3,7 @@
 -- loaded once per server: the helpers below are built at load time, not on every call.
 --
 -- KEYS[1] (the same for every operation: keys.Keys.due): the namespace's `due` zset. It is the one key
--- declared, for routing: every other key is built from its prefix "{ns}:v3:" (hash tag: one slot),
+-- declared, for routing: every other key is built from its prefix "{ns}:v4:" (hash tag: one slot),
 -- with the names keys.py gives them (a test checks they match). Declaring them all cost every call
 -- ~0.2 us of server time per argument (measured: a no-op FCALL with 29 arguments makes 0.79x the round
 -- trips of PING from Python, with 12 arguments 0.85x). The shared keys (see keys.py for their types):
@@ -46,7 +46,7 @@ local NAMES = {}
 local function names(due)
   local n = NAMES[due]
   if not n then
-    local p = string.sub(due, 1, -4) -- "{ns}:v3:due" -> "{ns}:v3:"
+    local p = string.sub(due, 1, -4) -- "{ns}:v4:due" -> "{ns}:v4:"
     n = {p, p .. 'leases', p .. 'expiring', p .. 'seq', p .. 'queues', p .. 'uniq', p .. 'events', p .. 'wake',
       p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr'}
     NAMES[due] = n
@@ -180,6 +180,15 @@ end
 -- The body in the row, not in a hash of its own (layout 2), saves one command per one-task enqueue
 -- and per claim: server instructions per one-task enqueue -14%, per batch-enqueued task -11%, per
 -- claimed task -4% (callgrind); every rewrite of a row copies the body (a settled task +2%).
+-- A pending task waits in its queue's `waiting` zset (by ready_at: the oldest pending task) under its
+-- member, or, stored by a call that enqueued several plain tasks, under its call's group: one member
+-- "g" .. ready_at for all of them (their ready_at is the call's now), with their count in the
+-- queue's `groups` hash; row field fa holds that member while the task is pending (fa means
+-- something else only once finished; parse() sets t.g). A group leaves `waiting` when its count
+-- reaches 0 (ungroup()); a grouped task leaving `pending` any way leaves its group for good
+-- (unindex(): t.g = nil, so its row is saved without it: a claim leaves it in the active row, where
+-- nothing reads it), and waits under its own member if it comes back. One
+-- entry per call instead of one per task: server instructions per batch-enqueued task -16%.
 -- Field order, hottest first (claim.lua and settle.lua match the head of a row directly):
 --   1 s  2 m  3 q  4 x  5 a  6 c  7 l  8 ne  9 tk  10 lx  11 sa  12 fa  13 ku  14 r  15 st  16 pr
 --   17 ea  18 fd  19 ra  20 nr  21 ar  22 uu  23 uk ("=" .. the unique key as the client escaped it:
@@ -197,6 +206,7 @@ local function parse(id, row)
     string.match(row, ROW)
   if not s then return nil end
   return {id = id, s = s, m = m, q = q, x = num(x), a = num(a) or 0, c = c, l = l == '1', ne = ne == '1',
+    g = s == 'pending' and string.byte(fa) == 103 and fa or nil, -- "g...": its group in `waiting`
     tk = str(tk), lx = num(lx), sa = num(sa), fa = num(fa), ku = num(ku), r = num(r) or 0, st = num(st) or 0,
     pr = num(pr) or 0, ea = num(ea) or NOW, fd = num(fd) or NOW, ra = num(ra) or NOW, nr = num(nr), ar = str(ar),
     uu = num(uu), uk = opt(str(uk)), b = b}
@@ -211,8 +221,8 @@ end
 
 local function pack(t)
   return table.concat({t.s, t.m, t.q, rn(t.x), f(t.a), t.c == '1' and '1' or '0', t.l and '1' or '0',
-    t.ne and '1' or '0', t.tk or '-', rn(t.lx), rn(t.sa), rn(t.fa), rn(t.ku), f(t.r), f(t.st), f(t.pr), rn(t.ea),
-    rn(t.fd), rn(t.ra), rn(t.nr), t.ar or '-', rn(t.uu), t.uk and '=' .. t.uk or '-', t.b}, ' ')
+    t.ne and '1' or '0', t.tk or '-', rn(t.lx), rn(t.sa), t.g or rn(t.fa), rn(t.ku), f(t.r), f(t.st), f(t.pr),
+    rn(t.ea), rn(t.fd), rn(t.ra), rn(t.nr), t.ar or '-', rn(t.uu), t.uk and '=' .. t.uk or '-', t.b}, ' ')
 end
 
 local function load(id) return parse(id, redis.call('HGET', ROWS, id)) end
@@ -220,11 +230,25 @@ local function save(t) redis.call('HSET', ROWS, t.id, pack(t)) end
 
 local function visible(t) return t ~= nil and (t.ku == nil or NOW < t.ku) end
 
+-- n grouped tasks of queue q left `pending`: group g (its `waiting` member) counts n fewer
+local function ungroup(q, g, n)
+  local groups = qkey(q, 'groups')
+  if redis.call('HINCRBY', groups, g, -n) <= 0 then
+    redis.call('HDEL', groups, g)
+    zop('ZREM', qkey(q, 'waiting'), g)
+  end
+end
+
 local function unindex(t)
   local q, m, s = t.q, t.m, t.s
   if s == 'pending' then
     zop('ZREM', qkey(q, 'pending'), m)
-    zop('ZREM', qkey(q, 'waiting'), m)
+    if t.g then -- waiting in its enqueue call's group: out of it for good
+      ungroup(q, t.g, 1)
+      t.g = nil
+    else
+      zop('ZREM', qkey(q, 'waiting'), m)
+    end
     zop('ZREM', EXPIRING, m)
   elseif s == 'scheduled' or s == 'retry' then
     zop('ZREM', qkey(q, s), m)

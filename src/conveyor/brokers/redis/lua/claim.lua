@@ -20,6 +20,7 @@ local HEAD = '^(%S+) (%S+) (%S+) (%S+) (%S+) %S+ (%S+) (%S+) %S+ %S+ %S+ (.*)$'
 -- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at: x a c l ne
 -- tk lx sa = "- 0 0 0 0 - - - " (compared as one string: matching HEAD costs ~40 ns a field)
 local FRESH = '- 0 0 0 0 - - - '
+local G = 103 -- string.byte('g'): a pending row's fa starting with it holds its group (see _lib.lua)
 local POP = 1000
 
 -- each call:
@@ -48,7 +49,7 @@ while A(i) and claimed < limit do
       for j = 1, #popped / 2 do ids[j] = idof(popped[2 * j - 1]) end
       local rows = redis.call('HMGET', ROWS, unpack(ids))
       -- the batch's writes, sent after it as one command per key
-      local writes, gone, started, leased, unexpiring = {}, {}, {}, {}, {}
+      local writes, gone, started, leased, unexpiring, ungrouped = {}, {}, {}, {}, {}, {}
       local nw, ng, ns = 0, 0, 0
       for j, id in ipairs(ids) do
         local m, row = popped[2 * j - 1], rows[j]
@@ -76,8 +77,13 @@ while A(i) and claimed < limit do
           writes[nw + 2] = 'active ' .. m .. ' ' .. q_ .. ' ' .. x .. ' ' .. attempts .. ' 0 ' .. l .. ' ' .. ne .. ' '
             .. base .. '-' .. claimed .. ' ' .. lxs .. ' ' .. NOWS .. ' ' .. rest
           nw = nw + 2
-          ng = ng + 1
-          gone[ng] = m
+          if string.byte(rest) == G then -- it leaves its enqueue call's group, counted below
+            local g = string.sub(rest, 1, string.find(rest, ' ', 1, true) - 1)
+            ungrouped[g] = (ungrouped[g] or 0) + 1
+          else
+            ng = ng + 1
+            gone[ng] = m
+          end
           if xn then unexpiring[#unexpiring + 1] = m end
           started[ns + 1], started[ns + 2] = NOWS, m
           leased[ns + 1], leased[ns + 2] = lxs, m
@@ -92,6 +98,7 @@ while A(i) and claimed < limit do
       end
       if nw > 0 then redis.call('HSET', ROWS, unpack(writes)) end
       call_all('ZREM', kwaiting, gone, ng)
+      for g, count in pairs(ungrouped) do ungroup(q, g, count) end
       call_all('ZADD', kactive, started, ns)
       call_all('ZADD', LEASES, leased, ns)
       call_all('ZREM', EXPIRING, unexpiring, #unexpiring)

@@ -85,11 +85,14 @@ end
 -- (measured with callgrind: a batch task cost ~39k instructions of Lua, most of it this generality).
 -- Its row is the one store() makes, its tail the same for every plain task of a priority in a call,
 -- and so is its pending score (aging: ready_at - priority * aging, ready_at = now): plain_kind()
--- builds both once per priority.
-local function plain_kind(q, prt)
+-- builds both once per priority. Several in one call wait in the call's group (grouped: see
+-- _lib.lua), its member in row field fa, the tail's 8th field.
+local function plain_kind(q, prt, grouped)
   local pr = tonumber(prt) or 0
   local ag = settings(q).ag
-  return {row_tail(pr, '-'), (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
+  local tail = row_tail(pr, '-')
+  if grouped then tail = string.sub(tail, 1, 15) .. 'g' .. NOWS .. string.sub(tail, 17) end
+  return {tail, (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
 end
 
 -- each call:
@@ -162,9 +165,10 @@ DEFER = true -- no sorted set is read below
 local seq = new > 0 and redis.call('INCRBY', SEQ, new) - new or 0
 for q, _ in pairs(adding) do register(q) end
 local rows = {}
--- plain tasks' sorted-set writes, one command per key: per queue its `waiting` pairs, and per queue
--- and priority (a kind) its `pending` pairs (kind[3] the key, kind[4] the pairs, kind[5] their count)
-local kinds, waiting, expiring, nx = {}, {}, {}, 0
+-- plain tasks' writes, one command per key: per queue the count of its tasks in this call's group
+-- (they wait as one `waiting` member), and per queue and priority (a kind) its `pending` pairs
+-- (kind[3] the key, kind[4] the pairs, kind[5] their count)
+local kinds, grouped, expiring, nx = {}, {}, {}, 0
 for i = 1, n do
   if results[i] == '' then
     seq = seq + 1
@@ -176,22 +180,21 @@ for i = 1, n do
       local byp = kinds[q]
       if not byp then
         byp = {}
-        kinds[q], waiting[q] = byp, {}
+        kinds[q], grouped[q] = byp, 0
       end
       local prt = V[b + 3]
       local kind = byp[prt]
       if not kind then
-        kind = plain_kind(q, prt)
+        kind = plain_kind(q, prt, true)
         kind[3], kind[4], kind[5] = qkey(q, 'pending'), {}, 0
         byp[prt] = kind
       end
       local m, x = member(seq, id), num(V[b + 5])
       local r = #rows
       rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, kind[1], V[b + 2])
-      local c, w = kind[5], waiting[q]
+      local c = kind[5]
       kind[4][c + 1], kind[4][c + 2], kind[5] = kind[2], m, c + 2
-      c = #w
-      w[c + 1], w[c + 2] = NOWS, m
+      grouped[q] = grouped[q] + 1
       if x then
         expiring[nx + 1], expiring[nx + 2], nx = f(x), m, nx + 2
       end
@@ -201,9 +204,12 @@ for i = 1, n do
   end
 end
 if #rows > 0 then redis.call('HSET', ROWS, unpack(rows)) end
+flush_z() -- store()'s sorted-set writes first: none may undo the group's below
+local group = 'g' .. NOWS
 for q, byp in pairs(kinds) do
   for _, kind in pairs(byp) do call_all('ZADD', kind[3], kind[4], kind[5]) end
-  call_all('ZADD', qkey(q, 'waiting'), waiting[q], #waiting[q])
+  redis.call('HINCRBY', qkey(q, 'groups'), group, grouped[q])
+  redis.call('ZADD', qkey(q, 'waiting'), NOWS, group)
 end
 call_all('ZADD', EXPIRING, expiring, nx)
 -- one string, not a table of n (converting a table reply costs the server per element)
