@@ -9,10 +9,10 @@ round trip to an id→queue index. A namespace is therefore the unit of sharding
 one cluster get their own namespaces, which spread over the nodes.
 
 Layout (``P`` = ``{ns}:v4:``; ``v4`` is the layout's version: the per-task hashes of layout 1 lived
-under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, layout 3 kept a ``waiting``
-member per task under ``{ns}:v3:`` (no groups), so an upgrade runs side by
-side, each version's workers on their own keys, and nothing of the other layout is read, changed or
-deleted (keep a worker of the earlier version running until its queues are drained); a task's *member*
+under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, layout 3 a ``waiting`` member
+per pending task (no groups) under ``{ns}:v3:``, so an upgrade runs side by side, each version's
+workers on their own keys, and nothing of the other layout is read, changed or deleted (keep a
+worker of the earlier version running until its queues are drained); a task's *member*
 is ``%016d(seq) + id``: equal scores order by member, i.e. by enqueue sequence, which gives the exact
 tie-break of the contract without packing two numbers into one double)::
 
