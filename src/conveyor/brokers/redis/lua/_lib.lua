@@ -198,6 +198,8 @@ local ROW = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) 
   .. '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$'
 
 local function str(s) if s == '-' then return nil end return s end
+-- string.byte('g'): a pending row whose fa starts with it waits in that group (see above)
+local GROUPED = 103
 
 -- a task from its row, or nil if the row is missing or unusable
 local function parse(id, row)
@@ -206,7 +208,7 @@ local function parse(id, row)
     string.match(row, ROW)
   if not s then return nil end
   return {id = id, s = s, m = m, q = q, x = num(x), a = num(a) or 0, c = c, l = l == '1', ne = ne == '1',
-    g = s == 'pending' and string.byte(fa) == 103 and fa or nil, -- "g...": its group in `waiting`
+    g = s == 'pending' and string.byte(fa) == GROUPED and fa or nil, -- its group in `waiting`
     tk = str(tk), lx = num(lx), sa = num(sa), fa = num(fa), ku = num(ku), r = num(r) or 0, st = num(st) or 0,
     pr = num(pr) or 0, ea = num(ea) or NOW, fd = num(fd) or NOW, ra = num(ra) or NOW, nr = num(nr), ar = str(ar),
     uu = num(uu), uk = opt(str(uk)), b = b}

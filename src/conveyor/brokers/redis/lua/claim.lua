@@ -20,7 +20,6 @@ local HEAD = '^(%S+) (%S+) (%S+) (%S+) (%S+) %S+ (%S+) (%S+) %S+ %S+ %S+ (.*)$'
 -- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at: x a c l ne
 -- tk lx sa = "- 0 0 0 0 - - - " (compared as one string: matching HEAD costs ~40 ns a field)
 local FRESH = '- 0 0 0 0 - - - '
-local G = 103 -- string.byte('g'): a pending row's fa starting with it holds its group (see _lib.lua)
 local POP = 1000
 
 -- each call:
@@ -77,7 +76,7 @@ while A(i) and claimed < limit do
           writes[nw + 2] = 'active ' .. m .. ' ' .. q_ .. ' ' .. x .. ' ' .. attempts .. ' 0 ' .. l .. ' ' .. ne .. ' '
             .. base .. '-' .. claimed .. ' ' .. lxs .. ' ' .. NOWS .. ' ' .. rest
           nw = nw + 2
-          if string.byte(rest) == G then -- it leaves its enqueue call's group, counted below
+          if string.byte(rest) == GROUPED then -- fa holds its enqueue call's group: counted down below
             local g = string.sub(rest, 1, string.find(rest, ' ', 1, true) - 1)
             ungrouped[g] = (ungrouped[g] or 0) + 1
           else

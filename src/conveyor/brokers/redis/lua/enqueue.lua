@@ -50,11 +50,13 @@ end
 local function member(seq, id) return string.format('%016d', seq) .. id end
 
 -- A new task's row, as pack() would make it (its counters are 0 and it has no lease yet): its head,
--- then the tail row_tail() makes (priority, next run "-" or formatted, unique_until, unique key), then
--- its body. Numbers are formatted here, not copied: a row's fields must not hold spaces.
-local function row_tail(pr, nr, uu, uk)
-  return ' 0 0 0 0 - - - - - 0 0 ' .. (pr == 0 and '0' or f(pr)) .. ' ' .. NOWS .. ' ' .. (nr == '-' and NOWS or nr)
-    .. ' ' .. NOWS .. ' ' .. nr .. ' - ' .. (uu and f(uu) or '-') .. ' ' .. (uk and '=' .. uk or '-') .. ' '
+-- then the tail row_tail() makes (fa: "-" or the task's group, priority, next run "-" or formatted,
+-- unique_until, unique key), then its body. Numbers are formatted here, not copied: a row's fields must
+-- not hold spaces.
+local function row_tail(pr, nr, uu, uk, fa)
+  return ' 0 0 0 0 - - - ' .. (fa or '-') .. ' - 0 0 ' .. (pr == 0 and '0' or f(pr)) .. ' ' .. NOWS .. ' '
+    .. (nr == '-' and NOWS or nr) .. ' ' .. NOWS .. ' ' .. nr .. ' - ' .. (uu and f(uu) or '-') .. ' '
+    .. (uk and '=' .. uk or '-') .. ' '
 end
 local function new_row(s, m, q, x, tail, body)
   return s .. ' ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. tail .. body
@@ -85,14 +87,12 @@ end
 -- (measured with callgrind: a batch task cost ~39k instructions of Lua, most of it this generality).
 -- Its row is the one store() makes, its tail the same for every plain task of a priority in a call,
 -- and so is its pending score (aging: ready_at - priority * aging, ready_at = now): plain_kind()
--- builds both once per priority. Several in one call wait in the call's group (grouped: see
--- _lib.lua), its member in row field fa, the tail's 8th field.
+-- builds both once per priority. Several in one call wait in the call's group (see _lib.lua): its
+-- member, grouped, goes in row field fa.
 local function plain_kind(q, prt, grouped)
   local pr = tonumber(prt) or 0
   local ag = settings(q).ag
-  local tail = row_tail(pr, '-')
-  if grouped then tail = string.sub(tail, 1, 15) .. 'g' .. NOWS .. string.sub(tail, 17) end
-  return {tail, (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
+  return {row_tail(pr, '-', nil, nil, grouped), (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
 end
 
 -- each call:
@@ -169,6 +169,7 @@ local rows = {}
 -- (they wait as one `waiting` member), and per queue and priority (a kind) its `pending` pairs
 -- (kind[3] the key, kind[4] the pairs, kind[5] their count)
 local kinds, grouped, expiring, nx = {}, {}, {}, 0
+local group = 'g' .. NOWS -- this call's `waiting` member for its plain tasks
 for i = 1, n do
   if results[i] == '' then
     seq = seq + 1
@@ -185,7 +186,7 @@ for i = 1, n do
       local prt = V[b + 3]
       local kind = byp[prt]
       if not kind then
-        kind = plain_kind(q, prt, true)
+        kind = plain_kind(q, prt, group)
         kind[3], kind[4], kind[5] = qkey(q, 'pending'), {}, 0
         byp[prt] = kind
       end
@@ -205,7 +206,6 @@ for i = 1, n do
 end
 if #rows > 0 then redis.call('HSET', ROWS, unpack(rows)) end
 flush_z() -- store()'s sorted-set writes first: none may undo the group's below
-local group = 'g' .. NOWS
 for q, byp in pairs(kinds) do
   for _, kind in pairs(byp) do call_all('ZADD', kind[3], kind[4], kind[5]) end
   redis.call('HINCRBY', qkey(q, 'groups'), group, grouped[q])
