@@ -31,7 +31,17 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.model import ArchiveReason, ErrorEntry, Event, NewTask, Outcome, TaskRecord, TaskState, WorkerInfo
+from conveyor.model import (
+    UNFINISHED,
+    ArchiveReason,
+    ErrorEntry,
+    Event,
+    NewTask,
+    Outcome,
+    TaskRecord,
+    TaskState,
+    WorkerInfo,
+)
 
 __all__ = [
     "CLAIM_STRIDE",
@@ -56,7 +66,6 @@ __all__ = [
 log = logging.getLogger("conveyor.brokers.redis")
 
 MEMBER_PREFIX = 16  # width of the zero-padded enqueue sequence in front of the id
-_FINISHED = (TaskState.COMPLETED, TaskState.ARCHIVED)
 
 
 def opt(value: str | None) -> str:
@@ -295,7 +304,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         expires_at=_float(x),
         unique_key=_key(uk),
         started_at=_float(sa),
-        finished_at=_float(fa) if state in _FINISHED else None,
+        finished_at=None if state in UNFINISHED else _float(fa),
         keep_until=_float(ku),
         last_error=last_error if _present(last_error) else None,
         archive_reason=None if reason is None else ArchiveReason(reason),
