@@ -8,7 +8,6 @@ import logging
 import pytest
 
 from conveyor.brokers.redis.codec import (
-    CLAIM_STRIDE,
     ROW_NAMES,
     decode_body,
     decode_claimed,
@@ -131,14 +130,13 @@ def test_a_damaged_row_is_a_value_error(text: str) -> None:
 
 def test_claimed_tasks_carry_the_claims_own_writes(caplog: pytest.LogCaptureFixture) -> None:
     body = encode_body("job", '{"x":1}', "[]")
+    extras = [3, "boom", ["2\t1700000000\tboom"]]  # position 3's last error and failures
     reply = [
-        *(row(m=MEMBER + "first", a="0", x="1700000100", uk="=" + escape_key("u 1"), b=body), False, False),
-        *("garbage", False, False),
-        *(row(m=MEMBER + "third", a="2", r="1", st="1", pr="5", tk="old", lx="1", nr="9", c="1", b=body), "boom",
-          ["2\t1700000000\tboom"]),
-    ]  # fmt: skip
-    reply = json.loads(json.dumps(reply))  # as it travels: one JSON text
-    assert len(reply) == 3 * CLAIM_STRIDE
+        row(m=MEMBER + "first", a="0", x="1700000100", uk="=" + escape_key("u 1"), b=body),
+        "garbage",
+        row(m=MEMBER + "third", a="2", r="1", st="1", pr="5", tk="old", lx="1", nr="9", c="1", b=body),
+        json.dumps(extras),
+    ]
     with caplog.at_level(logging.ERROR, "conveyor.brokers.redis"):
         first, third = decode_claimed(reply, NOW + 1, 30.0, "base")
     assert "garbage" in caplog.text
@@ -170,3 +168,17 @@ def test_claimed_tasks_carry_the_claims_own_writes(caplog: pytest.LogCaptureFixt
 
 def test_an_empty_claim_reply_is_no_tasks() -> None:
     assert decode_claimed([], NOW, 30.0, "base") == []
+
+
+def test_damaged_extras_leave_the_claimed_tasks_without_errors(caplog: pytest.LogCaptureFixture) -> None:
+    reply = [row(m=MEMBER + "first", b=encode_body("job", "{}", "[]")), "[3, not json"]
+    with caplog.at_level(logging.ERROR, "conveyor.brokers.redis"):
+        (first,) = decode_claimed(reply, NOW, 30.0, "base")
+    assert "cannot be decoded" in caplog.text
+    assert (first.id, first.last_error, first.errors, first.lease_token) == ("first", None, (), "base-1")
+
+
+def test_a_one_task_claim_reply_is_its_row_alone() -> None:
+    (first,) = decode_claimed(row(m=MEMBER + "first", b=encode_body("job", "{}", "[]")), NOW, 30.0, "base")
+    assert (first.id, first.name, first.lease_token, first.last_error) == ("first", "job", "base-1", None)
+    assert decode_claimed("", NOW, 30.0, "base") == []

@@ -187,8 +187,7 @@ class RedisBroker:
         lease_for = float(lease_for)
         args: tuple[Arg, ...] = (repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
         _, reply, ran_at = self._invoke("claim", now, args, before)
-        values = json.loads(reply)  # "{}" (an empty Lua table) when nothing was claimed
-        return decode_claimed(values or [], ran_at, lease_for, base)
+        return decode_claimed(reply, ran_at, lease_for, base)  # rows, then one string (see claim.lua)
 
     def claim_after_wait(
         self, queues: Sequence[str], clock: Clock, lease_for: float, limit: int, timeout: float

@@ -44,7 +44,6 @@ from conveyor.model import (
 )
 
 __all__ = [
-    "CLAIM_STRIDE",
     "MEMBER_PREFIX",
     "ROW_FIELDS",
     "ROW_NAMES",
@@ -214,15 +213,16 @@ def _present(value: Any) -> bool:
     return value is not None and value is not False
 
 
-#: Values per task in ``claim.lua``'s reply.
-CLAIM_STRIDE = 3
+_NO_EXTRAS = (None, None)
 
 
-def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:
-    """The tasks ``claim.lua`` leased at ``now`` (its flat reply, see its header), as now stored.
+def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:
+    """The tasks ``claim.lua`` leased at ``now`` (its reply, see its header), as now stored.
 
-    The reply holds each row as it was before the claim: the claim's own writes (state, attempts + 1,
-    started_at, lease) are known here, so the script need not build a second row for the reply.
+    The reply holds each row as it was before the claim, then one string: "" or a JSON array of
+    (position, last error, failures) for the claimed tasks that have either. The claim's own writes
+    (state, attempts + 1, started_at, lease) are known here, so the script need not build a second
+    row for the reply. A claim of one task without errors sends its row alone, an empty one "".
     A task whose values cannot be decoded (data damaged in Redis by hand) is logged and left out: its
     lease expires and the reaper archives it after ``max_stalls`` tries, so it cannot block the queue.
     Lease tokens count every task of the reply, left out or not, as the script numbered them.
@@ -230,14 +230,27 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
     with positional arguments, in TaskRecord's field order (measured: 1.47x faster than keywords
     and a helper call per field; a Redis test checks a claimed record equals ``get()``).
     """
+    if isinstance(values, str):  # "" (none), or the row of one task without errors
+        values = [values, ""] if values else []
+    if not values:
+        return []
+    extras: dict[int, tuple[Any, Any]] = {}
+    if values[-1]:
+        try:
+            found = json.loads(values[-1])
+            for start in range(0, len(found), 3):
+                position, last_error, failures = found[start : start + 3]
+                extras[int(position)] = (last_error, failures)
+        except (ValueError, TypeError):
+            log.exception("claimed tasks' last errors and failures cannot be decoded: %r", values[-1])
     records: list[TaskRecord] = []
     append = records.append
     lease_expires_at = now + lease_for
     active = TaskState.ACTIVE
-    for position, start in enumerate(range(0, len(values), CLAIM_STRIDE), 1):
-        item = values[start : start + CLAIM_STRIDE]
+    for position in range(1, len(values)):
+        row = values[position - 1]
+        last_error, failures = extras.get(position, _NO_EXTRAS)
         try:
-            row, last_error, failures = item
             (_state, m, queue, x, a, _c, _l, _ne, _tk, _lx, _sa, _fa, _ku, r, st, pr, ea, fd, _ra, _nr, _ar, _uu,
              uk, body) = row.split(" ", _LAST)  # fmt: skip
             name, options, payload = decode_body(body)
@@ -271,7 +284,7 @@ def decode_claimed(values: Sequence[Any], now: float, lease_for: float, base: st
                 )
             )
         except (ValueError, KeyError, TypeError, IndexError):
-            log.exception("skipping a claimed task whose stored values cannot be decoded: %r", item)
+            log.exception("skipping a claimed task whose stored values cannot be decoded: %r", row)
     return records
 
 
