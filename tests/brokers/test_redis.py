@@ -5,6 +5,7 @@ Everything runs against private servers this suite starts (``redis_server`` / ``
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -16,7 +17,7 @@ import redis
 
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
-from conveyor.brokers.redis.broker import _enqueue_args
+from conveyor.brokers.redis.broker import SPILL_AT, _enqueue_args
 from conveyor.brokers.redis.codec import MEMBER_PREFIX, ROW_FIELDS, ROW_NAMES, decode_body, encode_body
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
@@ -235,6 +236,42 @@ def test_tasks_sent_without_their_default_values_are_stored_with_them(broker: Re
     again = NewTask(id="e", name="job", queue="q", payload="[]", unique_key="k", unique_until=NOW + 20)
     assert broker.enqueue([again], NOW) == ["d"]  # within d's window
     assert broker.enqueue([again], NOW + 10) == [None]  # past it: d's unique_until was stored
+
+
+def test_long_values_of_a_batch_travel_beside_its_json_array() -> None:
+    short, long = task("a"), task("b", payload="[" + "1," * SPILL_AT + "1]")
+    ((count, values, *spilled),) = _enqueue_args([short, long, short])
+    assert count == 3
+    assert spilled == [encode_body("job", "{}", long.payload)]  # only the long body, once
+    assert json.loads(str(values))[8 + 2] == 1  # in its place: its number among the spilled values
+
+
+@pytest.mark.parametrize("length", [SPILL_AT - 1, SPILL_AT, 5000])
+def test_long_bodies_results_and_errors_of_a_batch_are_stored_whole(broker: RedisBroker, length: int) -> None:
+    def text(tag: str) -> str:  # non-ASCII, newlines, quotes and a NUL: nothing of it may be lost or cut
+        return (tag + ' "é€\n\u0000 ' * length)[:length]
+
+    tasks = [task(f"t{i}", payload=text(f"p{i}")) for i in range(4)]
+    assert broker.enqueue(tasks, NOW) == [None] * 4
+    claimed = broker.claim(["q"], NOW, 30.0, limit=4)
+    assert [(r.id, r.payload) for r in claimed] == [(t.id, t.payload) for t in tasks]
+    complete, retry, archive, plain = claimed
+    outcomes = [
+        Outcome(complete.id, complete.lease_token or "", "complete", result=text("r")),
+        Outcome(retry.id, retry.lease_token or "", "retry", error=text("e1"), run_at=NOW + 5),
+        Outcome(archive.id, archive.lease_token or "", "archive", error=text("e2"), reason="failed"),
+        Outcome(plain.id, plain.lease_token or "", "complete", result="1"),
+    ]
+    assert broker.settle(outcomes, NOW) == [True] * 4
+    stored = {t.id: broker.get(t.id, NOW) for t in tasks}
+    done, retried, archived, small = (stored[t.id] for t in tasks)
+    assert done is not None and (done.state, done.result, done.payload) == ("completed", text("r"), tasks[0].payload)
+    assert retried is not None and (retried.state, retried.last_error) == ("retry", text("e1"))
+    assert archived is not None and (archived.state, archived.last_error) == ("archived", text("e2"))
+    assert small is not None and small.result == "1"
+    (again,) = broker.claim(["q"], NOW + 5, 30.0, limit=4)  # the retry, with its error from the claim
+    assert (again.id, again.last_error, again.payload) == ("t1", text("e1"), tasks[1].payload)
+    assert [e.error for e in again.errors] == [text("e1")]
 
 
 def test_the_library_is_loaded_once_and_again_after_function_flush(own_server: RedisServer) -> None:
