@@ -23,7 +23,7 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
-from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState
+from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState
 from conveyor.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -259,7 +259,7 @@ def test_long_bodies_results_and_errors_of_a_batch_are_stored_whole(broker: Redi
     outcomes = [
         Outcome(complete.id, complete.lease_token or "", "complete", result=text("r")),
         Outcome(retry.id, retry.lease_token or "", "retry", error=text("e1"), run_at=NOW + 5),
-        Outcome(archive.id, archive.lease_token or "", "archive", error=text("e2"), reason="failed"),
+        Outcome(archive.id, archive.lease_token or "", "archive", error=text("e2"), reason=ArchiveReason.FAILED),
         Outcome(plain.id, plain.lease_token or "", "complete", result="1"),
     ]
     assert broker.settle(outcomes, NOW) == [True] * 4
