@@ -18,7 +18,14 @@ import redis
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.broker import SPILL_AT, _enqueue_args
-from conveyor.brokers.redis.codec import MEMBER_PREFIX, ROW_FIELDS, ROW_NAMES, decode_body, encode_body
+from conveyor.brokers.redis.codec import (
+    MEMBER_PREFIX,
+    ROW_FIELDS,
+    ROW_NAMES,
+    decode_body,
+    encode_body,
+    encode_task,
+)
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
@@ -240,10 +247,11 @@ def test_tasks_sent_without_their_default_values_are_stored_with_them(broker: Re
 
 def test_long_values_of_a_batch_travel_beside_its_json_array() -> None:
     short, long = task("a"), task("b", payload="[" + "1," * SPILL_AT + "1]")
-    ((count, values, *spilled),) = _enqueue_args([short, long, short])
+    ((count, values, places, *spilled),) = _enqueue_args([short, long, short])
     assert count == 3
-    assert spilled == [encode_body("job", "{}", long.payload)]  # only the long body, once
-    assert json.loads(str(values))[8 + 2] == 1  # in its place: its number among the spilled values
+    assert (places, spilled) == ("11", [encode_body("job", "{}", long.payload)])  # 2nd task's body: 8 + 3
+    assert json.loads(str(values))[8 + 2] == ""  # taken out of the array
+    assert list(_enqueue_args([short, short])) == [(2, json.dumps([*encode_task(short)] * 2, separators=(",", ":")))]
 
 
 @pytest.mark.parametrize("length", [SPILL_AT - 1, SPILL_AT, 5000])

@@ -210,15 +210,11 @@ class RedisBroker:
         applied: list[bool] = []
         for start in range(0, len(outcomes), SETTLE_CHUNK):
             chunk = outcomes[start : start + SETTLE_CHUNK]
-            values: list[str | int] = []
-            spilled: list[str] = []
+            values: list[str] = []
             for outcome in chunk:
-                fields = encode_outcome(outcome)
-                if len(fields[3]) >= SPILL_AT or len(fields[4]) >= SPILL_AT:  # the result, the error
-                    values.extend(_spill(fields, (3, 4), spilled))
-                else:
-                    values.extend(fields)
-            reply = self._call("settle", now, *_batch_args(len(chunk), values, spilled))  # "1"/"0" per outcome
+                values.extend(encode_outcome(outcome))
+            args = _batch_args(len(chunk), values, (3, 4))  # long results and errors apart
+            reply = self._call("settle", now, *args)  # "1"/"0" per outcome
             applied.extend(flag == "1" for flag in reply)
         return applied
 
@@ -413,27 +409,29 @@ class RedisBroker:
 _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 #: A value of a batch call at least this long (a body, a result, an error) travels as an argument of
-#: its own, its number in the JSON array instead (see ``batch_values()`` in ``lua/_lib.lua``): cjson
-#: reads ~26 server instructions a byte, an argument costs ~2k whatever its length. Measured per task
-#: of a 500-task batch enqueue (callgrind): at 1 KB of payload 56.4k instructions in the JSON, 33.6k
-#: apart, at 4 KB 129k and 41.5k; at 100 bytes 32.6k in the JSON, 33.5k apart.
-SPILL_AT = 128
+#: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_lib.lua``): cjson reads ~27
+#: server instructions a byte, a separate argument ~7 a byte plus ~3.5k (callgrind, Valkey 9, per task
+#: of a 500-task enqueue: both ~35k at a ~235-byte payload; at 1 KB 56.5k in the array, 41.9k apart).
+SPILL_AT = 256
+#: Values per task (``encode_task``) and per outcome (``encode_outcome``) in a batch call's array.
+_FIELDS = 8
 
 
-def _batch_args(count: int, values: list[str | int], spilled: list[str]) -> tuple[Arg, ...]:
-    """A batch call's arguments: ``count``, the JSON array, then the values spilled out of it."""
-    return (count, _json_array(values), *spilled)
-
-
-def _spill(fields: Sequence[str], places: Sequence[int], spilled: list[str]) -> list[str | int]:
-    """``fields`` with each value at ``places`` that is :data:`SPILL_AT` or longer moved to ``spilled``."""
-    values: list[str | int] = list(fields)
-    for at in places:
-        value = fields[at]
-        if len(value) >= SPILL_AT:
-            spilled.append(value)
-            values[at] = len(spilled)  # it is A(2 + k) in the script
-    return values
+def _batch_args(count: int, values: list[str], places: Sequence[int]) -> tuple[Arg, ...]:
+    """A batch call's arguments: ``count`` and the JSON array of ``values`` (``_FIELDS`` per item), the
+    long values at ``places`` (indexes within an item) taken out of it and sent after it."""
+    where: list[str] = []
+    spilled: list[str] = []
+    for place in places:
+        for index in range(place, len(values), _FIELDS):
+            value = values[index]
+            if len(value) >= SPILL_AT:
+                where.append(str(index + 1))  # its place in the script's (1-based) array
+                spilled.append(value)
+                values[index] = ""
+    if not spilled:
+        return (count, _json_array(values))
+    return (count, _json_array(values), " ".join(where), *spilled)
 
 
 def _one_task_args(task: NewTask) -> tuple[Arg, ...]:
@@ -448,9 +446,7 @@ def _enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
         if len(chunk) == 1:  # a last chunk of one
             yield _one_task_args(chunk[0])
             continue
-        values: list[str | int] = []
-        spilled: list[str] = []
+        values: list[str] = []
         for task in chunk:
-            fields = encode_task(task)
-            values.extend(_spill(fields, (2,), spilled) if len(fields[2]) >= SPILL_AT else fields)  # the body
-        yield _batch_args(len(chunk), values, spilled)
+            values.extend(encode_task(task))
+        yield _batch_args(len(chunk), values, (2,))  # long bodies apart

@@ -128,15 +128,18 @@ local function retention() return policy(2) end
 local function max_stalls() return policy(3) end
 local function num(s) if s == nil or s == false or s == '' then return nil end return tonumber(s) end
 local function opt(s) if s == nil or s == '' then return nil end return string.sub(s, 2) end
--- The values of a batch call (enqueue, settle) travel as one JSON array in A(2); a long one (a body,
--- a result, an error) instead as an argument of its own, A(3) onwards, its place in the array holding
--- its number k (it is A(2 + k)): cjson reads a value byte by byte (~26 instructions a byte), an
--- argument is copied whatever its length (~2k instructions). The array with every value in place.
+-- The values of a batch call (enqueue, settle) travel as one JSON array in A(2); long ones (a body, a
+-- result, an error) instead as arguments of their own: A(3) lists their places in the array
+-- (space-separated), A(4) onwards are the values, in that order, and the array holds "" there.
+-- cjson reads a value byte by byte (~27 instructions a byte); an argument is copied whatever its
+-- length. The array with every value in place.
 local function batch_values()
   local V = cjson.decode(A(2))
   if A(3) then
-    for i, v in ipairs(V) do
-      if type(v) == 'number' then V[i] = A(2 + v) end
+    local k = 4
+    for place in string.gmatch(A(3), '%d+') do
+      V[tonumber(place)] = A(k)
+      k = k + 1
     end
   end
   return V

@@ -7,9 +7,9 @@
 --          before this claim, then one string: "" or, when a claimed task has a last error or
 --          failures, a JSON array of 3 values per such task: its position in the claim (1-based), its
 --          last error, its failures (an array of "attempt\tat\terror"); false stands for an absent
---          value. An empty array when nothing was claimed. Rows go as elements of the array, not as
---          JSON: the server copies an element as it is (~1k instructions), while cjson.encode reads
---          every byte to escape it (~6k instructions for a small row, ~28k for a 1 KB payload).
+--          value. Rows go as elements of the array, not as JSON: the server copies an element as it
+--          is (~1k instructions), while cjson.encode reads every byte to escape it (~6k instructions
+--          for a small row, ~28k for a 1 KB payload).
 --          Nothing claimed: "". One task with neither: its row alone (a string reply costs less).
 --          The caller knows the claim's own writes (s = active, a + 1, sa = now, lx = now + lease_for,
 --          tk = "<base>-<position>", c = 0), which keeps the reply short.

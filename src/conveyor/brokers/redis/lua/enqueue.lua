@@ -3,8 +3,8 @@
 -- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
---       n > 1 as one JSON array in A(2) (cjson decodes it far faster than Redis builds 8n ARGV; a long
---       body as an argument of its own, A(3) onwards: batch_values() in _lib.lua), for
+--       n > 1 as one JSON array in A(2) (cjson decodes it far faster than Redis builds 8n ARGV; long
+--       bodies as arguments of their own, A(3) onwards: batch_values() in _lib.lua), for
 --       n = 1 as they are in A(2)..A(9) (no JSON to make or to decode for the most common call), where
 --       the caller leaves out the trailing ones at their defaults (priority "0", then ""): each
 --       argument costs a one-task call ~0.2 us of server time.

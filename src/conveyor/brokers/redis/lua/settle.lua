@@ -2,7 +2,8 @@
 -- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 8 strings, per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
---       keep_for; a long result or error as an argument of its own, A(3) onwards (batch_values()).
+--       keep_for; long results and errors as arguments of their own, A(3) onwards
+--       (batch_values() in _lib.lua).
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
 --          holds it; also a second outcome for a task in the same call: the first one ended its lease).
 -- Costs: one HMGET of all the rows for the fences; `complete` then rewrites the row's head and the
