@@ -411,7 +411,8 @@ _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 #: A value of a batch call at least this long (a body, a result, an error) travels as an argument of
 #: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_lib.lua``): cjson reads ~27
 #: server instructions a byte, a separate argument ~7 a byte plus ~3.5k (callgrind, Valkey 9, per task
-#: of a 500-task enqueue: both ~35k at a ~235-byte payload; at 1 KB 56.5k in the array, 41.9k apart).
+#: of a 500-task enqueue: at a 200-byte payload 34.7k in the array, 36.1k apart; at 1 KB 56.5k and
+#: 41.9k; interpolated, they cross near 235 bytes).
 SPILL_AT = 256
 #: Values per task (``encode_task``) and per outcome (``encode_outcome``) in a batch call's array.
 _FIELDS = 8
