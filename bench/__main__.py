@@ -113,11 +113,10 @@ def main(argv: list[str]) -> int:
         suite = Suite(server, plan, log_dir, say)
         say("floors")
         suite.figures += measure_floors(server, 300 if args.smoke else 10_000, reps)
-        say("conveyor")
-        suite.conveyor(new_sqlite_dir())
-        if python is not None:
-            say("peers")
-            suite.peers(python)
+        sqlite_dir = new_sqlite_dir()
+        for number in range(reps):  # interleaved: see Suite.run_pass
+            say(f"pass {number + 1} of {reps}")
+            suite.run_pass(sqlite_dir, python)
     meta["duration_s"] = round(time.time() - started)
     results = ROOT / "bench" / "results" / ("smoke.json" if args.smoke else "results.json")
     if args.out:

@@ -168,6 +168,10 @@ _METHOD = """## Method
 - One private server (`bench/server.py`) on a free 127.0.0.1 port, persistence off, pinned with `taskset`
   to one core; the harness and every producer and worker it starts are pinned to the other core. A round
   trip costs far less when client and server share a core, which reorders libraries, so this is fixed.
+- Repetitions are interleaved: the run makes one pass over every library per repetition (Conveyor's
+  backends, then each peer), and a figure is the median of its passes. This shared machine's speed drifts
+  over a run of ~45 minutes; running one library's repetitions after another's compared them at
+  different speeds. Worker RSS is read once, in the first pass.
 - Each peer runs in its own subprocesses from `bench/.venv-peers`, given the server URL: one producer
   process, one worker process (the library's own worker; Dramatiq's `Worker` in one process, taskiq's
   `--workers 1`, Celery's pool children count as that worker). The store is flushed between runs.

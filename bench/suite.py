@@ -1,10 +1,11 @@
 """Runs every workload on Conveyor and on the peers, collecting :class:`Figure` s.
 
-Sizes: ``n`` no-op tasks for enqueue and drain (times each peer's ``scale``), ``n // 4`` for the
-mixed and I/O workloads, a paced 200 tasks/s for latency, ``Plan.rss_tasks`` for the worker RSS
-figure (``min(100_000, 5 n)``; smoke: the drain's own N). Each figure is the median of ``reps``
-runs; a figure that cannot be measured carries a note saying why instead of a value, and the run
-goes on.
+Each figure is the median of ``reps`` runs, made in ``reps`` passes over every library (one run of
+each workload per pass), not one library's runs after another's. Sizes: ``n`` no-op tasks for enqueue
+and drain (times each peer's ``scale``), ``n // 4`` for the mixed and I/O workloads, a paced 200
+tasks/s for latency, ``Plan.rss_tasks`` for the worker RSS figure (``min(100_000, 5 n)``; smoke: the
+drain's own N; read once per run). A figure that cannot be measured carries a note saying why
+instead of a value, and the run goes on.
 """
 
 from __future__ import annotations
@@ -61,23 +62,43 @@ class Suite:
         self.log_dir = log_dir
         self.say = say
         self.figures: list[Figure] = []
+        self._by_key: dict[tuple[str, str, str], Figure] = {}
         self.settings: dict[str, dict[str, str]] = {}
         self.started = time.monotonic()
+
+    def fig(self, library: str, variant: str, workload: str) -> Figure:
+        """The figure of ``workload`` for ``library`` (``variant``): made on first use, then the same one,
+        so each pass of the run (see :meth:`run_pass`) adds its value to it."""
+        key = (library, variant, workload)
+        figure = self._by_key.get(key)
+        if figure is None:
+            figure = self._by_key[key] = _fig(library, variant, workload)
+            self.figures.append(figure)
+        return figure
+
+    def run_pass(self, sqlite_dir: Path, python: Path | None) -> None:
+        """One repetition of every workload of every library: Conveyor, then the peers. A run makes
+        ``Plan.reps`` passes, so each library's repetitions are spread over the whole run and a slow
+        phase of this shared machine weighs on every library alike (run one library's repetitions
+        after another's and a 45-minute run compares them at different speeds)."""
+        self.say("conveyor")
+        self.conveyor(sqlite_dir)
+        if python is not None:
+            self.say("peers")
+            self.peers(python)
 
     def over_time(self) -> bool:
         return time.monotonic() - self.started > self.plan.time_cap
 
-    def _repeat(self, figures: list[Figure], reps: int, once: Callable[[], None]) -> None:
-        """Run ``once`` reps times; on error, note it on the figures that got no value."""
-        for _ in range(reps):
-            try:
-                once()
-            except Exception as exc:
-                for figure in figures:
-                    if not figure.runs:
-                        figure.note = f"failed: {str(exc)[:160]}"
-                self.say(f"    ! {figures[0].library} {figures[0].workload}: {exc}")
-                return
+    def _once(self, figures: list[Figure], once: Callable[[], None]) -> None:
+        """Run ``once`` (this pass's repetition); on error, note it on the figures that got no value."""
+        try:
+            once()
+        except Exception as exc:
+            for figure in figures:
+                if not figure.runs:
+                    figure.note = f"failed: {str(exc)[:160]}"
+            self.say(f"    ! {figures[0].library} {figures[0].workload}: {exc}")
 
     # -- Conveyor ------------------------------------------------------------------------------------
 
@@ -100,8 +121,8 @@ class Suite:
 
     def _conveyor_backend(self, label: str, backend: str, url: str) -> None:
         plan = self.plan
-        single, bulk = _fig(label, "default", "enqueue_single"), _fig(label, "default", "enqueue_bulk")
-        server_bytes = _fig(label, "default", "server_bytes")
+        single, bulk = self.fig(label, "default", "enqueue_single"), self.fig(label, "default", "enqueue_bulk")
+        server_bytes = self.fig(label, "default", "server_bytes") if backend == "redis" else None
 
         def enqueue() -> None:
             self.server.flush()
@@ -109,11 +130,10 @@ class Suite:
             result = self._inproc(url, "enqueue", plan.n)
             single.runs.append(result["single"])
             bulk.runs.append(result["bulk"])
-            if backend == "redis":
+            if server_bytes is not None:
                 server_bytes.runs.append((self.server.used_memory() - before) / (2 * plan.n))
 
-        self._repeat([single, bulk], plan.reps, enqueue)
-        self.figures += [single, bulk] + ([server_bytes] if backend == "redis" else [])
+        self._once([single, bulk], enqueue)
         if backend != "memory":
             from bench.conveyor_peer import SETTINGS
 
@@ -128,24 +148,22 @@ class Suite:
             return
         # the in-process memory broker: drain in one process, steppable
         for variant, mode in (("steppable", "steppable"), ("batch loop", "batch")):
-            drain = _fig(label, variant, "drain")
+            drain = self.fig(label, variant, "drain")
 
             def once(figure: Figure = drain, workload: str = mode) -> None:
                 figure.runs.append(self._inproc(url, workload, plan.n)["rate"])
 
-            self._repeat([drain], plan.reps, once)
-            self.figures.append(drain)
-        mixed = _fig(label, "steppable", "mixed")
-        self._repeat([mixed], plan.reps, lambda: mixed.runs.append(self._inproc(url, "mixed", plan.n // 4)["rate"]))
-        rss = _fig(label, "batch loop", "worker_rss")
+            self._once([drain], once)
+        mixed = self.fig(label, "steppable", "mixed")
+        self._once([mixed], lambda: mixed.runs.append(self._inproc(url, "mixed", plan.n // 4)["rate"]))
+        rss = self.fig(label, "batch loop", "worker_rss")
         n_mem = plan.rss_tasks
-        self._repeat([rss], 1, lambda: rss.runs.append(self._inproc(url, "batch", n_mem)["rss_mb"]))
+        if not rss.runs:  # once per run
+            self._once([rss], lambda: rss.runs.append(self._inproc(url, "batch", n_mem)["rss_mb"]))
         rss.note = f"after {n_mem} tasks; producer and worker in one process"
-        self.figures += [mixed, rss]
         for workload in ("latency_p50", "latency_p99", "io"):
-            figure = _fig(label, "default", workload)
+            figure = self.fig(label, "default", workload)
             figure.note = "not available: in-process broker: no separate worker process"
-            self.figures.append(figure)
         self.settings[label] = {
             "steppable": "Worker.run_until_idle(): one claim and one settle per task",
             "batch loop": "claim(limit=64), run each, one settle per batch (the runtime's shape, no threads)",
@@ -157,18 +175,18 @@ class Suite:
         for peer in self.plan.peers:
             for variant in ("default", "tuned"):
                 if self.over_time():
-                    figure = _fig(peer.label, variant, "drain")
-                    figure.note = "skipped: the run's time cap was reached"
-                    self.figures.append(figure)
+                    figure = self.fig(peer.label, variant, "drain")
+                    if not figure.runs:
+                        figure.note = "skipped: the run's time cap was reached"
                     continue
                 self.say(f"  {peer.label} [{variant}]")
                 runner = PeerRunner(python, self.server, peer, variant, self.log_dir)
                 try:
                     info = runner.load_info()
                 except Exception as exc:
-                    figure = _fig(peer.label, variant, "drain")
-                    figure.note = f"failed to load: {exc}"
-                    self.figures.append(figure)
+                    figure = self.fig(peer.label, variant, "drain")
+                    if not figure.runs:
+                        figure.note = f"failed to load: {exc}"
                     continue
                 self.settings.setdefault(peer.label, {})[variant] = info["settings"][variant]
                 self._peer_workloads(
@@ -188,49 +206,49 @@ class Suite:
         """Every workload through the peer driver (also Conveyor's runtime; its enqueue is measured apart)."""
         plan, scale = self.plan, runner.peer.scale
         n = max(100, int(plan.n * scale))
-        single, bulk = _fig(label, variant, "enqueue_single"), _fig(label, variant, "enqueue_bulk")
-        server_bytes = _fig(label, variant, "server_bytes")
         if with_enqueue:
-            self._repeat([single], plan.reps, lambda: runner.enqueue(n, single, bulk, server_bytes))
+            single, bulk = self.fig(label, variant, "enqueue_single"), self.fig(label, variant, "enqueue_bulk")
+            server_bytes = self.fig(label, variant, "server_bytes")
+            self._once([single], lambda: runner.enqueue(n, single, bulk, server_bytes))
             if not runner.info.get("bulk"):
                 bulk.note = "no bulk enqueue API"
-            self.figures += [single, bulk, server_bytes]
-        drain, rss = _fig(label, variant, "drain"), _fig(label, variant, "worker_rss")
+        drain = self.fig(label, variant, "drain")
         n_mem = max(100, int(plan.rss_tasks * scale))
+
+        rss = self.fig(label, variant, "worker_rss") if with_rss else None
 
         def drain_once() -> None:
             rate, mb = runner.drain("drain", n, 600)
             drain.runs.append(rate)
-            if with_rss and n_mem <= n and not rss.runs:
+            if rss is not None and n_mem <= n and not rss.runs:
                 rss.runs.append(mb)
 
-        self._repeat([drain], plan.reps, drain_once)
-        p50, p99 = _fig(label, variant, "latency_p50"), _fig(label, variant, "latency_p99")
+        self._once([drain], drain_once)
+        p50, p99 = self.fig(label, variant, "latency_p50"), self.fig(label, variant, "latency_p99")
 
         def latency() -> None:
             a, b = runner.latency(plan.latency_n, 120)
             p50.runs.append(a)
             p99.runs.append(b)
 
-        self._repeat([p50, p99], plan.reps, latency)
-        mixed = _fig(label, variant, "mixed")
+        self._once([p50, p99], latency)
+        mixed = self.fig(label, variant, "mixed")
         if mixed_note:
             mixed.note = f"not measured: {mixed_note}"
         else:
             m = max(100, int(plan.n // 4 * scale))
-            self._repeat([mixed], plan.reps, lambda: mixed.runs.append(runner.mixed(m, 300)))
-        io = _fig(label, variant, "io")
+            self._once([mixed], lambda: mixed.runs.append(runner.mixed(m, 300)))
+        io = self.fig(label, variant, "io")
         io_n = max(100, int(plan.n // 4 * min(1.0, scale * 2)))
         if not (io_note or "").startswith("not run"):
-            self._repeat([io], plan.reps, lambda: io.runs.append(runner.drain("io", io_n, 600)[0]))
+            self._once([io], lambda: io.runs.append(runner.drain("io", io_n, 600)[0]))
         if io_note:
             io.note = io_note
-        self.figures += [drain, p50, p99, mixed, io]
-        if with_rss:
-            if n_mem > n:
-                self._repeat([rss], 1, lambda: rss.runs.append(runner.drain("drain", n_mem, 900)[1]))
+        if rss is not None:
+            if n_mem > n and not rss.runs:  # once per run
+                worker_rss = rss
+                self._once([rss], lambda: worker_rss.runs.append(runner.drain("drain", n_mem, 900)[1]))
             rss.note = f"after {max(n_mem, n)} tasks"
-            self.figures.append(rss)
 
     def dump(self, path: Path, meta: dict[str, Any]) -> None:
         data = {"meta": meta, "settings": self.settings, "figures": [f.to_json() for f in self.figures]}

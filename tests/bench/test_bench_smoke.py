@@ -46,6 +46,28 @@ def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+def test_repetitions_are_made_in_passes_over_every_library(tmp_path: Path) -> None:
+    """Each pass runs every library once, so a figure's runs are spread over the whole run."""
+    args = ("bench", "--smoke", "--no-peers", "--reps", "2", "--conveyor", "memory,sqlite", "--out", str(tmp_path))
+    lines = run_bench(*args, timeout=110, env={"N": "300"}).splitlines()
+    passes = [i for i, line in enumerate(lines) if line.startswith("pass ")]
+    assert [lines[i] for i in passes] == ["pass 1 of 2", "pass 2 of 2"], lines
+    for start, end in zip(passes, [*passes[1:], len(lines)], strict=True):
+        assert [line.strip() for line in lines[start:end] if "Conveyor (" in line] == [
+            "Conveyor (memory)",
+            "Conveyor (sqlite)",
+        ], lines
+    figures = json.loads((tmp_path / "results.json").read_text())["figures"]
+    runs = {(f["library"], f["variant"], f["workload"]): len(f["runs"]) for f in figures if f["runs"]}
+    assert runs[("Conveyor (memory)", "default", "enqueue_single")] == 2
+    assert runs[("Conveyor (sqlite)", "default", "drain")] == 2
+    assert runs[("Conveyor (sqlite)", "default", "worker_rss")] == 1  # read once per run
+    keys = [(f["library"], f["variant"], f["workload"]) for f in figures]
+    assert len(keys) == len(set(keys))  # one figure per workload, whatever the number of passes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_redis_benchmark_runs_and_reports_server_time_per_task() -> None:
     small = ["--tasks", "2000", "--single", "200", "--latency-tasks", "40", "--concurrency", "20"]
     lines = run_bench("bench.bench_redis", *small, timeout=110).splitlines()
