@@ -183,8 +183,8 @@ _METHOD = """## Method
   Conveyor's enqueue figures come from one process calling `task.enqueue` N times, then
   `enqueue_many` in chunks of 10,000.
 - **enqueue**: N no-op tasks from one process, one call each; bulk where the library has an API for it
-  (RQ `enqueue_many`, Conveyor `enqueue_many`). **server B/task**: `INFO memory` `used_memory` delta over
-  the tasks enqueued one by one.
+  (RQ `enqueue_many`, Conveyor `enqueue_many`). **server B/task**: `INFO memory` `used_memory` delta from a
+  server emptied by `FLUSHALL SYNC`, over the tasks enqueued (Conveyor: the one-by-one and the bulk ones).
 - **drain**: N no-op tasks queued first, then one worker process started; rate from the first task's start
   to the last task's end, measured inside the worker (`bench/recorder.py`), so start-up is excluded.
   Slow peers run a fraction of N (RQ 0.15, Celery 0.25, arq/Dramatiq/taskiq/SAQ 0.5): the figures are rates.

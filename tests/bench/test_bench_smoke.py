@@ -97,3 +97,24 @@ def test_server_cost_counts_each_phase_on_its_own() -> None:
     assert costs["task of a batch enqueue"] < costs["one-task enqueue"], out
     assert costs["task of a 500-task claim"] < costs["one-task claim"], out
     assert costs["outcome of a 500-outcome settle"] < costs["one-outcome settle"], out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_server_flush_frees_the_memory_before_it_returns() -> None:
+    """Memory per task is a ``used_memory`` delta from a flushed server: the flush must be done freeing
+    when it returns (Valkey frees a plain FLUSHALL in the background by default)."""
+    from bench.server import Placement, Server
+
+    with Server(Placement(None, None, 1)) as server:
+        client = server.client()
+        empty = server.used_memory()
+        pipe = client.pipeline(transaction=False)
+        for i in range(100_000):
+            pipe.hset(f"k{i}", mapping={"a": "x" * 50, "b": "y" * 50})
+        pipe.execute()
+        filled = server.used_memory() - empty
+        assert filled > 10_000_000
+        server.flush()
+        assert server.used_memory() - empty < filled / 20
+        client.close()
