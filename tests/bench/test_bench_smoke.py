@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_bench(*args: str, timeout: float, env: dict[str, str] | None = None) -> str:
     """``python -m <args>`` from the repository's root, as ``make bench`` runs it: its output (exit 0)."""
+    return run_python("-m", *args, timeout=timeout, env=env)
+
+
+def run_python(*args: str, timeout: float, env: dict[str, str] | None = None) -> str:
+    """``python <args>`` from the repository's root, with ``bench`` importable: its output (exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-m", *args],
+        [sys.executable, *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         capture_output=True,
@@ -99,22 +104,28 @@ def test_server_cost_counts_each_phase_on_its_own() -> None:
     assert costs["outcome of a 500-outcome settle"] < costs["one-outcome settle"], out
 
 
+FLUSH_CHECK = """
+from bench.server import Placement, Server
+
+with Server(Placement(None, None, 1)) as server:
+    client = server.client()
+    empty = server.used_memory()
+    pipe = client.pipeline(transaction=False)
+    for i in range(100_000):
+        pipe.hset(f"k{i}", mapping={"a": "x" * 50, "b": "y" * 50})
+    pipe.execute()
+    filled = server.used_memory() - empty
+    server.flush()
+    print(filled, server.used_memory() - empty)
+    client.close()
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_server_flush_frees_the_memory_before_it_returns() -> None:
     """Memory per task is a ``used_memory`` delta from a flushed server: the flush must be done freeing
     when it returns (Valkey frees a plain FLUSHALL in the background by default)."""
-    from bench.server import Placement, Server
-
-    with Server(Placement(None, None, 1)) as server:
-        client = server.client()
-        empty = server.used_memory()
-        pipe = client.pipeline(transaction=False)
-        for i in range(100_000):
-            pipe.hset(f"k{i}", mapping={"a": "x" * 50, "b": "y" * 50})
-        pipe.execute()
-        filled = server.used_memory() - empty
-        assert filled > 10_000_000
-        server.flush()
-        assert server.used_memory() - empty < filled / 20
-        client.close()
+    filled, left = map(int, run_python("-c", FLUSH_CHECK, timeout=50).split())
+    assert filled > 10_000_000
+    assert left < filled / 20
