@@ -74,13 +74,21 @@ def test_repetitions_are_made_in_passes_over_every_library(tmp_path: Path) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_redis_benchmark_runs_and_reports_server_time_per_task() -> None:
-    small = ["--tasks", "2000", "--single", "200", "--latency-tasks", "40", "--concurrency", "20"]
+    small = ["--tasks", "2000", "--single", "200", "--latency-tasks", "40", "--concurrency", "20", "--reps", "2"]
     lines = run_bench("bench.bench_redis", *small, timeout=110).splitlines()
+    assert [line for line in lines if line.startswith("run ")] == ["run 1 of 2 done", "run 2 of 2 done"], lines
     server_times = [float(line.split()[4]) for line in lines if line.startswith("server time per task")]
     assert len(server_times) == 3 and all(usec > 0 for usec in server_times), lines
     assert any(line.startswith("drain, Worker.run()") for line in lines), lines
     floor = [line for line in lines if line.startswith("idle PING round trip")]
     assert len(floor) == 1 and "idle-to-running p50 = " in floor[0], lines
+    # every aim's line says in how many of the 2 runs it was met
+    tally = re.compile(r"over 2 runs [\d.,]+-[\d.,]+, aim met in [012]\b")
+    for start in ("single enqueue", "batch enqueue", "drain, one process", "drain, Worker.run()", "idle-to-running"):
+        line = next(line for line in lines if line.startswith(start))
+        assert tally.search(line), line
+    latency = next(line for line in lines if line.startswith("idle-to-running"))
+    assert len(tally.findall(latency)) == 2, latency  # p50 and p99
 
 
 COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
