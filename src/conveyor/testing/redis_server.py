@@ -4,6 +4,11 @@
 bound to 127.0.0.1 on a free port, without persistence unless asked for. It never touches a server it
 did not start (port 6379 is never used) and never flushes anything: tests isolate themselves with
 namespaces. Choose the binary with ``CONVEYOR_TEST_REDIS=valkey|redis-server`` (or a path).
+
+A server never outlives the process that started it: ``stop()`` and an exit hook stop it, and on Linux
+the kernel also sends it SIGTERM when the thread that started it ends, so a test run killed by a signal
+(SIGKILL, or a SIGTERM that skips exit hooks) leaves no server behind. Start a server from a thread
+that lives as long as the server should.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -57,6 +63,25 @@ def free_port() -> int:
             port = int(sock.getsockname()[1])
         if port not in _RESERVED:
             return port
+
+
+# Run as ``python -c <this> <parent pid> <server command...>``: asks the kernel to send SIGTERM when the
+# parent dies (PR_SET_PDEATHSIG, kept across execv), checks the parent is still there (it may have died
+# before the request), then becomes the server (same pid: it is still stopped by that pid).
+_ORPHAN_GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _guarded(command: list[str]) -> list[str]:
+    """``command``, run so that it ends with the calling thread (Linux; elsewhere as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-I", "-S", "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
 
 
 class RedisServer:
@@ -129,7 +154,9 @@ class RedisServer:
             attempts += 1
             if not self.port:
                 self.port = free_port()
-            self._proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._proc = subprocess.Popen(
+                _guarded(self.command()), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             _ALIVE.add(self)
             if self._wait_ready():
                 return self
