@@ -78,8 +78,9 @@ _ORPHAN_GUARD = (
 
 
 def _guarded(command: list[str]) -> list[str]:
-    """``command``, run so that it ends with the calling thread (Linux; elsewhere as it is)."""
-    if not sys.platform.startswith("linux"):
+    """``command``, run so that it ends with the calling thread (Linux; elsewhere, or without a Python
+    executable to run the guard with, as it is)."""
+    if not sys.platform.startswith("linux") or not sys.executable:
         return command
     return [sys.executable, "-I", "-S", "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
 
