@@ -22,6 +22,8 @@ from pathlib import Path
 
 import redis
 
+from conveyor.testing.redis_server import guard_orphan
+
 __all__ = ["Placement", "Server", "choose_placement", "find_server_binary"]
 
 
@@ -110,7 +112,8 @@ class Server:
         if self.placement.server_core is not None:
             cmd = ["taskset", "-c", str(self.placement.server_core), *cmd]
         log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # guarded: a killed benchmark run leaves no server behind (see conveyor.testing.redis_server)
+        self.proc = subprocess.Popen(guard_orphan(cmd), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + 10
         while True:

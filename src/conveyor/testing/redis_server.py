@@ -29,7 +29,7 @@ from types import TracebackType
 
 import redis
 
-__all__ = ["RedisServer", "find_server_binary", "free_port"]
+__all__ = ["RedisServer", "find_server_binary", "free_port", "guard_orphan"]
 
 _RESERVED = {6379}
 
@@ -66,18 +66,18 @@ def free_port() -> int:
 
 
 # Run as ``python -c <this> <parent pid> <server command...>``: asks the kernel to send SIGTERM when the
-# parent dies (PR_SET_PDEATHSIG, kept across execv), checks the parent is still there (it may have died
+# parent dies (PR_SET_PDEATHSIG, kept across exec), checks the parent is still there (it may have died
 # before the request), then becomes the server (same pid: it is still stopped by that pid).
 _ORPHAN_GUARD = (
     "import ctypes, os, signal, sys\n"
     "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    sys.exit(1)\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 
 
-def _guarded(command: list[str]) -> list[str]:
+def guard_orphan(command: list[str]) -> list[str]:
     """``command``, run so that it ends with the calling thread (Linux; elsewhere, or without a Python
     executable to run the guard with, as it is)."""
     if not sys.platform.startswith("linux") or not sys.executable:
@@ -156,7 +156,7 @@ class RedisServer:
             if not self.port:
                 self.port = free_port()
             self._proc = subprocess.Popen(
-                _guarded(self.command()), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                guard_orphan(self.command()), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
             _ALIVE.add(self)
             if self._wait_ready():
