@@ -73,9 +73,10 @@ def test_repetitions_are_made_in_passes_over_every_library(tmp_path: Path) -> No
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_redis_benchmark_runs_and_reports_server_time_per_task() -> None:
+def test_redis_benchmark_runs_and_reports_server_time_per_task(tmp_path: Path) -> None:
     small = ["--tasks", "2000", "--single", "200", "--latency-tasks", "40", "--concurrency", "20", "--reps", "2"]
-    lines = run_bench("bench.bench_redis", *small, timeout=110).splitlines()
+    markdown = tmp_path / "aims.md"
+    lines = run_bench("bench.bench_redis", *small, "--markdown", str(markdown), timeout=110).splitlines()
     assert [line for line in lines if line.startswith("run ")] == ["run 1 of 2 done", "run 2 of 2 done"], lines
     server_times = [float(line.split()[4]) for line in lines if line.startswith("server time per task")]
     assert len(server_times) == 3 and all(usec > 0 for usec in server_times), lines
@@ -89,6 +90,14 @@ def test_redis_benchmark_runs_and_reports_server_time_per_task() -> None:
         assert tally.search(line), line
     latency = next(line for line in lines if line.startswith("idle-to-running"))
     assert len(tally.findall(latency)) == 2, latency  # p50 and p99
+    # the Markdown report: one row per aim, with its tally of the 2 runs, the run's settings in the labels
+    report = markdown.read_text()
+    aim_rows = re.findall(
+        r"^\| (.+?) \| [\d.,]+(?:x|/s| ms) \| .+ to .+ \| [<>]=? [\d.,]+(?:x|/s| ms) \| [012] of 2 \|$", report, re.M
+    )
+    assert len(aim_rows) == 6, report
+    assert "drain, `Worker.run()`: no-op tasks, concurrency 20, one process" in aim_rows, report
+    assert "--reps 2" in report and "server time per task: claim + settle" in report, report
 
 
 COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
