@@ -75,6 +75,10 @@ class Report:
     def values(self, key: str) -> list[float]:
         return [run[key] for run in self.runs]
 
+    def server_times(self) -> list[str]:
+        """The keys of the server's time per task, one per kind of call (``"server: <what>"``)."""
+        return [key for key in self.runs[0] if key.startswith("server: ")]
+
     def met(self, key: str, aim: Aim) -> int:
         """In how many runs figure ``key`` met ``aim``."""
         return sum(1 for value in self.values(key) if aim.met(value))
@@ -118,10 +122,9 @@ class Report:
         lines += ["", "Beside them:", "", "| figure | median | range |", "|---|---:|---|"]
         for shown in BESIDE:
             lines.append(f"| {shown.label} | {cell(shown, self.value(shown.key))} | {span(shown)} |")
-        for key in self.runs[0]:
-            if key.startswith("server: "):
-                shown = Shown(key, f"server time per task: {key[8:]} (`FCALL` µs, `INFO commandstats`)", ".1f", " µs")
-                lines.append(f"| {shown.label} | {cell(shown, self.value(key))} | {span(shown)} |")
+        for key in self.server_times():
+            shown = Shown(key, f"server time per task: {key[8:]} (`FCALL` µs, `INFO commandstats`)", ".1f", " µs")
+            lines.append(f"| {shown.label} | {cell(shown, self.value(key))} | {span(shown)} |")
         return "\n".join(lines) + "\n"
 
     def write_markdown(self, path: Path, header: Sequence[str], settings: dict[str, int]) -> None:
