@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from conveyor import BrokerPolicy, Conveyor, FakeClock, Fixed, TaskContext, TaskState, Worker, current_task
 from conveyor.brokers.memory import MemoryBroker
 
@@ -139,6 +141,48 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
         assert cancelled.wait(5)
         result: Any = handle.result(timeout=5)
         assert result == "second"
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The heartbeat may find the lease lost between the pool submitting the coroutine to the loop and
+    recording its future on the held task: then ``mark_lost`` has no future to cancel, and the pool must
+    cancel it itself. The interleaving is forced: the lease is marked lost right after the submission."""
+    app = Conveyor("memory://", clock=FakeClock(1000.0))
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @app.task
+    async def waits() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    waits.enqueue()
+    worker = app.worker(lease_for=10.0, poll_interval=0.02)
+    submit = asyncio.run_coroutine_threadsafe
+
+    def submit_then_lose(coro: Any, loop: asyncio.AbstractEventLoop) -> Any:
+        future = submit(coro, loop)
+        assert worker.runtime is not None
+        (held,) = worker.runtime.inflight.snapshot()
+        assert held.future is None  # the window: submitted, not yet recorded
+        held.mark_lost()
+        return future
+
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", submit_then_lose)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(5)
+        assert cancelled.wait(5), "the handler kept running after its lease was lost"
     finally:
         worker.stop()
         thread.join(10)

@@ -43,6 +43,13 @@ class Held:
     def id(self) -> str:
         return self.record.id
 
+    def run_async(self, future: concurrent.futures.Future[Any]) -> None:
+        """Its async handler was submitted to the loop as ``future``; cancelled at once if the lease was
+        lost meanwhile (``mark_lost`` on the heartbeat's thread found no future to cancel then)."""
+        self.future = future
+        if self.lost:
+            future.cancel()
+
     def mark_lost(self) -> None:
         """This worker no longer holds the lease: the handler sees ``ctx.lease_lost``; async is cancelled."""
         self.lost = True

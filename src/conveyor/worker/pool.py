@@ -146,7 +146,7 @@ class Pool:
         try:
             if prepared.is_async:
                 future = asyncio.run_coroutine_threadsafe(self.runner.run_async(prepared), self._loop)
-                held.future = future
+                held.run_async(future)
                 future.add_done_callback(lambda f: self._async_done(held, f))
                 return
             outcome = self.runner.run_sync(prepared)
