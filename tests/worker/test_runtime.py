@@ -188,6 +188,42 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_sta
         thread.join(10)
 
 
+def test_a_handler_sees_its_lease_lost_when_it_was_lost_while_the_handler_was_being_prepared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The twin of the test above for ``ctx.lease_lost``: a lease marked lost after the pool took the task
+    and before the handler started (forced: right after ``prepare``) is lost from the handler's start."""
+    app = Conveyor("memory://", clock=FakeClock(1000.0))
+    seen: list[bool] = []
+
+    @app.task
+    def looks() -> None:
+        seen.append(current_task().lease_lost)
+
+    looks.enqueue()
+    worker = app.worker(lease_for=10.0, poll_interval=0.02)
+    prepare = worker.executor.prepare
+
+    def prepare_then_lose(record: Any) -> Any:
+        job = prepare(record)
+        assert worker.runtime is not None
+        (held,) = worker.runtime.inflight.snapshot()
+        held.mark_lost()
+        return job
+
+    monkeypatch.setattr(worker.executor, "prepare", prepare_then_lose)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling for the handler's run, with a deadline
+        assert seen == [True]
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
 def test_async_handler_is_cancelled_at_its_timeout(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
     @live_app.task(timeout=0.05, max_retries=0)
     async def hangs() -> None:

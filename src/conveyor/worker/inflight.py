@@ -43,6 +43,14 @@ class Held:
     def id(self) -> str:
         return self.record.id
 
+    def begin(self, job: Job) -> None:
+        """It starts running as ``job``; its handler sees ``ctx.lease_lost`` from the start if the lease
+        was lost meanwhile (``mark_lost`` on the heartbeat's thread found no job to tell then)."""
+        self.job = job
+        self.started = time.monotonic()
+        if self.lost:
+            job.ctx.mark_lease_lost()
+
     def run_async(self, future: concurrent.futures.Future[Any]) -> None:
         """Its async handler was submitted to the loop as ``future``; cancelled at once if the lease was
         lost meanwhile (``mark_lost`` on the heartbeat's thread found no future to cancel then)."""

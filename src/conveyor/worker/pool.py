@@ -15,7 +15,6 @@ import asyncio
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
@@ -137,8 +136,7 @@ class Pool:
             self.inflight.finish(held)
             self.acker.submit(held, prepared)
             return
-        held.job = prepared
-        held.started = time.monotonic()
+        held.begin(prepared)
         log_event(held.record, "started")
         if self.reporter is not None:
             self.reporter.started(held)
