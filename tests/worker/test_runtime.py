@@ -110,6 +110,16 @@ def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
         thread.join(10)
 
 
+async def sleep_until_cancelled(started: threading.Event, cancelled: threading.Event) -> None:
+    """An async handler's body: sets ``started``, sleeps 30 s, sets ``cancelled`` if cancelled meanwhile."""
+    started.set()
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
     clock = FakeClock(1000.0)
     app = Conveyor("memory://", clock=clock)
@@ -120,12 +130,7 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
     async def waits(ctx: TaskContext) -> str:
         if ctx.attempt > 1:
             return "second"
-        started.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+        await sleep_until_cancelled(started, cancelled)
         return "first"
 
     handle = waits.enqueue()
@@ -158,12 +163,7 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_sta
 
     @app.task
     async def waits() -> None:
-        started.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+        await sleep_until_cancelled(started, cancelled)
 
     waits.enqueue()
     worker = app.worker(lease_for=10.0, poll_interval=0.02)
