@@ -375,6 +375,20 @@ def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
     assert inflight.wait_room(1, 10, timeout=0.01) is False  # one still busy
 
 
+def test_a_fetcher_waiting_for_room_wakes_on_the_finish_that_makes_room_after_a_reservation(wait_until: Wait) -> None:
+    app = app_with_jobs(3)
+    inflight = Inflight()
+    first, second, _third = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=3))
+    waiter, woke = waiting_for_room(inflight, 3, 10)  # needs one of the three to finish
+    assert inflight.reserve(4, 10) == 1  # another claimer takes the room one slot more allows
+    inflight.finish(first)  # room for that claim, none for the waiter yet: it wakes and waits again
+    wait_until(lambda: inflight._wake_at == 2, what="the waiter waiting for a second finish")
+    assert waiter.is_alive() and woke == []
+    inflight.finish(second)
+    waiter.join(timeout=5.0)
+    assert woke == [True]  # woken by the second finish(), not by its 10 s timeout
+
+
 def test_room_a_claim_left_unused_wakes_a_fetcher_waiting_for_room() -> None:
     app = app_with_jobs(1)
     inflight = Inflight()
