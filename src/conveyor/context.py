@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from conveyor._validate import check_positive
 from conveyor.errors import LeaseLost
@@ -18,7 +18,15 @@ from conveyor.model import LeaseStatus, TaskInfo
 
 __all__ = ["TaskContext", "current_task", "wants_context"]
 
-_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("conveyor_current_task")
+
+class HasContext(Protocol):
+    """What a runtime may set as the current task instead of a context: one it builds on first use."""
+
+    @property
+    def ctx(self) -> TaskContext: ...
+
+
+_current: contextvars.ContextVar[TaskContext | HasContext] = contextvars.ContextVar("conveyor_current_task")
 
 
 class TaskContext:
@@ -112,16 +120,18 @@ class TaskContext:
 def current_task() -> TaskContext:
     """The context of the task running in this thread / asyncio task. RuntimeError outside a task."""
     try:
-        return _current.get()
+        current = _current.get()
     except LookupError:
         raise RuntimeError("current_task() called outside a running Conveyor task") from None
+    return current if isinstance(current, TaskContext) else current.ctx
 
 
-def set_current(ctx: TaskContext) -> contextvars.Token[TaskContext]:
-    return _current.set(ctx)
+def set_current(current: TaskContext | HasContext) -> contextvars.Token[TaskContext | HasContext]:
+    """Make ``current`` the running task's context (or the source of it) in this thread / asyncio task."""
+    return _current.set(current)
 
 
-def reset_current(token: contextvars.Token[TaskContext]) -> None:
+def reset_current(token: contextvars.Token[TaskContext | HasContext]) -> None:
     _current.reset(token)
 
 

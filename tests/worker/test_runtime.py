@@ -12,6 +12,10 @@ import pytest
 
 from conveyor import BrokerPolicy, Conveyor, FakeClock, Fixed, TaskContext, TaskState, Worker, current_task
 from conveyor.brokers.memory import MemoryBroker
+from conveyor.model import ArchiveReason
+from conveyor.serializers import decode
+from conveyor.worker.executor import Job
+from conveyor.worker.inflight import Held
 
 Start = Callable[..., Worker]
 Wait = Callable[..., None]
@@ -53,6 +57,66 @@ def test_handler_gets_ctx_and_current_task(live_app: Conveyor, start_worker: Sta
     handle = who.enqueue()
     start_worker()
     assert handle.result(timeout=5) == [handle.id, handle.id, 1]
+
+
+def prepared(app: Conveyor, worker: Worker) -> Job:
+    """The next task of ``worker``'s queues, claimed and prepared (not run)."""
+    (record,) = app.broker.claim(list(worker.queues), app.now(), 30.0, 1)
+    job = worker.executor.prepare(record)
+    assert isinstance(job, Job)
+    return job
+
+
+def test_a_task_context_is_built_only_when_something_asks_for_it() -> None:
+    app = Conveyor("memory://", clock=FakeClock(1000.0))
+    seen: list[TaskContext] = []
+
+    @app.task
+    def quiet() -> str:
+        return "ok"
+
+    @app.task
+    def asks(twice: bool) -> list[object]:
+        ctx = current_task()
+        seen.append(ctx)
+        if twice:
+            seen.append(current_task())
+        return [ctx.task_id, ctx.name, ctx.attempt, ctx.info.args, ctx.extend(60.0)]
+
+    worker = app.worker()
+    quiet.enqueue()
+    job = prepared(app, worker)
+    assert worker.runner.run_sync(job).kind == "complete"
+    assert job.built_ctx is None  # the handler never asked: no context was made for it
+
+    handle = asks.enqueue(True)
+    job = prepared(app, worker)
+    outcome = worker.runner.run_sync(job)
+    assert outcome.result is not None and decode(outcome.result) == [handle.id, "asks", 1, [True], 1060.0]
+    assert seen[0] is seen[1] is job.built_ctx  # one context per execution, whoever asks first
+    assert seen[0].lease_lost is False
+
+
+def test_what_a_service_tells_a_task_before_it_asks_for_its_context_is_in_that_context() -> None:
+    app = Conveyor("memory://", clock=FakeClock(1000.0))
+    seen: list[tuple[bool, bool, bool]] = []
+
+    @app.task(max_retries=3)
+    def asks() -> None:
+        ctx = current_task()
+        seen.append((ctx.lease_lost, ctx.cancel_requested, ctx.timed_out))
+        raise RuntimeError("stopping as asked")
+
+    worker = app.worker()
+    asks.enqueue()
+    job = prepared(app, worker)
+    held = Held(job.record, job.token)
+    held.begin(job)
+    held.mark_lost()  # what the heartbeat's thread does: before the handler asked for the context
+    job.ctx.mark_cancel_requested()
+    outcome = worker.runner.run_sync(job)
+    assert seen == [(True, True, False)]
+    assert (outcome.kind, outcome.reason) == ("archive", ArchiveReason.CANCELLED)  # not retried: cancelled
 
 
 def test_heartbeat_extends_leases_of_running_tasks(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:

@@ -66,7 +66,7 @@ class Runner:
         middleware = self.middleware  # usually none: then no hook calls at all
         if middleware:
             call_before(middleware, job.ctx)
-        token = set_current(job.ctx)
+        token = set_current(job)  # current_task() builds the context if the handler asks for it
         started = time.monotonic()
         try:
             result = job.fn(*job.args, **job.kwargs)
@@ -76,7 +76,8 @@ class Runner:
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TaskTimeout(f"handler ran past its {timeout} s timeout")
         except Exception as exc:
-            call_on_error(middleware, job.ctx, exc)
+            if middleware:
+                call_on_error(middleware, job.ctx, exc)
             outcome = self.executor.failed(job, exc)
         else:
             outcome = self.executor.succeeded(job, result)
@@ -89,18 +90,22 @@ class Runner:
     async def run_async(self, job: Job) -> Outcome:
         """Run an async handler on the current loop, cancelled at its timeout. A cancellation from
         outside (lease lost, shutdown) propagates as ``CancelledError``: there is no outcome then."""
-        call_before(self.middleware, job.ctx)
-        token = set_current(job.ctx)
+        middleware = self.middleware
+        if middleware:
+            call_before(middleware, job.ctx)
+        token = set_current(job)
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
         except Exception as exc:
-            call_on_error(self.middleware, job.ctx, exc)
+            if middleware:
+                call_on_error(middleware, job.ctx, exc)
             outcome = self.executor.failed(job, exc)
         else:
             outcome = self.executor.succeeded(job, result)
         finally:
             reset_current(token)
-        call_after(self.middleware, job.ctx, outcome)
+        if middleware:
+            call_after(middleware, job.ctx, outcome)
         return outcome
 
 
