@@ -265,6 +265,7 @@ def one_run(server: RedisServer, args: argparse.Namespace, namespace: str) -> di
         "batch": batch,
         "drain": drain,
         "runtime_drain": runtime_drain,
+        "runtime_share": runtime_drain / drain,
         "p50": p50,
         "p99": percentile(lat, 99),
         "idle50": idle50,
@@ -339,7 +340,8 @@ def main() -> None:
     )
     print(
         f"drain, Worker.run()    {r.value('runtime_drain'):10,.0f} /s   (no-op tasks, concurrency {args.concurrency}, "
-        f"one process{r.spread('runtime_drain', ',.0f', r.aim('runtime_drain'))})"
+        f"one process{r.spread('runtime_drain', ',.0f', r.aim('runtime_drain'))}; "
+        f"{r.value('runtime_share'):.2f}x the one-process drain of the same run{r.spread('runtime_share', '.2f')})"
     )
     latency_aims = r.spread("p50", ".3f", r.aim("p50"), "p50") + r.spread("p99", ".3f", r.aim("p99"), "p99")
     print(

@@ -57,6 +57,7 @@ BESIDE = (
     Shown("ping", "raw PING round trips", ",.0f", "/s"),
     Shown("single", "single enqueue (`broker.enqueue` of one task)", ",.0f", "/s"),
     Shown("app_ratio", "`Conveyor.enqueue` by name, as a share of PING round trips/s", ".2f", "x"),
+    Shown("runtime_share", "drain, `Worker.run()`, as a share of the one-process drain of the same run", ".2f", "x"),
     Shown("idle50", "PING round trip p50 at 200/s between idle processes (the latency's floor)", ".3f", " ms"),
     Shown("memory", "server memory per queued task (9-byte payload)", ",.0f", " B"),
 )
