@@ -389,6 +389,18 @@ def test_a_fetcher_waiting_for_room_wakes_on_the_finish_that_makes_room_after_a_
     assert woke == [True]  # woken by the second finish(), not by its 10 s timeout
 
 
+def test_a_fetcher_held_back_by_the_bound_on_held_tasks_is_woken_when_the_acker_removes_one() -> None:
+    app = app_with_jobs(2)
+    inflight = Inflight()
+    first, _second = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=2))
+    waiter, woke = waiting_for_room(inflight, 2, 2)  # a slot to spare once one finishes, but 2 held
+    inflight.finish(first)  # a free slot; still 2 held (its outcome is with the acker): no room
+    assert inflight.room(2, 2) == 0 and woke == []
+    inflight.remove([first])  # settled
+    waiter.join(timeout=5.0)
+    assert woke == [True]  # woken by remove(), not by its 10 s timeout
+
+
 def test_room_a_claim_left_unused_wakes_a_fetcher_waiting_for_room() -> None:
     app = app_with_jobs(1)
     inflight = Inflight()
