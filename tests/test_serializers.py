@@ -6,9 +6,17 @@ import json
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conveyor.errors import SerializationError
-from conveyor.serializers import decode, decode_payload, encode, encode_payload
+from conveyor.serializers import _ENCODER, _dumps, decode, decode_payload, encode, encode_payload
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=30,
+)
 
 
 @pytest.mark.parametrize(
@@ -46,3 +54,49 @@ def test_encode_is_compact_strict_json(value: object) -> None:
 def test_encode_names_what_it_could_not_encode(value: object) -> None:
     with pytest.raises(SerializationError, match="task result must be JSON-encodable"):
         encode(value, "task result")
+
+
+@given(JSON_VALUES)
+def test_the_one_shot_encoder_writes_what_json_encoder_encode_writes(value: object) -> None:
+    assert _dumps(value) == _ENCODER.encode(value)
+    assert encode(value) == _ENCODER.encode(value)
+
+
+def test_a_reference_cycle_is_refused_like_any_value_that_cannot_be_encoded() -> None:
+    cycle: list[object] = [1]
+    cycle.append(cycle)
+    nested: dict[str, object] = {}
+    nested["self"] = [nested]
+    for value in (cycle, nested):
+        with pytest.raises(SerializationError, match="task result must be JSON-encodable"):
+            encode(value, "task result")
+        with pytest.raises(SerializationError, match="task arguments must be JSON-encodable"):
+            encode_payload([value], {})
+    assert encode([[1], [1]]) == "[[1],[1]]"  # the same list twice is no cycle
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((), {}), ((1, "a"), {}), (([{"k": 1}], 2), {}), ((), {"x": {"k": [1]}}), ((1,), {"x": 2, "y": [{"k": None}]})],
+)
+def test_encode_payload_writes_what_the_general_encoder_writes(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    text = encode_payload(args, kwargs)
+    assert text == json.dumps({"args": list(args), "kwargs": kwargs}, separators=(",", ":"), ensure_ascii=False)
+    assert decode_payload(text) == (list(args), kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"), [(([{1: "a"}],), {}), ((), {"x": {2: "b"}}), ((1,), {"x": 1, "y": [{3: "c"}]})]
+)
+def test_encode_payload_finds_a_non_str_key_in_any_nested_argument(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    with pytest.raises(SerializationError, match="task arguments must be JSON-encodable"):
+        encode_payload(args, kwargs)
+
+
+def test_encode_payload_refuses_a_keyword_name_that_is_not_a_str() -> None:
+    with pytest.raises(SerializationError, match="keyword argument names must be str"):
+        encode_payload((), {1: "a"})  # type: ignore[dict-item]

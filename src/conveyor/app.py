@@ -184,17 +184,19 @@ class Conveyor:
             unique_key = options.get("unique_key") or _call_key(name, payload)
             window = options.get("unique_for")
             unique_until = now + (float(window) if window is not None else _UNBOUNDED)
+        # positional, in NewTask's field order (keywords cost ~1 us more to match, on every enqueue):
+        # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
         return NewTask(
-            id=options.get("task_id") or os.urandom(16).hex(),  # 128 random bits, as uuid4 (5x cheaper)
-            name=name,
-            queue=queue,
-            payload=payload,
-            priority=priority,
-            run_at=run_at,
-            expires_at=expires_at,
-            unique_key=unique_key,
-            unique_until=unique_until,
-            options=encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
+            options.get("task_id") or os.urandom(16).hex(),  # 128 random bits, as uuid4 (5x cheaper)
+            name,
+            queue,
+            payload,
+            priority,
+            run_at,
+            expires_at,
+            unique_key,
+            unique_until,
+            encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
         )
 
     # -- reading -------------------------------------------------------------------------------
