@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from conveyor.context import TaskContext
+from conveyor.context import HasContext, TaskContext
 from conveyor.model import Outcome
 
 __all__ = ["Middleware", "call_after", "call_before", "call_on_error"]
@@ -34,19 +34,21 @@ class Middleware:
         """The handler raised ``exc`` (called before ``after``)."""
 
 
-def call_before(middleware: Sequence[Middleware], ctx: TaskContext) -> None:
+def call_before(middleware: Sequence[Middleware], task: HasContext) -> None:
+    """The hooks' ``before``, in order. ``task.ctx`` is read only when there are hooks (a running job
+    builds its context on first use): so are ``call_on_error``'s and ``call_after``'s."""
     for hook in middleware:
-        _safe(hook, "before", ctx)
+        _safe(hook, "before", task.ctx)
 
 
-def call_on_error(middleware: Sequence[Middleware], ctx: TaskContext, exc: BaseException) -> None:
+def call_on_error(middleware: Sequence[Middleware], task: HasContext, exc: BaseException) -> None:
     for hook in reversed(middleware):
-        _safe(hook, "on_error", ctx, exc)
+        _safe(hook, "on_error", task.ctx, exc)
 
 
-def call_after(middleware: Sequence[Middleware], ctx: TaskContext, outcome: Outcome) -> None:
+def call_after(middleware: Sequence[Middleware], task: HasContext, outcome: Outcome) -> None:
     for hook in reversed(middleware):
-        _safe(hook, "after", ctx, outcome)
+        _safe(hook, "after", task.ctx, outcome)
 
 
 def _safe(hook: Middleware, method: str, *args: object) -> None:

@@ -65,7 +65,7 @@ class Runner:
             return outcome
         middleware = self.middleware  # usually none: then no hook calls at all
         if middleware:
-            call_before(middleware, job.ctx)
+            call_before(middleware, job)
         token = set_current(job)  # current_task() builds the context if the handler asks for it
         started = time.monotonic()
         try:
@@ -76,36 +76,31 @@ class Runner:
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TaskTimeout(f"handler ran past its {timeout} s timeout")
         except Exception as exc:
-            if middleware:
-                call_on_error(middleware, job.ctx, exc)
+            call_on_error(middleware, job, exc)
             outcome = self.executor.failed(job, exc)
         else:
             outcome = self.executor.succeeded(job, result)
         finally:
             reset_current(token)
         if middleware:
-            call_after(middleware, job.ctx, outcome)
+            call_after(middleware, job, outcome)
         return outcome
 
     async def run_async(self, job: Job) -> Outcome:
         """Run an async handler on the current loop, cancelled at its timeout. A cancellation from
         outside (lease lost, shutdown) propagates as ``CancelledError``: there is no outcome then."""
-        middleware = self.middleware
-        if middleware:
-            call_before(middleware, job.ctx)
+        call_before(self.middleware, job)
         token = set_current(job)
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
         except Exception as exc:
-            if middleware:
-                call_on_error(middleware, job.ctx, exc)
+            call_on_error(self.middleware, job, exc)
             outcome = self.executor.failed(job, exc)
         else:
             outcome = self.executor.succeeded(job, result)
         finally:
             reset_current(token)
-        if middleware:
-            call_after(middleware, job.ctx, outcome)
+        call_after(self.middleware, job, outcome)
         return outcome
 
 
