@@ -118,17 +118,13 @@ def encode_payload(args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any]) ->
     """The stored form of a call's arguments."""
     # The outer object is ours and its keys are str: only nested containers need the key walk (the
     # usual call passes scalars, and then there is nothing to walk).
-    nested = None
-    for item in args:
-        if isinstance(item, _CONTAINERS):
-            nested = [item for item in args if isinstance(item, _CONTAINERS)]
-            break
-    if kwargs:
-        for key in kwargs:
-            if not isinstance(key, str):
-                raise SerializationError(f"keyword argument names must be str, got {key!r}")
-        nested = [*(nested or ()), *(value for value in kwargs.values() if isinstance(value, _CONTAINERS))] or None
-    return _encode({"args": list(args), "kwargs": kwargs}, "task arguments", nested)
+    nested = [item for item in args if isinstance(item, _CONTAINERS)]
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise SerializationError(f"keyword argument names must be str, got {key!r}")
+        if isinstance(value, _CONTAINERS):
+            nested.append(value)
+    return _encode({"args": list(args), "kwargs": kwargs}, "task arguments", nested or None)
 
 
 def decode_payload(text: str) -> tuple[list[Any], dict[str, Any]]:

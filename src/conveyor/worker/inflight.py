@@ -168,13 +168,11 @@ class Inflight:
         """Wait (at most ``timeout``) until ``busy() < busy_below`` and fewer than ``held_below`` are held
         (reservations counted as held)."""
         wanted = (busy_below, held_below)
-        deadline: float | None = None
+        deadline = time.monotonic() + timeout
         with self._cond:
             self._wanted.append(wanted)
             try:
                 while not self._has_room(busy_below, held_below):
-                    if deadline is None:
-                        deadline = time.monotonic() + timeout
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
