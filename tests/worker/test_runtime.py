@@ -253,7 +253,7 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_sta
 
 
 def test_a_handler_sees_its_lease_lost_when_it_was_lost_while_the_handler_was_being_prepared(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, wait_until: Wait
 ) -> None:
     """The twin of the test above for ``ctx.lease_lost``: a lease marked lost after the pool took the task
     and before the handler started (forced: right after ``prepare``) is lost from the handler's start."""
@@ -279,9 +279,7 @@ def test_a_handler_sees_its_lease_lost_when_it_was_lost_while_the_handler_was_be
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)  # polling for the handler's run, with a deadline
+        wait_until(lambda: bool(seen), what="the handler's run")
         assert seen == [True]
     finally:
         worker.stop()
