@@ -26,8 +26,11 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 __all__ = ["RedisServer", "find_server_binary", "free_port", "guard_orphan"]
 
@@ -91,6 +94,7 @@ class RedisServer:
     ``appendonly=True`` turns on the AOF with ``appendfsync always`` (every acknowledged write is on
     disk before the reply) in ``directory`` (a temporary one by default, removed at ``stop``), so
     ``restart()`` and ``kill()`` model crashes. ``restart`` keeps the port and the data directory.
+    ``password`` sets ``requirepass`` (the default user's password); ``url`` and ``client()`` carry it.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class RedisServer:
         directory: Path | None = None,
         extra_args: tuple[str, ...] = (),
         start_timeout: float = 10.0,
+        password: str | None = None,
     ) -> None:
         self.binary = binary or find_server_binary()
         self.appendonly = appendonly
@@ -109,12 +114,14 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.extra_args = extra_args
         self.start_timeout = start_timeout
+        self.password = password
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -126,7 +133,9 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         """A plain client on this server (decoded replies), for tests."""
-        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, password=self.password, decode_responses=True, socket_timeout=5
+        )
 
     def command(self) -> list[str]:
         args = [
@@ -140,6 +149,8 @@ class RedisServer:
             "--loglevel", "warning",
             "--logfile", str(self.directory / "server.log"),
         ]  # fmt: skip
+        if self.password:
+            args += ["--requirepass", self.password]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
@@ -168,7 +179,14 @@ class RedisServer:
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + self.start_timeout
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        client = redis.Redis(  # no retries: redis-py's default ones back off for seconds while the server starts
+            host="127.0.0.1",
+            port=self.port,
+            password=self.password,
+            socket_timeout=1,
+            socket_connect_timeout=1,
+            retry=Retry(NoBackoff(), 0),
+        )
         try:
             while time.monotonic() < deadline:
                 if self._proc is None or self._proc.poll() is not None:
