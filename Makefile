@@ -33,7 +33,7 @@ unit: $(STAMP)
 	@# The Redis-backed tests run again on Debian's redis-server when the machine has one (valkey above).
 	@if command -v redis-server >/dev/null 2>&1; then \
 		echo "== Redis-backed tests again on $$(redis-server --version | cut -d' ' -f1-3)"; \
-		CONVEYOR_TEST_REDIS=redis-server $(BIN)/pytest -q -k redis tests/conformance tests/brokers/test_redis.py tests/brokers/test_redis_chunks.py; \
+		CONVEYOR_TEST_REDIS=redis-server $(BIN)/pytest -q -k redis tests/conformance tests/brokers/test_redis.py tests/brokers/test_redis_chunks.py tests/brokers/test_redis_security.py; \
 	fi
 
 test: lint types unit

@@ -1,7 +1,9 @@
 """``redis://`` URL options and the client built from them.
 
 ``redis://[user:pass@]host:port/db?namespace=...`` (``rediss://`` for TLS). Conveyor's own query
-options are taken out; every other query option goes to redis-py unchanged (e.g. ``ssl_cert_reqs``).
+options are taken out; every other query option goes to redis-py unchanged: ``ssl_ca_certs`` (a private
+CA), ``ssl_certfile`` and ``ssl_keyfile`` (client certificates), ``ssl_cert_reqs``, ... (see
+``docs/operations.md``; ``tests/brokers/test_redis_security.py`` runs them against a TLS server).
 
 ============================== ========== ===========================================================
 option                         default    meaning

@@ -1,13 +1,17 @@
 """Redis failures as ``conveyor.errors``: what a call that went wrong raises.
 
 Connection loss and timeouts become ``BrokerUnavailable`` (bounded by the URL's timeouts, see
-``config.py``), a server out of memory a ``BrokerError`` saying so (scripts check before their first
-write, so nothing is half-written), a script's own refusal (an error reply starting ``CONVEYOR_``) a
-:class:`Refused` for the operation to turn into its typed error, anything else a ``BrokerError``.
+``config.py``); so do a refused password and a failed TLS handshake, each with a message saying which
+URL option fixes it (the server side may be what is wrong, so workers keep retrying). A call the
+server's ACL forbids is a ``BrokerError`` naming the permissions Conveyor needs, a server out of
+memory a ``BrokerError`` saying so (scripts check before their first write, so nothing is
+half-written), a script's own refusal (an error reply starting ``CONVEYOR_``) a :class:`Refused` for
+the operation to turn into its typed error, anything else a ``BrokerError``.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,13 +19,44 @@ import redis
 
 from conveyor.errors import BrokerError, BrokerUnavailable
 
-__all__ = ["Refused", "failure", "translate_errors", "translated"]
+__all__ = ["NEEDED_ACL", "Refused", "failure", "translate_errors", "translated"]
+
+
+#: What a Redis ACL user needs for namespace NS (keys and channels under its hash tag), as ``ACL SETUSER``
+#: takes it after ``on >password``, and nothing more: no command that reaches beyond the namespace
+#: (``FLUSHALL``, ``FUNCTION FLUSH``, ...), so tenants sharing a server cannot harm each other. Tested in
+#: ``tests/brokers/test_redis_security.py``.
+NEEDED_ACL = (
+    "~{NS}:* &{NS}:* -@all +@read +@write +@scripting +@pubsub +@transaction +@connection +time -@dangerous"
+    " +config|get -function|flush -function|delete -function|restore -script|flush"
+)
+
+
+def _tls_failed(exc: BaseException) -> bool:
+    """Whether a connection failed in its TLS handshake (redis-py wraps the ``ssl`` error it caught)."""
+    return isinstance(exc.__context__, ssl.SSLError) or "[SSL" in str(exc)
 
 
 def translated(exc: redis.RedisError) -> BrokerError:
     """The ``conveyor.errors`` exception for a redis-py exception (the caller raises it ``from exc``)."""
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return BrokerUnavailable(
+            f"Redis refused to authenticate this client ({exc}): give the password in the URL, "
+            "redis://:PASSWORD@host:port/db, or an ACL user and its password, redis://USER:PASSWORD@host:port/db"
+        )
+    if isinstance(exc, redis.ConnectionError) and _tls_failed(exc):
+        return BrokerUnavailable(
+            f"the TLS handshake with Redis failed ({exc}): for a server certificate of a private CA add "
+            "ssl_ca_certs=/path/to/ca.pem to the rediss:// URL; for client certificates ssl_certfile= and ssl_keyfile="
+        )
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return BrokerUnavailable(f"Redis is unreachable: {exc}")
+    if isinstance(exc, redis.exceptions.NoPermissionError) or (
+        isinstance(exc, redis.ResponseError) and "user executing the script can't" in str(exc)
+    ):
+        return BrokerError(
+            f"the Redis user may not do this ({exc}); for namespace NS Conveyor needs the ACL {NEEDED_ACL}"
+        )
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
         return BrokerError(
             "Redis is out of memory (maxmemory reached); nothing was written. Free memory, raise "

