@@ -30,7 +30,7 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
-from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState
+from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState, WorkerInfo
 from conveyor.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -577,6 +577,36 @@ def test_preflight_warns_about_an_evicting_memory_policy(own_server: RedisServer
         assert any("noeviction" in warning for warning in broker.preflight())
     finally:
         broker.close()
+
+
+def test_a_starting_worker_logs_the_preflight_warnings_once(
+    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    from conveyor import Conveyor
+
+    own_server.client().config_set("maxmemory-policy", "allkeys-lru")
+    app = Conveyor(own_server.namespace_url())
+    beats: list[float] = []
+    register = app.broker.register_worker
+
+    def counted(info: WorkerInfo, now: float, ttl: float) -> None:
+        beats.append(now)
+        register(info, now, ttl)
+
+    app.broker.register_worker = counted  # type: ignore[method-assign]
+    worker = app.worker(poll_interval=0.05, registry_interval=0.05)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    with caplog.at_level("WARNING", logger="conveyor"):
+        thread.start()
+        try:
+            assert wait_until(lambda: len(beats) >= 3)  # the registry beat three times
+        finally:
+            worker.stop()
+            thread.join(timeout=30.0)
+            app.close()
+    evicting = [r for r in caplog.records if "allkeys-lru" in r.getMessage()]
+    assert len(evicting) == 1 and evicting[0].levelname == "WARNING"  # at start, not at every beat
+    assert any("persistence is off" in r.getMessage() for r in caplog.records)
 
 
 def test_an_idle_worker_wakes_when_a_task_becomes_pending(two: tuple[RedisBroker, RedisBroker]) -> None:

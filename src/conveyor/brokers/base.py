@@ -60,7 +60,16 @@ from conveyor.model import (
     WorkerInfo,
 )
 
-__all__ = ["MAX_ERRORS_KEPT", "Broker", "ClaimsAfterWait", "EventCallback", "WaitsForWork", "deliver", "ready_key"]
+__all__ = [
+    "MAX_ERRORS_KEPT",
+    "Broker",
+    "ChecksServer",
+    "ClaimsAfterWait",
+    "EventCallback",
+    "WaitsForWork",
+    "deliver",
+    "ready_key",
+]
 
 log = logging.getLogger("conveyor.brokers")
 
@@ -233,6 +242,18 @@ class WaitsForWork(Protocol):
         queue); False means the timeout passed. Delayed tasks becoming due need not wake anyone, so
         a caller still claims at least every ``timeout`` seconds.
         """
+        ...
+
+
+@runtime_checkable
+class ChecksServer(Protocol):
+    """Optional capability: warn about server settings that can lose tasks (Redis: an evicting
+    ``maxmemory-policy``, persistence off). A worker calls it once as it starts; ``conveyor doctor``
+    shows its warnings."""
+
+    def preflight(self) -> list[str]:
+        """One line per problem found (each also logged at WARNING); empty when all is well. Never raises
+        for an unreachable server: that is a warning too."""
         ...
 
 

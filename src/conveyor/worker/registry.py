@@ -1,7 +1,8 @@
 """Registry heartbeat: advertises this worker (``Broker.register_worker``) so dashboards list it.
 
 The record lives ``3 * interval`` seconds past each beat, so a dead worker disappears on its own; a
-clean exit unregisters at once.
+clean exit unregisters at once. Its first beat also runs the broker's ``preflight()`` when it has one
+(``ChecksServer``), so a worker on a server that may drop tasks says so in its log as it starts.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from conveyor.brokers.base import ChecksServer
 from conveyor.model import WorkerInfo
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.service import Periodic
@@ -44,8 +46,14 @@ class Registry(Periodic):
         self.running = running
         self.counts = counts
         self.started_at = app.now()
+        self._checked = False
 
     def tick(self) -> None:
+        if not self._checked:
+            self._checked = True
+            broker = self.app.broker
+            if isinstance(broker, ChecksServer):
+                broker.preflight()  # logs each warning itself
         processed, failed = self.counts()
         info = WorkerInfo(
             id=self.worker_id,
