@@ -17,7 +17,7 @@ import redis
 
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
-from conveyor.brokers.redis.broker import SPILL_AT, _enqueue_args
+from conveyor.brokers.redis.calls import SPILL_AT, enqueue_args
 from conveyor.brokers.redis.codec import (
     MEMBER_PREFIX,
     ROW_FIELDS,
@@ -218,14 +218,12 @@ def test_an_operation_defines_its_helpers_once_when_the_library_loads() -> None:
 
 def test_a_one_task_enqueue_sends_only_the_values_that_are_not_at_their_default() -> None:
     usual = task("a")
-    assert list(_enqueue_args([usual])) == [(1, "a", "q", encode_body("job", "{}", "[[], {}]"))]
+    assert list(enqueue_args([usual])) == [(1, "a", "q", encode_body("job", "{}", "[[], {}]"))]
     prioritized = NewTask(id="b", name="job", queue="q", payload="[]", priority=2)
-    assert list(_enqueue_args([prioritized])) == [(1, "b", "q", encode_body("job", "{}", "[]"), "2")]
+    assert list(enqueue_args([prioritized])) == [(1, "b", "q", encode_body("job", "{}", "[]"), "2")]
     unique = NewTask(id="c", name="job", queue="q", payload="[]", unique_key="k", unique_until=NOW)
-    assert list(_enqueue_args([unique])) == [
-        (1, "c", "q", encode_body("job", "{}", "[]"), "0", "", "", "=k", repr(NOW))
-    ]
-    assert [args[0] for args in _enqueue_args([usual, prioritized])] == [2]  # several: one JSON array
+    assert list(enqueue_args([unique])) == [(1, "c", "q", encode_body("job", "{}", "[]"), "0", "", "", "=k", repr(NOW))]
+    assert [args[0] for args in enqueue_args([usual, prioritized])] == [2]  # several: one JSON array
 
 
 def test_tasks_sent_without_their_default_values_are_stored_with_them(broker: RedisBroker) -> None:
@@ -247,11 +245,11 @@ def test_tasks_sent_without_their_default_values_are_stored_with_them(broker: Re
 
 def test_long_values_of_a_batch_travel_beside_its_json_array() -> None:
     short, long = task("a"), task("b", payload="[" + "1," * SPILL_AT + "1]")
-    ((count, values, places, *spilled),) = _enqueue_args([short, long, short])
+    ((count, values, places, *spilled),) = enqueue_args([short, long, short])
     assert count == 3
     assert (places, spilled) == ("11", [encode_body("job", "{}", long.payload)])  # 2nd task's body: 8 + 3
     assert json.loads(str(values))[8 + 2] == ""  # taken out of the array
-    assert list(_enqueue_args([short, short])) == [(2, json.dumps([*encode_task(short)] * 2, separators=(",", ":")))]
+    assert list(enqueue_args([short, short])) == [(2, json.dumps([*encode_task(short)] * 2, separators=(",", ":")))]
 
 
 @pytest.mark.parametrize("length", [SPILL_AT - 1, SPILL_AT, 5000])
@@ -652,7 +650,7 @@ def test_an_idle_claim_with_an_injected_clock_claims_at_that_clock(two: tuple[Re
 
 
 def test_a_batch_larger_than_a_chunk_is_stored_in_order(broker: RedisBroker) -> None:
-    from conveyor.brokers.redis.broker import ENQUEUE_CHUNK
+    from conveyor.brokers.redis.calls import ENQUEUE_CHUNK
 
     count = ENQUEUE_CHUNK * 2 + 7
     assert broker.enqueue([task(f"t{i}") for i in range(count)], NOW) == [None] * count

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from conveyor.brokers.redis import RedisBroker
-from conveyor.brokers.redis.broker import ENQUEUE_CHUNK
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK
 from conveyor.brokers.redis.codec import ROW_FIELDS, ROW_NAMES
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.errors import QueueFull

@@ -12,24 +12,21 @@ the server runs the one before (``Connections.execute_each``). Faults become ``c
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
 from conveyor.brokers.redis.codec import (
     decode_claimed,
     decode_events,
     decode_record,
     decode_worker,
-    encode_one_task,
-    encode_outcome,
-    encode_task,
     encode_worker,
 )
 from conveyor.brokers.redis.config import RedisConfig
@@ -57,10 +54,6 @@ __all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
 
 log = logging.getLogger("conveyor.brokers.redis")
 
-#: Tasks per ``enqueue.lua`` call: one round trip and one atomic unit each (~5 ms of server time).
-ENQUEUE_CHUNK = 500
-#: Outcomes per ``settle.lua`` call.
-SETTLE_CHUNK = 1000
 #: Due tasks promoted and expired leases reaped (each) inside one claim or reap call, at most.
 MAINTENANCE_BUDGET = 1000
 
@@ -158,7 +151,7 @@ class RedisBroker:
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         try:
             if len(tasks) == 1:  # the most common call, without the machinery for several chunks
-                duplicate: str = self._invoke("enqueue", repr(float(now)), _one_task_args(tasks[0]))[1]
+                duplicate: str = self._invoke("enqueue", repr(float(now)), one_task_args(tasks[0]))[1]
                 return [duplicate or None]  # one string for a one-task call (see enqueue.lua)
             results: list[str | None] = []
 
@@ -169,7 +162,7 @@ class RedisBroker:
                     results.extend([None] * min(ENQUEUE_CHUNK, len(tasks) - len(results)))
 
             # the next chunk is encoded while the server stores this one
-            self._invoke_each("enqueue", repr(float(now)), _enqueue_args(tasks), stored)
+            self._invoke_each("enqueue", repr(float(now)), enqueue_args(tasks), stored)
         except Refused as exc:
             _, queue, max_size = exc.text.split(" ")
             raise QueueFull(queue, int(float(max_size))) from None
@@ -210,11 +203,7 @@ class RedisBroker:
         applied: list[bool] = []
         for start in range(0, len(outcomes), SETTLE_CHUNK):
             chunk = outcomes[start : start + SETTLE_CHUNK]
-            values: list[str] = []
-            for outcome in chunk:
-                values.extend(encode_outcome(outcome))
-            args = _batch_args(len(chunk), values, (3, 4))  # long results and errors apart
-            reply = self._call("settle", now, *args)  # "1"/"0" per outcome
+            reply = self._call("settle", now, *settle_args(chunk))  # "1"/"0" per outcome
             applied.extend(flag == "1" for flag in reply)
         return applied
 
@@ -403,51 +392,3 @@ class RedisBroker:
         for warning in warnings:
             log.warning("preflight: %s", warning)
         return warnings
-
-
-#: Values travel to scripts as one JSON array (cjson.decode); UTF-8 as is, so only escapes are decoded.
-_json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-#: A value of a batch call at least this long (a body, a result, an error) travels as an argument of
-#: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_lib.lua``): cjson reads ~27
-#: server instructions a byte, a separate argument ~7 a byte plus ~3.5k (callgrind, Valkey 9, per task
-#: of a 500-task enqueue: at a 200-byte payload 34.7k in the array, 36.1k apart; at 1 KB 56.5k and
-#: 41.9k; interpolated, they cross near 235 bytes).
-SPILL_AT = 256
-#: Values per task (``encode_task``) and per outcome (``encode_outcome``) in a batch call's array.
-_FIELDS = 8
-
-
-def _batch_args(count: int, values: list[str], places: Sequence[int]) -> tuple[Arg, ...]:
-    """A batch call's arguments: ``count`` and the JSON array of ``values`` (``_FIELDS`` per item), the
-    long values at ``places`` (indexes within an item) taken out of it and sent after it."""
-    where: list[str] = []
-    spilled: list[str] = []
-    for place in places:
-        for index in range(place, len(values), _FIELDS):
-            value = values[index]
-            if len(value) >= SPILL_AT:
-                where.append(str(index + 1))  # its place in the script's (1-based) array
-                spilled.append(value)
-                values[index] = ""
-    if not spilled:
-        return (count, _json_array(values))
-    return (count, _json_array(values), " ".join(where), *spilled)
-
-
-def _one_task_args(task: NewTask) -> tuple[Arg, ...]:
-    """``enqueue.lua``'s arguments for one task: its fields as they are, those at their defaults left out."""
-    return (1, *encode_one_task(task))
-
-
-def _enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
-    """``enqueue.lua``'s arguments, per chunk of tasks: one task's as :func:`_one_task_args`, several as JSON."""
-    for start in range(0, len(tasks), ENQUEUE_CHUNK):
-        chunk = tasks[start : start + ENQUEUE_CHUNK]
-        if len(chunk) == 1:  # a last chunk of one
-            yield _one_task_args(chunk[0])
-            continue
-        values: list[str] = []
-        for task in chunk:
-            values.extend(encode_task(task))
-        yield _batch_args(len(chunk), values, (2,))  # long bodies apart
