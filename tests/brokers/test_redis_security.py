@@ -111,6 +111,19 @@ def stored_keys(server: RedisServer, ns: str) -> list[str]:
         client.close()
 
 
+def refused_quickly(url: str, error: type[BrokerError], match: str | None = None) -> BrokerError:
+    """An enqueue on ``url`` raises ``error`` (its message matching ``match``) within the connect timeouts."""
+    app = Conveyor(url)
+    try:
+        started = time.monotonic()
+        with pytest.raises(error, match=match) as caught:
+            app.enqueue("nothing")
+        assert time.monotonic() - started < 5.0
+        return caught.value
+    finally:
+        app.close()
+
+
 @contextmanager
 def running(app: Conveyor) -> Iterator[None]:
     worker = app.worker(concurrency=8, poll_interval=0.05)
@@ -178,37 +191,19 @@ def test_an_untrusted_server_certificate_is_a_clear_typed_error_and_nothing_is_w
 ) -> None:
     ns = namespace()
     options = {} if trust == "system CAs only" else {"ssl_ca_certs": str(pki.other_ca)}
-    app = Conveyor(tls.url(ns, **options))
-    try:
-        started = time.monotonic()
-        with pytest.raises(BrokerUnavailable, match=r"TLS handshake with Redis failed .*ssl_ca_certs="):
-            app.enqueue("nothing")
-        assert time.monotonic() - started < 5.0
-    finally:
-        app.close()
+    refused_quickly(tls.url(ns, **options), BrokerUnavailable, r"TLS handshake with Redis failed .*ssl_ca_certs=")
     assert stored_keys(tls.server, ns) == []
 
 
 def test_plain_redis_to_a_tls_port_is_unavailable_not_a_hang(tls: TlsServer) -> None:
-    app = Conveyor(f"redis://127.0.0.1:{tls.tls_port}/0?" + urlencode({"namespace": namespace(), **FAST}))
-    try:
-        started = time.monotonic()
-        with pytest.raises(BrokerUnavailable):
-            app.enqueue("nothing")
-        assert time.monotonic() - started < 10.0
-    finally:
-        app.close()
+    plain = f"redis://127.0.0.1:{tls.tls_port}/0?" + urlencode({"namespace": namespace(), **FAST})
+    refused_quickly(plain, BrokerUnavailable)
 
 
 def test_mutual_tls_takes_the_client_certificate_from_the_url(tls_binary: str, pki: Pki) -> None:
     with tls_server(tls_binary, pki, "yes") as server:
         ns = namespace()
-        without = Conveyor(server.url(ns, ssl_ca_certs=str(pki.ca)))
-        try:
-            with pytest.raises(BrokerUnavailable):
-                without.enqueue("nothing")
-        finally:
-            without.close()
+        refused_quickly(server.url(ns, ssl_ca_certs=str(pki.ca)), BrokerUnavailable)
         assert stored_keys(server.server, ns) == []
         url = server.url(
             ns, ssl_ca_certs=str(pki.ca), ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key)
@@ -236,14 +231,9 @@ def url_with(server: RedisServer, userinfo: str, ns: str) -> str:
 @pytest.mark.parametrize("userinfo", ["", ":wrong@", "nobody:wrong@"])
 def test_a_missing_or_wrong_password_is_a_clear_typed_error(guarded: RedisServer, userinfo: str) -> None:
     ns = namespace()
-    app = Conveyor(url_with(guarded, userinfo, ns))
-    try:
-        started = time.monotonic()
-        with pytest.raises(BrokerUnavailable, match=r"refused to authenticate .*redis://USER:PASSWORD@"):
-            app.enqueue("nothing")
-        assert time.monotonic() - started < 5.0
-    finally:
-        app.close()
+    refused_quickly(
+        url_with(guarded, userinfo, ns), BrokerUnavailable, r"refused to authenticate .*redis://USER:PASSWORD@"
+    )
     assert stored_keys(guarded, ns) == []
 
 
@@ -302,13 +292,10 @@ def test_an_acl_user_without_the_namespaces_keys_gets_a_permission_error_and_not
     ns = namespace()
     rules = NEEDED_ACL.replace("NS", "someone-else").split()
     remove = acl_user(guarded, "outsider", rules)
-    app = Conveyor(url_with(guarded, "outsider:pw@", ns))
     try:
-        with pytest.raises(BrokerError, match="may not do this") as caught:
-            app.enqueue("nothing")
-        assert not isinstance(caught.value, BrokerUnavailable)
-        assert "+@scripting" in str(caught.value)  # names what the user needs
+        error = refused_quickly(url_with(guarded, "outsider:pw@", ns), BrokerError, "may not do this")
+        assert not isinstance(error, BrokerUnavailable)
+        assert "+@scripting" in str(error)  # names what the user needs
     finally:
-        app.close()
         remove()
     assert stored_keys(guarded, ns) == []
