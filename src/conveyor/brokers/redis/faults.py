@@ -24,17 +24,30 @@ __all__ = ["NEEDED_ACL", "Refused", "failure", "translate_errors", "translated"]
 
 #: What a Redis ACL user needs for namespace NS (keys and channels under its hash tag), as ``ACL SETUSER``
 #: takes it after ``on >password``, and nothing more: no command that reaches beyond the namespace
-#: (``FLUSHALL``, ``FUNCTION FLUSH``, ...), so tenants sharing a server cannot harm each other. Tested in
+#: (``FLUSHALL``, ``FUNCTION FLUSH``, ``SCAN``, ...), so tenants sharing a server cannot harm or see each
+#: other. ``+config|get`` may be added where one app owns the server, so that the preflight can read the
+#: persistence and eviction settings (it reads every setting, ``requirepass`` included). Tested in
 #: ``tests/brokers/test_redis_security.py``.
 NEEDED_ACL = (
     "~{NS}:* &{NS}:* -@all +@read +@write +@scripting +@pubsub +@transaction +@connection +time -@dangerous"
-    " +config|get -function|flush -function|delete -function|restore -script|flush"
+    " -scan -randomkey -function|flush -function|delete -function|restore -script|flush"
 )
 
 
-def _tls_failed(exc: BaseException) -> bool:
-    """Whether a connection failed in its TLS handshake (redis-py wraps the ``ssl`` error it caught)."""
-    return isinstance(exc.__context__, ssl.SSLError) or "[SSL" in str(exc)
+def _tls_trouble(exc: BaseException) -> str | None:
+    """What to check when a connection failed in TLS (redis-py wraps the ``ssl`` error it caught), or None."""
+    context, text = exc.__context__, str(exc)
+    if isinstance(context, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+        return (
+            "the TLS handshake with Redis failed: the server's certificate is not trusted; for a private CA "
+            "add ssl_ca_certs=/path/to/ca.pem to the rediss:// URL"
+        )
+    if isinstance(context, ssl.SSLError) or "[SSL" in text or "_ssl.c" in text:
+        return (
+            "the TLS connection to Redis failed; if it persists, check the TLS options: a server that asks "
+            "for client certificates needs ssl_certfile= and ssl_keyfile= in the rediss:// URL"
+        )
+    return None
 
 
 def translated(exc: redis.RedisError) -> BrokerError:
@@ -44,11 +57,9 @@ def translated(exc: redis.RedisError) -> BrokerError:
             f"Redis refused to authenticate this client ({exc}): give the password in the URL, "
             "redis://:PASSWORD@host:port/db, or an ACL user and its password, redis://USER:PASSWORD@host:port/db"
         )
-    if isinstance(exc, redis.ConnectionError) and _tls_failed(exc):
-        return BrokerUnavailable(
-            f"the TLS handshake with Redis failed ({exc}): for a server certificate of a private CA add "
-            "ssl_ca_certs=/path/to/ca.pem to the rediss:// URL; for client certificates ssl_certfile= and ssl_keyfile="
-        )
+    trouble = _tls_trouble(exc) if isinstance(exc, redis.ConnectionError) else None
+    if trouble is not None:
+        return BrokerUnavailable(f"{trouble} ({exc})")
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return BrokerUnavailable(f"Redis is unreachable: {exc}")
     if isinstance(exc, redis.exceptions.NoPermissionError) or (
