@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.peer_runs import PEERS
 from bench.report import write_report
-from bench.server import Server, choose_placement
+from bench.server import Server, choose_placement, cpu_model
 
 if TYPE_CHECKING:
     from bench.suite import Suite
@@ -48,13 +48,6 @@ def _args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--conveyor", default="memory,sqlite,redis", help="Conveyor backends to run ('' for none)")
     return parser.parse_args(argv)
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +88,7 @@ def main(argv: list[str]) -> int:
     meta: dict[str, object] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "nproc": os.cpu_count(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "placement": placement.describe(),
         "n": n,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench.measure import percentile
 from bench.redis_report import Report, git_revision
-from bench.server import choose_placement, server_version
+from bench.server import choose_placement, cpu_model, server_version
 from conveyor.app import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.model import BrokerPolicy, NewTask, Outcome
@@ -291,6 +291,7 @@ def markdown_header(args: argparse.Namespace, started: float, revision: str, ver
         "",
         f"**Run:** {when}, commit {revision}, {args.reps} run(s) of {args.tasks:,} tasks, "
         f"{time.time() - started:.0f} s.  ",
+        f"**Machine:** {os.cpu_count()} cores, {cpu_model()}.  ",
         f"**Server:** {version}, no persistence; {placement}.",
     ]
 

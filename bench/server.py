@@ -11,6 +11,7 @@ server (in particular nothing on port 6379) is ever touched.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,7 @@ import redis
 
 from conveyor.testing.redis_server import free_port, guard_orphan
 
-__all__ = ["Placement", "Server", "choose_placement", "find_server_binary", "server_version"]
+__all__ = ["Placement", "Server", "choose_placement", "cpu_model", "find_server_binary", "server_version"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,17 @@ def server_version(client: redis.Redis) -> str:
     """``"<server name> <version>"`` of the server ``client`` talks to, e.g. ``"valkey 9.1.2"``."""
     info = client.info("server")
     return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
+
+
+def cpu_model() -> str:
+    """The CPU model this machine reports: a VM here has run on different hosts, at different speeds."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 class Server:

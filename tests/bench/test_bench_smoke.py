@@ -98,6 +98,7 @@ def test_redis_benchmark_runs_and_reports_server_time_per_task(tmp_path: Path) -
     assert len(aim_rows) == 6, report
     assert "drain, `Worker.run()`: no-op tasks, concurrency 20, one process" in aim_rows, report
     assert "--reps 2" in report and "server time per task: claim + settle" in report, report
+    assert re.search(r"^\*\*Machine:\*\* \d+ cores, \S.*\.  $", report, re.M), report  # the host's CPU model
     # the runtime's share of the plain drain, per run (the host's speed cancels out of it)
     runtime = next(line for line in lines if line.startswith("drain, Worker.run()"))
     assert re.search(r"; [\d.]+x the one-process drain of the same run; over 2 runs [\d.]+-[\d.]+\)$", runtime), runtime
