@@ -1,8 +1,9 @@
 """``doctor``: check the broker and report each check as OK, WARN or FAIL.
 
-Backend-specific checks use optional broker capabilities found with ``getattr`` (the Broker protocol
-does not require them): ``preflight()`` (Redis: eviction policy, persistence), ``journal_mode`` and
-``schema_version`` (SQLite), as attributes or zero-argument methods.
+Backend-specific checks use optional broker capabilities (the Broker protocol does not require them):
+``preflight()`` (``ChecksServer``; Redis: eviction policy, persistence, the same warnings a starting
+worker logs), and ``journal_mode`` and ``schema_version`` (SQLite, found with ``getattr``), as
+attributes or zero-argument methods.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from conveyor.brokers.base import ChecksServer
 from conveyor.cli.output import emit, json_option, redact
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
@@ -86,9 +88,9 @@ def run_checks(state: CliState) -> list[Check]:
     present, version = _capability(broker, "schema_version")
     if present:
         checks.append(Check("schema_version", "OK", str(version)))
-    if callable(getattr(broker, "preflight", None)):
+    if isinstance(broker, ChecksServer):
         try:
-            checks.extend(_preflight_checks(broker.preflight()))  # type: ignore[attr-defined]
+            checks.extend(_preflight_checks(broker.preflight()))
         except ConveyorError as exc:
             checks.append(Check("preflight", "FAIL", str(exc)))
     workers = app.inspect.workers()
