@@ -75,14 +75,18 @@ def tls_binary(pki: Pki) -> str:
     pytest.skip(f"none of {_candidates()} was built with TLS (Debian's redis-server is)")
 
 
+def url_for(port: int, ns: str, *, scheme: str = "redis", userinfo: str = "", **options: str) -> str:
+    """A broker URL on 127.0.0.1:``port`` in namespace ``ns``, with short timeouts and ``options``."""
+    return f"{scheme}://{userinfo}127.0.0.1:{port}/0?" + urlencode({"namespace": ns, **FAST, **options})
+
+
 @dataclass
 class TlsServer:
     server: RedisServer
     tls_port: int
 
     def url(self, namespace: str, **options: str) -> str:
-        query = urlencode({"namespace": namespace, **FAST, **options})
-        return f"rediss://127.0.0.1:{self.tls_port}/0?{query}"
+        return url_for(self.tls_port, namespace, scheme="rediss", **options)
 
 
 @contextmanager
@@ -169,7 +173,6 @@ def drain_through_a_worker(url: str) -> list[str]:
 def test_a_worker_runs_tasks_over_tls_and_every_connection_of_the_broker_is_encrypted(tls: TlsServer, pki: Pki) -> None:
     ns = namespace()
     url = tls.url(ns, ssl_ca_certs=str(pki.ca))
-    seen: list[int] = []
     app = Conveyor(url)
     app.enqueue("nothing", queue="probe")  # opens the producer's connection
     client = tls.server.client()
@@ -196,8 +199,7 @@ def test_an_untrusted_server_certificate_is_a_clear_typed_error_and_nothing_is_w
 
 
 def test_plain_redis_to_a_tls_port_is_unavailable_not_a_hang(tls: TlsServer) -> None:
-    plain = f"redis://127.0.0.1:{tls.tls_port}/0?" + urlencode({"namespace": namespace(), **FAST})
-    refused_quickly(plain, BrokerUnavailable)
+    refused_quickly(url_for(tls.tls_port, namespace()), BrokerUnavailable)
 
 
 def test_mutual_tls_takes_the_client_certificate_from_the_url(tls_binary: str, pki: Pki) -> None:
@@ -224,21 +226,19 @@ def guarded() -> Iterator[RedisServer]:
         yield server
 
 
-def url_with(server: RedisServer, userinfo: str, ns: str) -> str:
-    return f"redis://{userinfo}127.0.0.1:{server.port}/0?" + urlencode({"namespace": ns, **FAST})
-
-
 @pytest.mark.parametrize("userinfo", ["", ":wrong@", "nobody:wrong@"])
 def test_a_missing_or_wrong_password_is_a_clear_typed_error(guarded: RedisServer, userinfo: str) -> None:
     ns = namespace()
     refused_quickly(
-        url_with(guarded, userinfo, ns), BrokerUnavailable, r"refused to authenticate .*redis://USER:PASSWORD@"
+        url_for(guarded.port, ns, userinfo=userinfo),
+        BrokerUnavailable,
+        r"refused to authenticate .*redis://USER:PASSWORD@",
     )
     assert stored_keys(guarded, ns) == []
 
 
 def test_the_password_in_the_url_lets_a_worker_in(guarded: RedisServer) -> None:
-    states = drain_through_a_worker(url_with(guarded, f":{quote(PASSWORD, safe='')}@", namespace()))
+    states = drain_through_a_worker(url_for(guarded.port, namespace(), userinfo=f":{quote(PASSWORD, safe='')}@"))
     assert states.count("completed") == 301
 
 
@@ -256,7 +256,7 @@ def acl_user(server: RedisServer, name: str, rules: list[str]) -> Callable[[], N
 def test_an_acl_user_with_the_documented_permissions_runs_everything(guarded: RedisServer) -> None:
     ns = namespace()
     remove = acl_user(guarded, "conveyor", NEEDED_ACL.replace("NS", ns).split())
-    url = url_with(guarded, "conveyor:pw@", ns)
+    url = url_for(guarded.port, ns, userinfo="conveyor:pw@")
     try:
         states = drain_through_a_worker(url)
         assert states.count("completed") == 301
@@ -264,7 +264,8 @@ def test_an_acl_user_with_the_documented_permissions_runs_everything(guarded: Re
         try:
             broker = cast("RedisBroker", app.broker)
             assert any("could not read the server configuration" in warning for warning in broker.preflight())
-            guarded.client().execute_command("ACL", "SETUSER", "conveyor", "+config|get")  # type: ignore[no-untyped-call]
+            with guarded.client() as admin_client:
+                admin_client.execute_command("ACL", "SETUSER", "conveyor", "+config|get")
             warnings = broker.preflight()  # the single-tenant addition lets it check the settings
             assert any("persistence is off" in warning for warning in warnings)
             assert all("could not read" not in warning for warning in warnings)
@@ -304,7 +305,7 @@ def test_an_acl_user_without_the_namespaces_keys_gets_a_permission_error_and_not
     rules = NEEDED_ACL.replace("NS", "someone-else").split()
     remove = acl_user(guarded, "outsider", rules)
     try:
-        error = refused_quickly(url_with(guarded, "outsider:pw@", ns), BrokerError, "may not do this")
+        error = refused_quickly(url_for(guarded.port, ns, userinfo="outsider:pw@"), BrokerError, "may not do this")
         assert not isinstance(error, BrokerUnavailable)
         assert "+@scripting" in str(error)  # names what the user needs
     finally:
