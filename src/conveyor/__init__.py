@@ -23,12 +23,13 @@ from conveyor.errors import (
     TaskFailed,
     TaskNotFound,
     TaskTimeout,
+    UnknownBackoff,
     UnknownTask,
 )
 from conveyor.inspect import Inspector, TimelineEntry
 from conveyor.lease import Lease
 from conveyor.model import ArchiveReason, BrokerPolicy, ErrorEntry, QueueInfo, TaskInfo, TaskState, WorkerInfo
-from conveyor.retry import Backoff, Exponential, Fixed
+from conveyor.retry import Backoff, Exponential, Fixed, register_backoff
 from conveyor.task import BoundTask, Task, TaskHandle
 from conveyor.worker import Middleware, Worker, WorkerConfig, run_worker
 
@@ -71,10 +72,12 @@ __all__ = [
     "TaskState",
     "TaskTimeout",
     "TimelineEntry",
+    "UnknownBackoff",
     "UnknownTask",
     "Worker",
     "WorkerConfig",
     "WorkerInfo",
     "current_task",
+    "register_backoff",
     "run_worker",
 ]

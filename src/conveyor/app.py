@@ -18,7 +18,7 @@ from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.errors import ConfigurationError, DuplicateTask, SerializationError, TaskNotFound
 from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskInfo, TaskRecord
-from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling, resolve
+from conveyor.options import TaskOptions, check_enqueue_options, describe_stored, encode_travelling
 from conveyor.serializers import decode, decode_payload, encode, encode_payload
 from conveyor.task import Task, TaskHandle
 
@@ -217,13 +217,8 @@ class Conveyor:
             args, kwargs = decode_payload(record.payload)
         except SerializationError as exc:
             args, kwargs, payload_error = [], {}, str(exc)
-        try:
-            stored = decode(record.options)
-            stored = stored if isinstance(stored, dict) else {}
-        except SerializationError:
-            stored = {}
         registered = self.registry.get(record.name)
-        effective = resolve(stored, registered.options if registered else None)
+        stored, max_retries, options_error = describe_stored(record.options, registered.options if registered else None)
         result = None
         if record.result is not None:
             try:
@@ -238,8 +233,8 @@ class Conveyor:
             args=args,
             kwargs=kwargs,
             attempts=record.attempts,
-            max_retries=effective.max_retries,
-            retries_left=max(0, effective.max_retries - record.retries),
+            max_retries=max_retries,
+            retries_left=max(0, max_retries - record.retries),
             next_run_at=record.next_run_at,
             last_error=record.last_error,
             archive_reason=record.archive_reason,
@@ -256,6 +251,7 @@ class Conveyor:
             cancel_requested=record.cancel_requested,
             options=stored,
             payload_error=payload_error,
+            options_error=options_error,
         )
 
     def stats(self) -> dict[str, dict[str, int]]:

@@ -4,6 +4,7 @@ Everything Conveyor raises on its own account derives from one root::
 
     ConveyorError
     ├── ConfigurationError        bad URL, bad setting, unsupported backend   (also ValueError)
+    │   └── UnknownBackoff        no backoff policy is registered under that kind
     ├── TaskNotFound              no task with that id (or past its retention) (also KeyError)
     ├── DuplicateTask             task id taken, or a unique task is still unfinished; ``.existing_id``
     ├── QueueFull                 the queue's ``max_size`` would be exceeded; nothing was written
@@ -44,6 +45,7 @@ __all__ = [
     "TaskFailed",
     "TaskNotFound",
     "TaskTimeout",
+    "UnknownBackoff",
     "UnknownTask",
 ]
 
@@ -54,6 +56,10 @@ class ConveyorError(Exception):
 
 class ConfigurationError(ConveyorError, ValueError):
     """A URL, setting or option is invalid or names something unsupported."""
+
+
+class UnknownBackoff(ConfigurationError):
+    """No backoff policy is registered under this kind in this process (see ``register_backoff``)."""
 
 
 class TaskNotFound(ConveyorError, KeyError):

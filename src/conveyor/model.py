@@ -254,3 +254,4 @@ class TaskInfo:
     cancel_requested: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     payload_error: str | None = None  # set when the stored payload could not be decoded
+    options_error: str | None = None  # set when the stored options could not be decoded (then defaults apply)

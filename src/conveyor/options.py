@@ -23,7 +23,9 @@ from conveyor._validate import (
     check_seconds,
     check_task_id,
 )
-from conveyor.retry import Backoff, Exponential, backoff_from_dict, check_backoff
+from conveyor.errors import SerializationError, UnknownBackoff
+from conveyor.retry import Backoff, Exponential, backoff_from_dict, check_backoff, check_travelling_backoff
+from conveyor.serializers import decode
 
 __all__ = ["ENQUEUE_OPTIONS", "TRAVELLING", "EffectiveOptions", "TaskOptions", "check_enqueue_options"]
 
@@ -83,7 +85,7 @@ _CHECKS: dict[str, Callable[[Any], object]] = {
     "delay": lambda v: check_seconds("delay", v),
     "priority": check_priority,
     "max_retries": lambda v: check_int("max_retries", v),
-    "backoff": check_backoff,
+    "backoff": check_travelling_backoff,
     "retry_on": check_retry_on,
     "timeout": lambda v: check_seconds("timeout", v, allow_none=True),
     "expires": lambda v: check_expires(v, 0.0),
@@ -142,14 +144,38 @@ class EffectiveOptions:
         return any(name in names for name in self.retry_on)
 
 
+def decode_stored(text: str) -> dict[str, Any]:
+    """The options stored with a task; SerializationError if they are not a JSON object."""
+    stored = decode(text)
+    if not isinstance(stored, dict):
+        raise SerializationError(f"task options are not a JSON object: {text[:80]!r}")
+    return stored
+
+
 def resolve(stored: dict[str, Any], registered: TaskOptions | None) -> EffectiveOptions:
-    """Explicit (stored with the task) > worker's registration > library defaults."""
+    """Explicit (stored with the task) > worker's registration > library defaults.
+
+    ``UnknownBackoff`` if the stored backoff's kind is not registered in this process;
+    ``SerializationError`` if a stored value is not one its option accepts (the row was damaged, or
+    written by other code).
+    """
+    try:
+        return _resolve(stored, registered)
+    except UnknownBackoff:
+        raise
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise SerializationError(f"stored task options cannot be decoded: {type(exc).__name__}: {exc}") from exc
+
+
+def _resolve(stored: dict[str, Any], registered: TaskOptions | None) -> EffectiveOptions:
     base = registered or TaskOptions()
     backoff = base.backoff
-    if isinstance(stored.get("backoff"), dict):
+    if "backoff" in stored:
         backoff = backoff_from_dict(stored["backoff"])
     retry_on = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in base.retry_on)
-    if isinstance(stored.get("retry_on"), list):
+    if "retry_on" in stored:
+        if not isinstance(stored["retry_on"], list):
+            raise TypeError("retry_on must be a list of class names")
         retry_on = tuple(str(name) for name in stored["retry_on"])
     max_retries = stored.get("max_retries", base.max_retries)
     timeout = stored.get("timeout", base.timeout)
@@ -161,3 +187,24 @@ def resolve(stored: dict[str, Any], registered: TaskOptions | None) -> Effective
         timeout=None if timeout is None else float(timeout),
         retention=float(retention) if math.isfinite(float(retention)) else base.retention,
     )
+
+
+def describe_stored(text: str, registered: TaskOptions | None) -> tuple[dict[str, Any], int, str | None]:
+    """For display (never raises): the stored options, the retry budget they give, and why they cannot
+    be used (None when they can).
+
+    A backoff kind this process has not registered is not an error here: admin tools (the CLI, the
+    dashboard) need not import the app's policies; the worker that runs the task must.
+    """
+    try:
+        stored = decode_stored(text)
+    except SerializationError as exc:
+        return {}, (registered or TaskOptions()).max_retries, str(exc)
+    try:
+        try:
+            effective = resolve(stored, registered)
+        except UnknownBackoff:
+            effective = resolve({k: v for k, v in stored.items() if k != "backoff"}, registered)
+    except SerializationError as exc:
+        return stored, (registered or TaskOptions()).max_retries, str(exc)
+    return stored, effective.max_retries, None

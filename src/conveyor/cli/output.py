@@ -132,8 +132,15 @@ def task_row(info: TaskInfo, now: float) -> list[str]:
         str(info.attempts),
         str(info.priority),
         format_time(when, now) if when is not None else format_time(info.enqueued_at, now),
-        short(info.last_error, 50),
+        _undecodable(info) + short(info.last_error, 50),
     ]
+
+
+def _undecodable(info: TaskInfo) -> str:
+    """A marker for a row whose stored payload or options no longer decode (``show`` gives the reason)."""
+    if info.payload_error is not None:
+        return "undecodable payload · "
+    return "undecodable options · " if info.options_error is not None else ""
 
 
 def worker_table(workers: Iterable[WorkerInfo], now: float) -> Table:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor import outcomes
 from conveyor.context import TaskContext
-from conveyor.errors import SerializationError, UnknownTask
+from conveyor.errors import SerializationError, UnknownBackoff, UnknownTask
 from conveyor.model import ArchiveReason, LeaseStatus, Outcome, TaskRecord
-from conveyor.options import EffectiveOptions, TaskOptions, resolve
-from conveyor.serializers import decode, decode_payload, encode
+from conveyor.options import EffectiveOptions, TaskOptions, decode_stored, resolve
+from conveyor.serializers import decode_payload, encode
 from conveyor.worker.config import WorkerConfig
 
 if TYPE_CHECKING:
@@ -102,10 +102,15 @@ class Executor:
         token = record.lease_token
         task = self.app.handler(record.name)
         if task is None:
-            return self._unregistered(record, token)
+            return self._unregistered(
+                record, token, UnknownTask(f"no handler registered for task name {record.name!r}")
+            )
         try:
             args, kwargs = decode_payload(record.payload)
             options = self._options(record, task.options)
+        except UnknownBackoff as exc:
+            # This worker lacks the code the producer had (a rolling deploy): as for an unknown name.
+            return self._unregistered(record, token, exc)
         except (SerializationError, ValueError, KeyError, TypeError) as exc:
             return Outcome(record.id, token, "archive", error=outcomes.describe(exc), reason=ArchiveReason.POISON)
         fn = task.fn
@@ -123,20 +128,20 @@ class Executor:
             if cached is None:
                 cached = self._registered_options[record.name] = resolve({}, registered)
             return cached
-        stored = decode(record.options)
-        if not isinstance(stored, dict):
-            raise SerializationError("task options are not a JSON object")
-        return resolve(stored, registered)
+        return resolve(decode_stored(record.options), registered)
 
-    def _unregistered(self, record: TaskRecord, token: str) -> Outcome:
+    def _unregistered(self, record: TaskRecord, token: str, missing: UnknownTask | UnknownBackoff) -> Outcome:
+        """Put back a task this worker lacks the code for (its name, or its backoff's kind) for
+        ``unregistered_delay``; archive it ``unregistered`` once ``unregistered_window`` has passed."""
         now = self.app.now()
-        error = outcomes.describe(UnknownTask(f"no handler registered for task name {record.name!r}"))
+        error = outcomes.describe(missing)
         if now - record.first_due_at >= self.config.unregistered_window:
             return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.UNREGISTERED)
         log.warning(
-            "task %s: unknown name %r, putting it back for %.0f s",
+            "task %s (%s): %s; putting it back for %.0f s",
             record.id,
             record.name,
+            missing,
             self.config.unregistered_delay,
         )
         return Outcome(record.id, token, "release", error=error, run_at=now + self.config.unregistered_delay)
