@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from conveyor import Backoff, Exponential, Fixed
+from conveyor import Backoff, ConfigurationError, Exponential, Fixed, UnknownBackoff, register_backoff
 from conveyor.retry import backoff_from_dict
 
 
@@ -73,3 +75,52 @@ def test_unknown_backoff_kind_is_rejected() -> None:
 
 def test_policies_are_backoffs() -> None:
     assert isinstance(Exponential(), Backoff) and isinstance(Fixed(), Backoff)
+
+
+@register_backoff("test-registry-halving")
+@dataclass(frozen=True)
+class Halving:
+    start: float = 64.0
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        return self.start * 0.5**failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "test-registry-halving", "start": self.start}
+
+
+def test_registered_policy_round_trips_through_its_dict_form() -> None:
+    assert backoff_from_dict(Halving(8.0).to_dict()) == Halving(8.0)
+
+
+def test_registering_the_same_class_again_is_a_no_op() -> None:
+    assert register_backoff("test-registry-halving")(Halving) is Halving
+
+
+@pytest.mark.parametrize("kind", ["exponential", "fixed", "test-registry-halving"])
+def test_a_taken_kind_cannot_name_another_class(kind: str) -> None:
+    with pytest.raises(ConfigurationError, match="already registered"):
+
+        @register_backoff(kind)
+        class Other(Halving): ...
+
+
+@pytest.mark.parametrize("kind", ["", "has space", "x" * 65, 7, None])
+def test_a_kind_must_be_a_short_printable_str(kind: Any) -> None:
+    with pytest.raises(TypeError):
+        register_backoff(kind)
+
+
+def test_only_a_class_with_delay_can_be_registered() -> None:
+    with pytest.raises(TypeError):
+        register_backoff("test-registry-no-delay")(int)
+
+
+def test_a_stored_policy_its_class_refuses_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="cannot be rebuilt"):
+        backoff_from_dict({"kind": "test-registry-halving", "colour": "blue"})
+
+
+def test_an_unknown_kind_is_an_unknown_backoff_naming_the_fix() -> None:
+    with pytest.raises(UnknownBackoff, match=r"@register_backoff\('fibonacci'\)"):
+        backoff_from_dict({"kind": "fibonacci"})

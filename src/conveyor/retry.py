@@ -186,6 +186,8 @@ def check_travelling_backoff(value: object) -> Backoff:
         )
     stored = decode(encode(data, "backoff"))
     rebuilt = backoff_from_dict(stored)
-    if decode(encode(rebuilt.to_dict(), "backoff")) != stored:
+    # Equality is not required of a user's class; the same dict and the same first waits (same seed) are.
+    same_waits = all(policy.delay(n, random.Random(n)) == rebuilt.delay(n, random.Random(n)) for n in range(1, 9))
+    if not same_waits or decode(encode(rebuilt.to_dict(), "backoff")) != stored:
         raise SerializationError(f"backoff {policy!r} does not survive its JSON form: rebuilt as {rebuilt!r}")
     return policy
