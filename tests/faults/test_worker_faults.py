@@ -9,12 +9,14 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 from apps.harness import HEARTBEAT, LEASE, REAPER, Cluster, wait_for
+from apps.policies import Linear
 
-from conveyor import ArchiveReason, Conveyor, TaskState
+from conveyor import ArchiveReason, Conveyor, TaskHandle, TaskState
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +173,26 @@ def test_process_mode_kills_a_child_past_the_task_timeout(cluster: Cluster, app:
     assert cluster.entries("done", "k") == []
     quick = app.enqueue("work", args=["q", 0.0])  # the child was replaced
     wait_for(lambda: quick.status().state is TaskState.COMPLETED, 15, "replacement child serves")
+
+
+def test_custom_backoff_given_at_enqueue_sets_the_waits_of_a_worker_process(cluster: Cluster, app: Conveyor) -> None:
+    """The producer (this process) and the worker process both import the registered policy; each
+    retry's wait (next run minus the failure's time) follows it, not the task's registered Fixed(5)."""
+    cluster.spawn()
+    live_workers(app, 1)
+    handle = app.enqueue("refuse", args=["k"], backoff=Linear(step=1000.0), max_retries=2)
+    waits = []
+    for failures in (1, 2):
+        wait_for(partial(_has_failed, handle, failures), 15, f"failure {failures}")
+        info = handle.status()
+        assert info.state is TaskState.RETRY and info.next_run_at is not None
+        waits.append(info.next_run_at - info.errors[-1].at)
+        app.inspect.run_now(handle.id)
+    wait_for(lambda: handle.status().state is TaskState.ARCHIVED, 15, "archived")
+    assert waits == pytest.approx([1000.0, 2000.0], abs=2.0)
+    assert handle.status().archive_reason is ArchiveReason.FAILED
+    assert len(cluster.entries("start", "k")) == 3
+
+
+def _has_failed(handle: TaskHandle[None], times: int) -> bool:
+    return len(handle.status().errors) == times

@@ -10,7 +10,8 @@ import os
 import signal
 import time
 
-from conveyor import BrokerPolicy, Conveyor, Middleware, TaskContext
+from apps import policies  # noqa: F401 - registers the custom backoff tasks may travel with
+from conveyor import BrokerPolicy, Conveyor, Fixed, Middleware, TaskContext
 from conveyor.model import Outcome
 
 app = Conveyor(policy=BrokerPolicy(max_stalls=int(os.environ.get("FAULT_MAX_STALLS", "3"))))
@@ -39,6 +40,13 @@ def crash(ctx: TaskContext, key: str) -> None:
     """Kills its own process every time (a poison task)."""
     note("start", key, ctx.attempt)
     os._exit(1)
+
+
+@app.task(max_retries=5, backoff=Fixed(5.0))
+def refuse(ctx: TaskContext, key: str) -> None:
+    """Fails every time (retried per the backoff it was enqueued with, else ``Fixed(5.0)``)."""
+    note("start", key, ctx.attempt)
+    raise ConnectionError("refused")
 
 
 class KillAfterReturn(Middleware):
