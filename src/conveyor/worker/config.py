@@ -62,9 +62,10 @@ class WorkerConfig:
         small app: full collections cost ~5x less; the larger the app, the larger the saving).
         Objects alive at start that later become cyclic garbage are collected only after the
         worker stops: set False for an app that drops large cyclic structures it built before.
-    unregistered_delay / unregistered_window: a task whose name this worker does not know is put back
-        ``unregistered_delay`` seconds later (30 s), until ``unregistered_window`` seconds (1 h) after it
-        was first due; then it is archived ``unregistered``. Rolling deploys lose nothing.
+    unregistered_delay / unregistered_window: a task whose name (or whose backoff's registered kind)
+        this worker does not know is put back ``unregistered_delay`` seconds later (30 s), until
+        ``unregistered_window`` seconds (1 h) after it was first due; then it is archived
+        ``unregistered``. Rolling deploys lose nothing.
     """
 
     queues: tuple[str, ...] = ("default",)
