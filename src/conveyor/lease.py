@@ -6,19 +6,22 @@ fenced: its calls raise ``LeaseLost`` and change nothing.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from conveyor import outcomes
 from conveyor._validate import check_positive, check_seconds
-from conveyor.errors import LeaseLost
+from conveyor.errors import LeaseLost, SerializationError, UnknownBackoff
 from conveyor.model import Outcome, TaskInfo, TaskRecord
-from conveyor.options import EffectiveOptions, resolve
-from conveyor.serializers import decode, encode
+from conveyor.options import EffectiveOptions, decode_stored, resolve
+from conveyor.serializers import encode
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
 __all__ = ["Lease"]
+
+log = logging.getLogger("conveyor.lease")
 
 
 class Lease:
@@ -37,9 +40,16 @@ class Lease:
         return self._record.lease_expires_at
 
     def _options(self) -> EffectiveOptions:
+        """The task's options; if its stored ones cannot be used here (damaged, or a backoff kind this
+        process lacks), the registered ones: the consumer has done the work, and its result or failure
+        is worth recording rather than refusing."""
         registered = self._app.handler(self._record.name)
-        stored = decode(self._record.options)
-        return resolve(stored if isinstance(stored, dict) else {}, registered.options if registered else None)
+        base = registered.options if registered else None
+        try:
+            return resolve(decode_stored(self._record.options), base)
+        except (SerializationError, UnknownBackoff) as exc:
+            log.warning("task %s: %s; its registered options apply", self._record.id, exc)
+            return resolve({}, base)
 
     def _settle(self, outcome: Outcome) -> None:
         if not self._app.broker.settle([outcome], self._app.now())[0]:

@@ -191,3 +191,22 @@ def test_task_with_a_kind_unknown_here_is_listed_and_shown_without_error(app: Co
     assert listed.id == task_id and listed.options_error is None
     assert listed.options == {"backoff": {"kind": "next-release-kind", "step": 2}}
     assert app.get(task_id).max_retries == 3
+
+
+def test_lease_fail_follows_a_custom_backoff_given_at_enqueue(app: Conveyor, clock: FakeClock) -> None:
+    handle = app.enqueue("external", backoff=Linear(step=4.0))
+    lease = app.claim()
+    assert lease is not None
+    lease.fail("not yet")
+    assert app.get(handle.id).next_run_at == clock.now() + 4.0
+
+
+def test_lease_on_a_task_whose_kind_is_unknown_here_settles_with_the_registered_options(
+    app: Conveyor, clock: FakeClock, always_fails: str
+) -> None:
+    """The consumer did the work: its failure is recorded (with the registered Fixed(100)), not refused."""
+    task_id = _enqueue_with_kind_unknown_here(app, always_fails)
+    lease = app.claim()
+    assert lease is not None
+    lease.fail("not yet")
+    assert app.get(task_id).next_run_at == clock.now() + 100.0
