@@ -105,9 +105,11 @@ def test_a_taken_kind_cannot_name_another_class(kind: str) -> None:
         class Other(Halving): ...
 
 
-@pytest.mark.parametrize("kind", ["", "has space", "x" * 65, 7, None])
-def test_a_kind_must_be_a_short_printable_str(kind: Any) -> None:
-    with pytest.raises(TypeError):
+@pytest.mark.parametrize(
+    ("kind", "error"), [("", ValueError), ("has space", ValueError), ("x" * 65, ValueError), (7, TypeError)]
+)
+def test_a_kind_must_be_a_short_printable_str(kind: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
         register_backoff(kind)
 
 
@@ -119,6 +121,12 @@ def test_only_a_class_with_delay_can_be_registered() -> None:
 def test_a_stored_policy_its_class_refuses_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="cannot be rebuilt"):
         backoff_from_dict({"kind": "test-registry-halving", "colour": "blue"})
+
+
+def test_a_stored_policy_without_a_kind_is_damaged_not_unknown() -> None:
+    with pytest.raises(ValueError) as raised:
+        backoff_from_dict({"step": 2})
+    assert not isinstance(raised.value, UnknownBackoff)
 
 
 def test_an_unknown_kind_is_an_unknown_backoff_naming_the_fix() -> None:

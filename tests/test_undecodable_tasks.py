@@ -32,13 +32,14 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 #: Damaged stored options: not JSON, not an object, a value of the wrong type, a built-in backoff
-#: missing its fields, a backoff that is not an object.
+#: missing its fields, a backoff that is not an object, a backoff naming no kind.
 BAD_OPTIONS = [
     '{"max_retries": 2',
     "[1, 2]",
     '{"max_retries": "many"}',
     '{"backoff": {"kind": "exponential"}}',
     '{"backoff": "linear"}',
+    '{"backoff": {"step": 2}}',
 ]
 
 

@@ -107,8 +107,10 @@ def register_backoff(kind: str) -> Callable[[B], B]:
     that every producer and worker imports (the app's module). Registering the same class again is a
     no-op; another class under a taken kind is a ``ConfigurationError``.
     """
-    if not isinstance(kind, str) or not _KIND.fullmatch(kind):
-        raise TypeError(f"backoff kind must be a short str of letters, digits and _.:-, not {kind!r}")
+    if not isinstance(kind, str):
+        raise TypeError(f"backoff kind must be a str, not {type(kind).__name__}")
+    if not _KIND.fullmatch(kind):
+        raise ValueError(f"backoff kind must be 1-64 letters, digits or _.:-, not {kind!r}")
 
     def register(cls: B) -> B:
         if not isinstance(cls, type) or not callable(getattr(cls, "delay", None)):
@@ -139,7 +141,9 @@ def backoff_from_dict(data: Any) -> Backoff:
         return Exponential(initial=data["initial"], factor=data["factor"], max=data["max"], jitter=data["jitter"])
     if kind == "fixed":
         return Fixed(seconds=data["seconds"])
-    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if not isinstance(kind, str):
+        raise ValueError(f"a stored backoff names no kind: {data!r}")
+    cls = _KINDS.get(kind)
     if cls is None:
         raise UnknownBackoff(
             f"no backoff policy is registered under kind {kind!r} in this process; "
@@ -169,6 +173,8 @@ def check_travelling_backoff(value: object) -> Backoff:
     Checked at enqueue, so a policy a worker could not rebuild fails at the call that gave it.
     """
     policy = check_backoff(value)
+    if type(policy) in (Exponential, Fixed):  # checked by their constructors; rebuilt field for field
+        return policy
     data = policy.to_dict()
     kind = data.get("kind") if isinstance(data, dict) else None
     if not isinstance(kind, str):
