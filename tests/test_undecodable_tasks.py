@@ -1,4 +1,4 @@
-"""A stored task whose options or payload no longer decode is shown as such, never an error: by
+"""A stored task whose options, payload or error history no longer decode is shown as such, never an error: by
 ``status()``, ``inspect.list()``, ``conveyor ls / show / stats`` and the dashboard, on every broker.
 
 The damage is written straight into each broker's storage (the memory store's dict, the SQLite file,
@@ -66,6 +66,21 @@ def store_raw(app: Conveyor, task_id: str, *, options: str | None = None, payloa
         name, old_options, old_payload = decode_body(fields[-1])
         fields[-1] = encode_body(name, old_options if options is None else options, payload or old_payload)
         broker.client.hset(broker.keys.rows, task_id, " ".join(fields))
+
+
+def store_raw_errors(app: Conveyor, task_id: str, text: str) -> None:
+    """Overwrite a stored task's failure history with ``text`` (the memory store keeps objects: skip)."""
+    broker = app.broker
+    if isinstance(broker, MemoryBroker):
+        pytest.skip("the memory store keeps a task's failures as objects, not encoded")
+    if isinstance(broker, SQLiteBroker):
+        with sqlite3.connect(broker.config.path) as conn:
+            conn.execute("UPDATE tasks SET errors = ? WHERE id = ?", (text, task_id))
+        conn.close()
+    else:
+        assert isinstance(broker, RedisBroker)
+        broker.client.delete(broker.keys.errors(task_id))
+        broker.client.rpush(broker.keys.errors(task_id), text)
 
 
 @pytest.fixture
@@ -136,3 +151,18 @@ def test_worker_archives_a_task_with_undecodable_options_as_poison(app: Conveyor
     info = app.get(damaged)
     assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.POISON)
     assert info.last_error is not None and info.last_error.startswith("SerializationError")
+
+
+def test_undecodable_error_history_is_shown_as_such_not_hidden(app: Conveyor, dashboard: TestClient) -> None:
+    @app.task(max_retries=3)
+    def job(n: int) -> int:
+        raise ConnectionError("down")
+
+    handle = job.enqueue(1)
+    app.worker().process_next()
+    store_raw_errors(app, handle.id, "[[1, not json")
+    (entry,) = app.get(handle.id).errors
+    assert entry.error.startswith("undecodable error history")
+    assert [info.id for info in app.inspect.list("default", "retry")] == [handle.id]
+    assert "undecodable error history" in cli(app, "show", handle.id).output
+    assert "undecodable error history" in dashboard.get(f"/tasks/{handle.id}").text

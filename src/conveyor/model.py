@@ -68,6 +68,12 @@ class ErrorEntry:
     at: float
     error: str
 
+    @staticmethod
+    def undecodable(stored: str, reason: object) -> ErrorEntry:
+        """What a broker reports for stored failure history it cannot read (attempt 0, at 0): the task
+        is still listed and shown, with this entry saying why its history is missing."""
+        return ErrorEntry(0, 0.0, f"undecodable error history: {reason} (stored: {stored[:80]!r})")
+
 
 @fast_init
 @dataclass(frozen=True, slots=True)

@@ -203,8 +203,11 @@ def _text(value: str) -> str | None:
 def _errors(failures: Sequence[str]) -> tuple[ErrorEntry, ...]:
     errors = []
     for line in failures:
-        attempt, at, error = line.split("\t", 2)
-        errors.append(ErrorEntry(int(float(attempt)), float(at), error))
+        try:
+            attempt, at, error = line.split("\t", 2)
+            errors.append(ErrorEntry(int(float(attempt)), float(at), error))
+        except ValueError as exc:
+            errors.append(ErrorEntry.undecodable(line, exc))
     return tuple(errors)
 
 

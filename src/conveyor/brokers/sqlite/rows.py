@@ -116,4 +116,7 @@ def encode_errors(errors: tuple[ErrorEntry, ...]) -> str:
 def decode_errors(text: str) -> tuple[ErrorEntry, ...]:
     if text == "[]":
         return ()
-    return tuple(ErrorEntry(int(a), float(at), str(err)) for a, at, err in json.loads(text))
+    try:
+        return tuple(ErrorEntry(int(a), float(at), str(err)) for a, at, err in json.loads(text))
+    except (ValueError, TypeError) as exc:
+        return (ErrorEntry.undecodable(text, exc),)
