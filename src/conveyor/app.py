@@ -71,6 +71,7 @@ class Conveyor:
         self.rng = rng or random.Random()
         self.registry: dict[str, Task[Any, Any]] = {}
         self._wants_ctx: dict[str, bool] = {}
+        self._enqueue_hooks: tuple[Callable[[list[NewTask]], None], ...] = ()
 
     def now(self) -> float:
         """The current time by this app's clock."""
@@ -134,9 +135,12 @@ class Conveyor:
         QueueFull, SerializationError, TypeError/ValueError for bad options."""
         now = self.now()
         new = self._build(name, args, kwargs or {}, check_enqueue_options(options), now)
-        existing = self.broker.enqueue([new], now)[0]
+        stored = [new]
+        existing = self.broker.enqueue(stored, now)[0]
         if existing is not None:
             raise DuplicateTask(existing)
+        for hook in self._enqueue_hooks:  # usually none
+            _tell(hook, stored)
         return TaskHandle(self, new.id)
 
     def enqueue_many(
@@ -153,7 +157,23 @@ class Conveyor:
             raise ValueError("task_id cannot be shared by several calls; enqueue them one by one")
         tasks = [self._build(name, args, kwargs, checked, now) for args, kwargs in calls]
         results = self.broker.enqueue(tasks, now) if tasks else []
+        for hook in self._enqueue_hooks:  # usually none
+            _tell(hook, [task for task, existing in zip(tasks, results, strict=True) if existing is None])
         return [TaskHandle(self, existing or task.id) for task, existing in zip(tasks, results, strict=True)]
+
+    def on_enqueue(self, callback: Callable[[list[NewTask]], None]) -> Callable[[], None]:
+        """Call ``callback(tasks)`` after each enqueue by this app, in the enqueuing thread, with the
+        tasks it stored (duplicates left out); returns a function that unsubscribes. The tasks are
+        already stored when it runs, so a raising callback is logged and never fails the enqueue.
+        ``Metrics(app)`` counts enqueues this way."""
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        self._enqueue_hooks = (*self._enqueue_hooks, callback)
+
+        def unsubscribe() -> None:
+            self._enqueue_hooks = tuple(hook for hook in self._enqueue_hooks if hook is not callback)
+
+        return unsubscribe
 
     def _build(
         self, name: str, args: Iterable[Any], kwargs: dict[str, Any], options: dict[str, Any], now: float
@@ -346,6 +366,13 @@ def _check_queues(queues: Iterable[str]) -> list[str]:
     if not names:
         raise ValueError("give at least one queue")
     return names
+
+
+def _tell(hook: Callable[[list[NewTask]], None], tasks: list[NewTask]) -> None:
+    try:
+        hook(tasks)
+    except Exception:
+        log.exception("enqueue callback %r raised; ignored", hook)
 
 
 def _call_key(name: str, payload: str) -> str:

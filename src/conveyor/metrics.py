@@ -1,9 +1,12 @@
-"""Prometheus metrics: per-task counters and durations fed by a worker middleware, and queue gauges
-collected from the broker at scrape time. Everything lives in its own ``CollectorRegistry`` (never the
-process-global one), so several apps and tests never collide.
+"""Prometheus metrics: per-task counters and durations fed by a worker middleware, enqueues counted
+by the app that makes them, and queue gauges collected from the broker at scrape time. Everything
+lives in its own ``CollectorRegistry`` (never the process-global one), so several apps and tests
+never collide.
 
 Series (labels in braces)::
 
+    conveyor_tasks_enqueued_total{queue,task}        tasks this process's app stored (duplicates not)
+    conveyor_claim_duration_seconds                  histogram of one claim call to the broker
     conveyor_tasks_processed_total{queue,task}       executions that ended (any outcome but release)
     conveyor_tasks_failed_total{queue,task}          executions that raised (retried or archived)
     conveyor_tasks_retried_total{queue,task}         executions that ended in a retry
@@ -13,6 +16,9 @@ Series (labels in braces)::
     conveyor_queue_oldest_pending_age_seconds{queue} how long the oldest pending task has waited
     conveyor_workers                                 live workers (heartbeat not expired)
     conveyor_broker_up                               1 if the broker answered the scrape
+
+A claim takes a batch from several queues in one call, so its duration has no queue label (a
+worker's scrape target tells workers apart); claims made behind a wait for work are not timed.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -29,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from conveyor.context import TaskContext
 from conveyor.errors import ConveyorError
-from conveyor.model import Outcome, TaskState
+from conveyor.model import NewTask, Outcome, TaskState
 from conveyor.worker.middleware import Middleware
 
 if TYPE_CHECKING:
@@ -45,6 +52,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 #: Buckets from 5 ms to 10 min: task durations span far more than web requests.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+#: Buckets from 100 µs (a claim on a near Redis) to 10 s (a SQLite file contended up to its busy timeout).
+CLAIM_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class BrokerCollector(Collector):
@@ -86,9 +95,11 @@ class BrokerCollector(Collector):
 
 
 class Metrics:
-    """The metrics of one app in a private registry. ``app`` None: task counters only (no broker gauges).
+    """The metrics of one app in a private registry. With an ``app``, it counts the enqueues that app
+    makes from now on and reads the broker's gauges at scrape time; ``app`` None: the worker
+    middleware's series only.
 
-    ``timer`` measures durations (default ``time.perf_counter``; tests pass a fake)."""
+    ``timer`` measures task durations (default ``time.perf_counter``; tests pass a fake)."""
 
     def __init__(self, app: Conveyor | None = None, *, timer: Callable[[], float] = time.perf_counter) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -102,8 +113,31 @@ class Metrics:
         self.duration = Histogram(
             "conveyor_task_duration_seconds", "Execution time", labels, buckets=DURATION_BUCKETS, registry=self.registry
         )
+        self.enqueued = Counter("conveyor_tasks_enqueued", "Tasks enqueued", labels, registry=self.registry)
+        self.claim_duration = Histogram(
+            "conveyor_claim_duration_seconds", "Time of one claim call", buckets=CLAIM_BUCKETS, registry=self.registry
+        )
+        # labels() checks and looks the label values up under a lock on every call: one child per
+        # (queue, task) is kept here, so counting an enqueue is a dict lookup and an increment.
+        self._enqueued: dict[tuple[str, str], Counter] = {}
         if app is not None:
             self.registry.register(BrokerCollector(app))
+            app.on_enqueue(self.count_enqueued)
+
+    def count_enqueued(self, tasks: Sequence[NewTask]) -> None:
+        """Count ``tasks`` in ``conveyor_tasks_enqueued_total`` (what ``Metrics(app)`` hooks to the app)."""
+        if len(tasks) == 1:
+            task = tasks[0]
+            self._enqueued_child(task.queue, task.name).inc()
+            return
+        for (queue, name), count in Tally((task.queue, task.name) for task in tasks).items():
+            self._enqueued_child(queue, name).inc(count)
+
+    def _enqueued_child(self, queue: str, name: str) -> Counter:
+        child = self._enqueued.get((queue, name))
+        if child is None:  # two threads may both get here: labels() hands both the same child
+            child = self._enqueued[queue, name] = self.enqueued.labels(queue, name)
+        return child
 
     def middleware(self) -> MetricsMiddleware:
         """A worker middleware feeding this object's counters and histogram."""
@@ -141,6 +175,9 @@ class MetricsMiddleware(Middleware):
 
     def on_error(self, ctx: TaskContext, exc: BaseException) -> None:
         self.metrics.failed.labels(ctx.queue, ctx.name).inc()
+
+    def on_claim(self, queues: Sequence[str], seconds: float, claimed: int) -> None:
+        self.metrics.claim_duration.observe(seconds)
 
     def after(self, ctx: TaskContext, outcome: Outcome) -> None:
         with self._lock:

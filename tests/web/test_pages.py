@@ -122,6 +122,12 @@ def test_metrics_endpoint_serves_queue_gauges(client: TestClient, app: Conveyor)
     assert 'conveyor_queue_tasks{queue="default",state="pending"} 1.0' in metrics.text
 
 
+def test_metrics_endpoint_counts_the_host_apps_enqueues(client: TestClient, app: Conveyor) -> None:
+    app.enqueue("job")
+    app.enqueue_many("job", [((1,), {}), ((2,), {})])
+    assert 'conveyor_tasks_enqueued_total{queue="default",task="job"} 3.0' in client.get("/metrics").text
+
+
 def test_healthz_answers_when_the_broker_does(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"ok": True}
 

@@ -92,6 +92,27 @@ def test_a_raising_middleware_never_changes_the_outcome(live_app: Conveyor) -> N
     assert handle.result(timeout=1) == 1
 
 
+def test_middleware_is_told_of_every_claim_the_running_worker_makes(
+    live_app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    claims: list[tuple[list[str], float, int]] = []
+
+    class Claims(Middleware):
+        def on_claim(self, queues: Sequence[str], seconds: float, claimed: int) -> None:
+            claims.append((list(queues), seconds, claimed))
+
+    @live_app.task
+    def job() -> None:
+        pass
+
+    job.enqueue_many([((), {})] * 5)
+    start_worker(queues=["default", "other"], strict=True, middleware=[Claims()])
+    wait_until(lambda: live_app.stats()["default"]["completed"] == 5, what="five completed")
+    wait_until(lambda: any(claimed == 0 for _, _, claimed in claims), what="an empty claim")
+    assert sum(claimed for _, _, claimed in claims) == 5
+    assert all(queues == ["default", "other"] and seconds >= 0 for queues, seconds, _ in list(claims))
+
+
 def test_shutdown_releases_prefetched_tasks_at_once(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
     gate = threading.Event()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -36,12 +37,13 @@ from conveyor.model import TaskRecord
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
+from conveyor.worker.middleware import call_on_claim
 from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["HAND_OVER_WAIT", "TOP_UP_WAIT", "Fetcher", "QueueOrder"]
+__all__ = ["HAND_OVER_WAIT", "TOP_UP_WAIT", "Fetcher", "QueueOrder", "claim"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -50,6 +52,16 @@ TOP_UP_WAIT = 0.05
 #: Longest wait (seconds), after a wait for work brought some, for the executors to take it before
 #: a claimer makes its next call (see ``Fetcher._round``).
 HAND_OVER_WAIT = 0.002
+
+
+def claim(app: Conveyor, config: WorkerConfig, queues: Sequence[str], limit: int) -> list[TaskRecord]:
+    """One ``Broker.claim`` now, timed for the middleware's ``on_claim`` (a claim behind a wait is not)."""
+    now = app.now()
+    started = time.perf_counter()
+    records = app.broker.claim(queues, now, config.lease_for, limit)
+    if config.middleware:  # usually none
+        call_on_claim(config.middleware, queues, time.perf_counter() - started, len(records))
+    return records
 
 
 class QueueOrder:
@@ -194,7 +206,7 @@ class Fetcher:
         return [] if self._stop.is_set() else self._claim(room, queues)
 
     def _claim(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
-        return self.app.broker.claim(queues, self.app.now(), self.config.lease_for, room)
+        return claim(self.app, self.config, queues, room)
 
     def fetch(self, room: int, queues: Sequence[str] | None = None) -> list[TaskRecord]:
         """Claim up to ``room`` tasks now (from ``queues``, default the next order) into the buffer."""

@@ -5,7 +5,8 @@ reverse (``b`` then ``a``), like nested context managers. ``on_error(ctx, exc)``
 handler raised (before the outcome is decided); ``after(ctx, outcome)`` once the outcome is decided
 and before it is acknowledged to the broker. A raising hook is logged and never changes the outcome.
 Hooks run in the thread (or, for ``async def`` handlers, on the event loop) that runs the task: keep
-them quick and non-blocking.
+them quick and non-blocking. ``on_claim(queues, seconds, claimed)`` is told of each claim call the
+worker makes to the broker (one call claims a batch), in the thread that made it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from conveyor.context import HasContext, TaskContext
 from conveyor.model import Outcome
 
-__all__ = ["Middleware", "call_after", "call_before", "call_on_error"]
+__all__ = ["Middleware", "call_after", "call_before", "call_on_claim", "call_on_error"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -32,6 +33,11 @@ class Middleware:
 
     def on_error(self, ctx: TaskContext, exc: BaseException) -> None:
         """The handler raised ``exc`` (called before ``after``)."""
+
+    def on_claim(self, queues: Sequence[str], seconds: float, claimed: int) -> None:
+        """One claim call over ``queues`` (in the order asked) took ``seconds`` and leased ``claimed``
+        tasks (0 when none was ready). Claims made behind a wait for work are not reported: their
+        time is mostly the wait (Redis, when a worker was idle)."""
 
 
 def call_before(middleware: Sequence[Middleware], task: HasContext) -> None:
@@ -49,6 +55,11 @@ def call_on_error(middleware: Sequence[Middleware], task: HasContext, exc: BaseE
 def call_after(middleware: Sequence[Middleware], task: HasContext, outcome: Outcome) -> None:
     for hook in reversed(middleware):
         _safe(hook, "after", task.ctx, outcome)
+
+
+def call_on_claim(middleware: Sequence[Middleware], queues: Sequence[str], seconds: float, claimed: int) -> None:
+    for hook in middleware:
+        _safe(hook, "on_claim", queues, seconds, claimed)
 
 
 def _safe(hook: Middleware, method: str, *args: object) -> None:

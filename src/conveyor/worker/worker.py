@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from conveyor.model import Outcome, TaskRecord
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import Executor
+from conveyor.worker.fetcher import claim
 from conveyor.worker.runner import Runner, log_event, outcome_event
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class Worker:
 
     def process_next(self) -> bool:
         """Run at most one runnable task now, in this thread. True if one was claimed."""
-        claimed = self.app.broker.claim(list(self.config.queues), self.app.now(), self.config.lease_for, 1)
+        claimed = claim(self.app, self.config, list(self.config.queues), 1)
         if not claimed:
             return False
         record = claimed[0]
