@@ -1,5 +1,5 @@
 """The benchmark harness keeps working: a smoke run (N=500, Conveyor only) completes and reports figures;
-``bench.bench_redis`` and ``bench.server_cost`` run small and report theirs."""
+``bench.bench_redis``, ``bench.server_cost`` and ``bench.sqlite_sync`` run small and report theirs."""
 
 from __future__ import annotations
 
@@ -151,3 +151,10 @@ def test_server_flush_frees_the_memory_before_it_returns() -> None:
     filled, left = map(int, run_python("-c", FLUSH_CHECK, timeout=50).split())
     assert filled > 10_000_000
     assert left < filled / 20
+
+
+def test_sqlite_sync_benchmark_compares_both_modes(tmp_path: Path) -> None:
+    out = run_bench("bench.sqlite_sync", "--tasks", "50", "--reps", "1", "--dir", str(tmp_path), timeout=60)
+    for phase in ("enqueue one by one", "Worker.run drain", "drain one per claim"):
+        assert re.search(rf"{phase} +NORMAL +[\d,]+ +FULL +[\d,]+ +\(\d+\.\d\dx\)", out), out
+    assert not list(tmp_path.iterdir())  # its database files are gone
