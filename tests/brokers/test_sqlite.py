@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conveyor import Conveyor
 from conveyor.brokers import open_broker
 from conveyor.brokers.base import WaitsForWork
 from conveyor.brokers.sqlite import SQLiteBroker, SQLiteConfig
@@ -67,7 +68,7 @@ def test_url_forms_and_options_are_parsed() -> None:
     config = SQLiteConfig.from_url("sqlite:////abs/x.db?synchronous=full&busy_timeout=250&poll_interval=0.5")
     assert (config.path, config.synchronous) == ("/abs/x.db", "FULL")
     assert (config.busy_timeout, config.poll_interval) == (0.25, 0.5)
-    assert SQLiteConfig.from_url("sqlite:///x.db").synchronous == "NORMAL"
+    assert SQLiteConfig.from_url("sqlite:///x.db").synchronous == "FULL"  # every commit survives a power cut
 
 
 @pytest.mark.parametrize(
@@ -88,13 +89,37 @@ def test_open_broker_picks_the_sqlite_backend(db_path: Path) -> None:
         broker.close()
 
 
-def test_file_is_in_wal_mode_with_the_configured_synchronous(
-    open_sqlite: Callable[..., SQLiteBroker], db_path: Path
-) -> None:
-    broker = open_sqlite(synchronous="FULL")
+def test_file_is_in_wal_mode(open_sqlite: Callable[..., SQLiteBroker], db_path: Path) -> None:
+    open_sqlite()
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert broker._db.connection().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+@pytest.mark.parametrize(
+    ("option", "level"), [(None, 2), ("normal", 1), ("FULL", 2), ("Extra", 3), ("off", 0)]
+)  # fmt: skip
+def test_every_connection_runs_with_the_configured_synchronous(
+    open_sqlite: Callable[..., SQLiteBroker], option: str | None, level: int
+) -> None:
+    broker = open_sqlite(**({} if option is None else {"synchronous": option}))
+    broker.enqueue([_task("t")], NOW)
+    readers = [threading.Thread(target=broker.get, args=("t", NOW)) for _ in range(3)]  # one connection each
+    for thread in readers:
+        thread.start()
+    for thread in readers:
+        thread.join()
+    broker.subscribe(lambda event: None)  # the event poller's thread opens one more
+    _wait_for(lambda: len(broker._db._conns) >= 5)
+    broker._events.close()  # the poller is done with its connection before this thread reads it
+    levels = [conn.execute("PRAGMA synchronous").fetchone()[0] for conn in broker._db._conns]
+    assert levels == [level] * len(levels)
+
+
+@pytest.mark.parametrize("value", ["sometimes", "", "2", "FULLY"])
+def test_a_bad_synchronous_value_is_refused_when_the_broker_is_created(db_path: Path, value: str) -> None:
+    with pytest.raises(ConfigurationError, match="synchronous must be one of OFF, NORMAL, FULL, EXTRA"):
+        Conveyor(f"sqlite:///{db_path}?synchronous={value}")
+    assert not db_path.exists()  # refused before the file was created
 
 
 def test_schema_version_is_stored(open_sqlite: Callable[..., SQLiteBroker], db_path: Path) -> None:

@@ -3,11 +3,12 @@
 ``sqlite:///relative/path.db`` is relative to the working directory, ``sqlite:////abs/path.db`` is
 absolute. Query options (all optional):
 
-``synchronous`` (default ``NORMAL``)
-    ``OFF``, ``NORMAL``, ``FULL`` or ``EXTRA``. In WAL mode ``NORMAL`` never corrupts the file and
-    loses nothing when a *process* dies (committed transactions are in the WAL, which the OS owns);
-    only a power cut or OS crash can roll back the last few commits. ``FULL`` also survives those, at
-    the cost of one fsync per commit (several times slower for small transactions).
+``synchronous`` (default ``FULL``)
+    ``OFF``, ``NORMAL``, ``FULL`` or ``EXTRA`` (any case). ``FULL`` syncs the WAL at every commit, so
+    every acknowledged enqueue and outcome survives a power cut or OS crash too. ``NORMAL`` syncs only
+    at checkpoints: it never corrupts the file and loses nothing when a *process* dies (committed
+    transactions are in the WAL, which the OS owns), but a power cut or OS crash can roll back the
+    last commits; it is several times faster where commits are small (figures: docs/reliability.md).
 ``busy_timeout`` (default ``5000``, milliseconds)
     How long one call waits for another process's write lock, in total, before it raises
     ``BrokerUnavailable``. ``SQLITE_BUSY`` never reaches the caller before that.
@@ -37,7 +38,7 @@ class SQLiteConfig:
     """Where the database lives and how connections to it behave (see the module docstring)."""
 
     path: str
-    synchronous: str = "NORMAL"
+    synchronous: str = "FULL"
     busy_timeout: float = 5.0  # seconds
     poll_interval: float = 0.05
     events_kept: int = 100_000
