@@ -9,12 +9,14 @@ from conveyor import (
     Conveyor,
     FakeClock,
     InvalidTransition,
+    LeaseLost,
     TaskContext,
     TaskNotFound,
     TaskState,
     Worker,
     current_task,
 )
+from conveyor.model import Outcome
 
 
 @pytest.fixture
@@ -145,30 +147,57 @@ def test_handle_cancel_cancels_the_task(app: Conveyor, noop: str) -> None:
     assert app.get(handle.id).archive_reason is ArchiveReason.CANCELLED
 
 
-def test_cancel_of_a_running_task_asks_it_to_stop_and_leaves_it_active(app: Conveyor, noop: str) -> None:
+def test_cancel_of_a_running_task_archives_it_cancelled_and_revokes_its_lease(app: Conveyor, noop: str) -> None:
     handle = app.enqueue(noop)
     assert app.claim() is not None
-    assert app.inspect.cancel(handle.id) is TaskState.ACTIVE
+    assert app.inspect.cancel(handle.id) is TaskState.ARCHIVED
     info = app.get(handle.id)
-    assert (info.state, info.cancel_requested) == (TaskState.ACTIVE, True)
+    assert (info.state, info.archive_reason, info.lease_expires_at) == (
+        TaskState.ARCHIVED,
+        ArchiveReason.CANCELLED,
+        None,
+    )
+    assert app.stats()["default"]["active"] == 0
 
 
-def test_running_handler_sees_the_cancel_request_and_stops_as_cancelled(app: Conveyor, worker: Worker) -> None:
-    seen: list[tuple[bool, bool, bool]] = []
+def test_a_late_outcome_of_a_cancelled_running_task_is_fenced(app: Conveyor, noop: str, clock: FakeClock) -> None:
+    """The holder finishes anyway: its completion, retry or release is refused, and so is its
+    heartbeat; the task stays archived ``cancelled``."""
+    handle = app.enqueue(noop)
+    record = app.broker.claim(["default"], app.now(), 30.0)[0]
+    assert record.lease_token is not None
+    app.inspect.cancel(handle.id)
+    clock.advance(1)
+    token = record.lease_token
+    late = [
+        Outcome(handle.id, token, "complete", result="1"),
+        Outcome(handle.id, token, "retry", error="boom", run_at=app.now()),
+        Outcome(handle.id, token, "release"),
+    ]
+    assert [app.broker.settle([outcome], app.now())[0] for outcome in late] == [False, False, False]
+    assert app.broker.extend(handle.id, token, app.now(), 30.0) is None
+    info = app.get(handle.id)
+    assert (info.state, info.archive_reason, info.result) == (TaskState.ARCHIVED, ArchiveReason.CANCELLED, None)
+    assert app.broker.claim(["default"], app.now(), 30.0) == []
+
+
+def test_running_handler_learns_of_its_cancel_from_its_lease(app: Conveyor, worker: Worker) -> None:
+    seen: list[tuple[bool, bool, bool, bool]] = []
 
     @app.task
-    def long_job(ctx: TaskContext) -> None:
-        before = ctx.cancel_requested
+    def long_job(ctx: TaskContext) -> str:
+        before = ctx.cancelled
         app.inspect.cancel(ctx.task_id)  # an operator, while the handler runs
-        ctx.extend(30)  # the heartbeat brings the request
-        seen.append((before, ctx.cancel_requested, current_task().should_stop()))
-        raise RuntimeError("stopped on request")
+        with pytest.raises(LeaseLost):
+            ctx.extend(30)  # the lease is gone: that is how a running handler learns of the cancel
+        seen.append((before, ctx.cancelled, ctx.lease_lost, current_task().should_stop()))
+        return "finished anyway"
 
     handle = long_job.enqueue()
     worker.process_next()
-    assert seen == [(False, True, True)]
+    assert seen == [(False, True, True, True)]
     info = app.get(handle.id)
-    assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.CANCELLED)
+    assert (info.state, info.archive_reason, info.result) == (TaskState.ARCHIVED, ArchiveReason.CANCELLED, None)
 
 
 def test_cancel_of_a_finished_task_is_an_invalid_transition(app: Conveyor, worker: Worker, noop: str) -> None:

@@ -27,7 +27,8 @@ passes the whole suite unchanged. The rules, shared by all backends:
   is pending again (the expired attempt stays counted). ``settle`` and ``extend`` with a token that is
   not the task's current token change nothing (``settle`` reports False, ``extend`` returns None).
   An active task whose lease expired but was not reclaimed yet can still be settled or extended by
-  its holder (its token is still current).
+  its holder (its token is still current). ``cancel`` of an active task archives it and revokes its
+  lease in one step, so the cancel always wins over its holder's late outcome.
 * **Uniqueness.** ``enqueue`` of an id that exists (and is visible) is a duplicate. So is a task whose
   ``unique_key`` is held by another unfinished task whose ``unique_until > now``. Duplicates are not
   written; ``enqueue`` returns the existing id in their slot.
@@ -61,6 +62,7 @@ from conveyor.model import (
 )
 
 __all__ = [
+    "CANCELLABLE",
     "MAX_ERRORS_KEPT",
     "Broker",
     "ChecksServer",
@@ -88,6 +90,11 @@ def deliver(events: Iterable[Event], subscribers: Sequence[EventCallback]) -> No
 
 #: A task keeps its most recent failures only (``TaskRecord.errors``).
 MAX_ERRORS_KEPT = 20
+
+#: The states ``cancel`` archives ``cancelled``: every unfinished one. A running task's lease goes with
+#: it, so whatever its holder settles or extends later is fenced: a cancel cannot be overwritten by a
+#: handler that finishes anyway (the Redis scripts spell the same set out in ``cancel.lua``).
+CANCELLABLE = frozenset({TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRY, TaskState.ACTIVE})
 
 
 def ready_key(priority: int, ready_at: float, aging: float | None) -> float:
@@ -189,9 +196,11 @@ class Broker(Protocol):
         ...
 
     def cancel(self, task_id: str, now: float) -> TaskState:
-        """scheduled / pending / retry → archived ``cancelled``; active → ``cancel_requested`` set.
+        """scheduled / pending / retry / active → archived ``cancelled`` (:data:`CANCELLABLE`).
 
-        Returns the task's state after the call. Raises TaskNotFound / InvalidTransition (finished).
+        An active task loses its lease at once: its holder's later ``settle`` reports False and its
+        ``extend`` returns None (that is how a worker learns of the cancel). Returns the task's state
+        after the call (archived). Raises TaskNotFound / InvalidTransition (completed, archived).
         """
         ...
 

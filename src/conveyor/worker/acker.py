@@ -118,6 +118,8 @@ class Acker:
                     log_event(held.record, outcome_event(outcome), duration, error=outcome.error, reason=outcome.reason)
                 processed += 1
                 failed += outcome.kind in ("retry", "archive")
+            elif held.cancelled:  # expected: the cancel archived it and revoked the lease
+                log_event(held.record, "discarded", reason="cancelled")
             else:
                 log.warning(
                     "task %s (%s): lease lost before %s was written; result discarded (fenced)",

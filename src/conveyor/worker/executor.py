@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor import outcomes
 from conveyor.context import TaskContext
-from conveyor.errors import SerializationError, UnknownBackoff, UnknownTask
-from conveyor.model import ArchiveReason, LeaseStatus, Outcome, TaskRecord
+from conveyor.errors import BrokerError, SerializationError, UnknownBackoff, UnknownTask
+from conveyor.model import ArchiveReason, LeaseStatus, Outcome, TaskRecord, TaskState
 from conveyor.options import EffectiveOptions, TaskOptions, decode_stored, resolve
 from conveyor.serializers import decode_payload, encode
 from conveyor.worker.config import WorkerConfig
@@ -26,7 +26,7 @@ from conveyor.worker.config import WorkerConfig
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["Executor", "Job"]
+__all__ = ["Executor", "Job", "lost_to_cancel"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -76,6 +76,19 @@ def _new_context(app: Conveyor, record: TaskRecord, token: str) -> TaskContext:
         name=record.name,
         queue=record.queue,
         attempt=record.attempts,
+        was_cancelled=partial(lost_to_cancel, app, record.id),
+    )
+
+
+def lost_to_cancel(app: Conveyor, task_id: str) -> bool:
+    """Whether a lease found lost was taken by an operator's cancel: the task is archived ``cancelled``
+    (``Broker.cancel`` revokes a running task's lease). False too when the broker cannot say now."""
+    try:
+        record = app.broker.get(task_id, app.now())
+    except BrokerError:
+        return False
+    return (
+        record is not None and record.state is TaskState.ARCHIVED and record.archive_reason is ArchiveReason.CANCELLED
     )
 
 
@@ -147,6 +160,8 @@ class Executor:
         return Outcome(record.id, token, "release", error=error, run_at=now + self.config.unregistered_delay)
 
     def succeeded(self, job: Job, result: Any) -> Outcome:
+        if job.built_ctx is not None and job.built_ctx.cancelled:  # the broker fences it anyway
+            return _cancelled(job, None)
         try:
             payload = encode(result, "task result")
         except SerializationError as exc:
@@ -154,10 +169,14 @@ class Executor:
         return outcomes.complete(job.record, job.token, payload, job.options)
 
     def failed(self, job: Job, exc: BaseException, *, retryable: bool | None = None) -> Outcome:
-        if job.built_ctx is not None and job.built_ctx.cancel_requested:  # only a context learns of a cancel
-            return Outcome(
-                job.record.id, job.token, "archive", error=outcomes.describe(exc), reason=ArchiveReason.CANCELLED
-            )
+        if job.built_ctx is not None and job.built_ctx.cancelled:  # only a context learns of a cancel
+            return _cancelled(job, outcomes.describe(exc))
         return outcomes.failure(
             job.record, job.token, exc, job.options, self.app.now(), self.app.rng, retryable=retryable
         )
+
+
+def _cancelled(job: Job, error: str | None) -> Outcome:
+    """A cancelled task's outcome, whatever its handler did. The broker archived it ``cancelled`` and
+    revoked its lease when it was cancelled, so settling this only reports it (the settle is fenced)."""
+    return Outcome(job.record.id, job.token, "archive", error=error, reason=ArchiveReason.CANCELLED)

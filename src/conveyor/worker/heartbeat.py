@@ -1,9 +1,11 @@
 """Heartbeat: extends the lease of every task this worker holds, every ``heartbeat_interval``.
 
 A lease that cannot be extended is lost (the worker was paused or partitioned past its lease and
-another worker may run the task now): the task's ``ctx.lease_lost`` is set, an async handler is
-cancelled, and whatever the handler returns later is fenced by the broker (``settle`` → False).
-An operator's cancel request reaches the handler as ``ctx.cancel_requested``. A sync task running
+another worker may run the task now, or an operator cancelled the task): the task's ``ctx.lease_lost``
+is set, an async handler is cancelled, and whatever the handler returns later is fenced by the broker
+(``settle`` → False). A cancel (the task is archived ``cancelled``: one ``get`` tells) also sets
+``ctx.cancelled`` and is reported (``Reporter.cancelled``: a ``--processes`` supervisor stops the
+child whose sync handler does not return soon). A sync task running
 past its timeout is logged here once and its ``ctx.timed_out`` set, so a cooperative handler can stop
 (Python cannot interrupt a thread; see docs/reliability.md).
 
@@ -20,12 +22,14 @@ import time
 from typing import TYPE_CHECKING
 
 from conveyor.errors import BrokerError
+from conveyor.worker.executor import lost_to_cancel
 from conveyor.worker.inflight import Held, Inflight
 from conveyor.worker.runner import log_event
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
+    from conveyor.worker.pool import Reporter
 
 __all__ = ["Heartbeat"]
 
@@ -35,11 +39,14 @@ log = logging.getLogger("conveyor.worker")
 class Heartbeat(Periodic):
     name = "heartbeat"
 
-    def __init__(self, app: Conveyor, inflight: Inflight, interval: float, lease_for: float) -> None:
+    def __init__(
+        self, app: Conveyor, inflight: Inflight, interval: float, lease_for: float, reporter: Reporter | None = None
+    ) -> None:
         super().__init__(interval)
         self.app = app
         self.inflight = inflight
         self.lease_for = lease_for
+        self.reporter = reporter
 
     def tick(self) -> None:
         fresh_for = min(self.interval / 2, self.lease_for - 2 * self.interval)
@@ -57,13 +64,20 @@ class Heartbeat(Periodic):
                 continue
             held.renewed = started
             if status.cancel_requested and held.job is not None:
-                held.job.ctx.mark_cancel_requested()
+                held.job.ctx.mark_cancelled()
             self._check_overdue(held)
 
     def lost(self, held: Held) -> None:
-        """The lease is gone: stop the handler cooperatively; never commit its result."""
+        """The lease is gone: stop the handler cooperatively (an async one is cancelled); never commit
+        its result. If an operator's cancel took it, the handler sees ``ctx.cancelled`` too."""
+        if lost_to_cancel(self.app, held.id):
+            held.mark_cancelled()
+            log_event(held.record, "cancelled")
+            if self.reporter is not None and held.job is not None:
+                self.reporter.cancelled(held)
+        else:
+            log_event(held.record, "lease-lost")
         held.mark_lost()
-        log_event(held.record, "lease-lost")
         if held.job is None or held.future is not None:
             self.inflight.remove([held])  # not started, or async (cancelled): nothing will settle it
 

@@ -38,6 +38,7 @@ class Held:
     started: float | None = None
     future: concurrent.futures.Future[Any] | None = None
     lost: bool = False
+    cancelled: bool = False  # lost to an operator's cancel (``lost`` is set too)
     overdue_logged: bool = False
     finished: bool = False  # its outcome is with the acker
 
@@ -50,6 +51,8 @@ class Held:
         was lost meanwhile (``mark_lost`` on the heartbeat's thread found no job to tell then)."""
         self.job = job
         self.started = time.monotonic()
+        if self.cancelled:
+            job.ctx.mark_cancelled()
         if self.lost:
             job.ctx.mark_lease_lost()
 
@@ -59,6 +62,13 @@ class Held:
         self.future = future
         if self.lost:
             future.cancel()
+
+    def mark_cancelled(self) -> None:
+        """An operator cancelled it (the broker revoked the lease): the handler sees ``ctx.cancelled``.
+        Called before ``mark_lost``, so the handler reads both flags set once it sees ``lease_lost``."""
+        self.cancelled = True
+        if self.job is not None:
+            self.job.ctx.mark_cancelled()
 
     def mark_lost(self) -> None:
         """This worker no longer holds the lease: the handler sees ``ctx.lease_lost``; async is cancelled."""

@@ -31,9 +31,11 @@ log = logging.getLogger("conveyor.worker")
 
 
 class Reporter(Protocol):
-    """Told when a task starts and ends (the process supervisor listens through this)."""
+    """Told when a task starts, is cancelled and ends (the process supervisor listens through this)."""
 
     def started(self, held: Held) -> None: ...
+
+    def cancelled(self, held: Held) -> None: ...
 
     def finished(self, held: Held) -> None: ...
 

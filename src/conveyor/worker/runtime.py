@@ -62,7 +62,7 @@ class Runtime:
         runner = Runner(worker.executor, config.middleware)
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
-        self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for)
+        self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for, reporter)
         self.registry = Registry(app, config, self.worker_id, self._running, self._counts)
         self.maintenance: tuple[Service, ...] = (
             Promoter(app, config.promoter_interval),

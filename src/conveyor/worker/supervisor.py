@@ -5,7 +5,10 @@ only the supervisor, which forwards it once). A crashed child's tasks are recove
 leases, like any dead worker's (so stall accounting still archives a task that keeps killing its
 process). Each child reports ``start``/``end`` of every task over a pipe (see ``child.py``); a child
 running a task past its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout``
-(retryable, per its policy) and the other tasks the child held are released at once.
+(retryable, per its policy) and the other tasks the child held are released at once. A child that
+reports a cancelled task (``cancel <id>``: the broker archived it ``cancelled`` and revoked its lease)
+and still runs it ``CANCEL_GRACE`` seconds later gets SIGTERM, then SIGKILL ``CANCEL_GRACE`` after that
+if the task still runs; it is replaced like any child that exits.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from conveyor.worker.executor import Executor
 from conveyor.worker.loader import load_app
 from conveyor.worker.runtime import install_signals, restore_signals
 
-__all__ = ["KILL_SLACK", "Supervisor"]
+__all__ = ["CANCEL_GRACE", "KILL_SLACK", "Supervisor"]
 
 log = logging.getLogger("conveyor.worker")
 
 #: Seconds past a task's timeout before its process is killed (async handlers cancel themselves).
 KILL_SLACK = 1.0
+#: Seconds a cancelled task's handler has to return before its child gets SIGTERM, and then again
+#: before SIGKILL: a sync handler cannot be interrupted inside its process, only with it.
+CANCEL_GRACE = 2.0
 _RESPAWN_PAUSE = 1.0  # a child that died within this many seconds of starting is restarted after it
 
 
@@ -45,6 +51,8 @@ class Child:
     started: float = field(default_factory=time.monotonic)
     buffer: bytes = b""
     running: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # id → (token, deadline)
+    cancelled: dict[str, float] = field(default_factory=dict)  # running id → when its child gets SIGTERM
+    kill_at: float | None = None  # sent SIGTERM for a cancel: SIGKILL then if a cancelled task still runs
 
 
 class Supervisor:
@@ -69,6 +77,7 @@ class Supervisor:
                 self._read(0.1)
                 self._reap_children()
                 self._kill_overdue()
+                self._stop_cancelled()
         finally:
             restore_signals(previous)
             for child in list(self.children.values()):
@@ -111,8 +120,12 @@ class Supervisor:
             timeout = None if parts[3] == "-" else float(parts[3])
             deadline = None if timeout is None else time.monotonic() + timeout + KILL_SLACK
             child.running[parts[1]] = (parts[2], deadline)
+        elif parts[:1] == ["cancel"] and len(parts) == 2:
+            if parts[1] in child.running:
+                child.cancelled[parts[1]] = time.monotonic() + CANCEL_GRACE
         elif parts[:1] == ["end"] and len(parts) == 2:
             child.running.pop(parts[1], None)
+            child.cancelled.pop(parts[1], None)
 
     def _reap_children(self) -> None:
         now = time.monotonic()
@@ -146,11 +159,41 @@ class Supervisor:
             if not overdue:
                 continue
             log.warning("supervisor: child pid %d runs %s past its timeout; killing it", child.proc.pid, overdue)
-            child.proc.kill()
-            child.proc.wait()
-            self._read(0)
-            running = dict(child.running)
-            self._settle_killed(running, set(overdue))
+            self._kill(child, set(overdue))
+
+    def _stop_cancelled(self) -> None:
+        """SIGTERM a child still running a cancelled task ``CANCEL_GRACE`` after it reported the cancel;
+        SIGKILL it ``CANCEL_GRACE`` later if one still runs (a graceful shutdown waits for it in vain)."""
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            if child.kill_at is not None:
+                if now >= child.kill_at and child.cancelled:
+                    log.warning(
+                        "supervisor: child pid %d still runs cancelled %s; killing it",
+                        child.proc.pid,
+                        [*child.cancelled],
+                    )
+                    self._kill(child, set())
+                continue
+            late = [task_id for task_id, at in child.cancelled.items() if now >= at]
+            if not late:
+                continue
+            log.warning("supervisor: child pid %d still runs cancelled %s; stopping it", child.proc.pid, late)
+            child.kill_at = now + CANCEL_GRACE
+            try:
+                child.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def _kill(self, child: Child, overdue: set[str]) -> None:
+        """SIGKILL ``child`` and settle what it held (it is replaced once reaped): ``overdue`` tasks fail,
+        cancelled ones are left as the cancel archived them, the others are released."""
+        child.proc.kill()
+        child.proc.wait()
+        self._read(0)
+        running = {task_id: held for task_id, held in child.running.items() if task_id not in child.cancelled}
+        child.cancelled.clear()
+        self._settle_killed(running, overdue)
 
     def _settle_killed(self, running: dict[str, tuple[str, float | None]], overdue: set[str]) -> None:
         """Fail the overdue tasks with TaskTimeout; release the others the killed child held."""

@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from conveyor.brokers.base import EventCallback, ready_key
+from conveyor.brokers.base import CANCELLABLE, EventCallback, ready_key
 from conveyor.brokers.memory.store import MemoryStore, empty_counts
 from conveyor.errors import InvalidTransition, QueueFull
 from conveyor.model import (
@@ -230,16 +230,11 @@ class MemoryBroker(MemoryStore):
     def cancel(self, task_id: str, now: float) -> TaskState:
         with self._lock:
             rec = self._existing(task_id, now)
-            if rec.state is _S.ACTIVE:
-                self._put(replace(rec, cancel_requested=True), rec.state, now)
-                state = _S.ACTIVE
-            elif rec.state in (_S.SCHEDULED, _S.PENDING, _S.RETRY):
-                self._archive(rec, ArchiveReason.CANCELLED, now, None)
-                state = _S.ARCHIVED
-            else:
+            if rec.state not in CANCELLABLE:
                 raise InvalidTransition(f"cannot cancel {rec.state.value} task {task_id!r}")
+            self._archive(rec, ArchiveReason.CANCELLED, now, None)
         self._flush_events()
-        return state
+        return _S.ARCHIVED
 
     def delete(self, task_id: str, now: float) -> None:
         with self._lock:

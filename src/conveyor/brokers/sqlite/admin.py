@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 
+from conveyor.brokers.base import CANCELLABLE
 from conveyor.brokers.sqlite.rows import SELECT_TASK, from_row
 from conveyor.brokers.sqlite.tx import Tx, load_settings
 from conveyor.errors import InvalidTransition
@@ -119,14 +119,10 @@ def archive(tx: Tx, task_id: str, now: float) -> None:
 
 def cancel(tx: Tx, task_id: str, now: float) -> TaskState:
     stored = tx.existing(task_id, now)
-    state = stored.rec.state
-    if state is _S.ACTIVE:
-        tx.put(replace(stored, rec=replace(stored.rec, cancel_requested=True)), state, now)
-        return _S.ACTIVE
-    if state in (_S.SCHEDULED, _S.PENDING, _S.RETRY):
-        tx.archive(stored, ArchiveReason.CANCELLED, now, None)
-        return _S.ARCHIVED
-    raise InvalidTransition(f"cannot cancel {state.value} task {task_id!r}")
+    if stored.rec.state not in CANCELLABLE:
+        raise InvalidTransition(f"cannot cancel {stored.rec.state.value} task {task_id!r}")
+    tx.archive(stored, ArchiveReason.CANCELLED, now, None)
+    return _S.ARCHIVED
 
 
 def delete(tx: Tx, task_id: str, now: float) -> None:

@@ -1,0 +1,137 @@
+"""Cancelling a running task, on every broker: an async handler gets ``CancelledError``; a sync one in a
+thread sees ``ctx.cancelled`` and ``ctx.lease_lost``; either way the task ends archived ``cancelled``,
+whatever the handler returns. (``--processes`` mode: ``tests/faults/test_worker_faults.py``.)"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from conveyor import ArchiveReason, Conveyor, TaskContext, TaskState, Worker
+
+from .conftest import Start, Wait
+
+#: Short leases so that a worker learns of a cancel fast: it does at its next heartbeat at the latest.
+HEARTBEAT = 0.1
+SETTINGS = {"lease_for": 2.0, "heartbeat_interval": HEARTBEAT}
+
+
+@pytest.fixture
+def app(broker_url: str) -> Iterator[Conveyor]:
+    """An app on ``broker_url`` (memory, SQLite, Redis) on the system clock, for a live worker."""
+    application = Conveyor(broker_url)
+    yield application
+    application.close()
+
+
+def assert_cancelled(app: Conveyor, task_id: str) -> None:
+    info = app.get(task_id)
+    assert (info.state, info.archive_reason, info.result) == (TaskState.ARCHIVED, ArchiveReason.CANCELLED, None)
+
+
+def settled(worker: Worker) -> bool:
+    """Nothing is held any more: the handler ended and its (fenced) outcome went through the acker."""
+    return worker.runtime is not None and len(worker.runtime.inflight) == 0
+
+
+def test_cancel_raises_cancelled_error_in_a_running_async_handler(
+    app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    started = threading.Event()
+    seen: list[tuple[bool, bool]] = []
+
+    @app.task
+    async def waits(ctx: TaskContext) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append((ctx.cancelled, ctx.lease_lost))
+            raise
+        return "finished anyway"
+
+    @app.task
+    def after() -> str:
+        return "ran"
+
+    handle = waits.enqueue()
+    worker = start_worker(app, **SETTINGS)
+    assert started.wait(5)
+    assert handle.cancel() is TaskState.ARCHIVED
+    wait_until(lambda: bool(seen), what="CancelledError in the async handler")
+    assert seen == [(True, True)]
+    wait_until(lambda: settled(worker), what="the slot freed")
+    assert_cancelled(app, handle.id)
+    assert after.enqueue().result(timeout=5) == "ran"
+
+
+def test_a_sync_handler_in_a_thread_sees_ctx_cancelled_and_its_return_is_discarded(
+    app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    started = threading.Event()
+    seen: list[tuple[bool, bool, bool]] = []
+
+    @app.task
+    def loops(ctx: TaskContext) -> str:
+        started.set()
+        deadline = time.monotonic() + 10
+        while not ctx.cancelled and time.monotonic() < deadline:  # a cooperative handler's work loop
+            time.sleep(0.01)
+        seen.append((ctx.cancelled, ctx.lease_lost, ctx.should_stop()))
+        return "finished anyway"
+
+    handle = loops.enqueue()
+    worker = start_worker(app, **SETTINGS)
+    assert started.wait(5)
+    assert handle.cancel() is TaskState.ARCHIVED
+    wait_until(lambda: bool(seen), what="the handler to see ctx.cancelled")
+    assert seen == [(True, True, True)]
+    wait_until(lambda: settled(worker), what="its outcome settled")
+    assert_cancelled(app, handle.id)
+
+
+def test_a_sync_handler_that_ignores_the_cancel_cannot_complete_the_task(
+    app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.task
+    def stubborn() -> str:
+        started.set()
+        release.wait(10)  # never looks at its context
+        return "finished anyway"
+
+    handle = stubborn.enqueue()
+    worker = start_worker(app, **SETTINGS)
+    assert started.wait(5)
+    assert handle.cancel() is TaskState.ARCHIVED
+    release.set()
+    wait_until(lambda: settled(worker), what="its late success settled (fenced)")
+    assert_cancelled(app, handle.id)
+    assert worker.runtime is not None and worker.runtime.acker.processed == 0
+
+
+def test_a_sync_handler_that_raises_after_the_cancel_is_not_retried(
+    app: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    started = threading.Event()
+
+    @app.task(max_retries=5)
+    def fails(ctx: TaskContext) -> None:
+        started.set()
+        deadline = time.monotonic() + 10
+        while not ctx.should_stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise RuntimeError("interrupted")
+
+    handle = fails.enqueue()
+    worker = start_worker(app, **SETTINGS)
+    assert started.wait(5)
+    handle.cancel()
+    wait_until(lambda: settled(worker), what="its failure settled (fenced)")
+    assert_cancelled(app, handle.id)
