@@ -17,6 +17,7 @@ from apps.harness import HEARTBEAT, LEASE, REAPER, Cluster, wait_for
 from apps.policies import Linear
 
 from conveyor import ArchiveReason, Conveyor, TaskHandle, TaskState
+from conveyor.worker.supervisor import CANCEL_GRACE
 
 pytestmark = pytest.mark.slow
 
@@ -196,3 +197,51 @@ def test_custom_backoff_given_at_enqueue_sets_the_waits_of_a_worker_process(clus
 
 def _has_failed(handle: TaskHandle[None], times: int) -> bool:
     return len(handle.status().errors) == times
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_process_mode_stops_and_replaces_the_child_running_a_cancelled_sync_task(
+    cluster: Cluster, app: Conveyor
+) -> None:
+    supervisor = cluster.spawn("--processes", "1", "--concurrency", "1")
+    live_workers(app, 1)
+    handle = app.enqueue("work", args=["k", 60.0])  # sleeps on: only stopping its process ends it
+    wait_for(lambda: bool(cluster.entries("start", "k")), 10, "start")
+    child = cluster.entries("start", "k")[0].pid
+    assert handle.cancel() is TaskState.ARCHIVED
+    cancelled_at = time.monotonic()
+    wait_for(lambda: not alive(child), 1.5 * HEARTBEAT + 2 * CANCEL_GRACE + 3.0, "the child stopped")
+    stopped_in = time.monotonic() - cancelled_at
+    quick = app.enqueue("work", args=["q", 0.0])
+    wait_for(lambda: quick.status().state is TaskState.COMPLETED, 15, "the replacement child serves")
+    assert quick.status().result != child
+    assert cluster.entries("done", "k") == []
+    info = handle.status()
+    assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.CANCELLED)
+    assert "still runs cancelled" in cluster.log_of(supervisor)
+    print(f"child stopped {stopped_in:.2f} s after the cancel")  # noqa: T201 - reported with -s
+
+
+def test_process_mode_leaves_the_child_alone_when_a_cancelled_handler_stops_in_time(
+    cluster: Cluster, app: Conveyor
+) -> None:
+    supervisor = cluster.spawn("--processes", "1", "--concurrency", "1")
+    live_workers(app, 1)
+    handle = app.enqueue("polite", args=["k", 60.0])
+    wait_for(lambda: bool(cluster.entries("start", "k")), 10, "start")
+    child = cluster.entries("start", "k")[0].pid
+    handle.cancel()
+    wait_for(lambda: bool(cluster.entries("stopped", "k")), 1.5 * HEARTBEAT + 3.0, "the handler stopped")
+    quick = app.enqueue("work", args=["q", 0.0])
+    wait_for(lambda: quick.status().state is TaskState.COMPLETED, 15, "the same child serves on")
+    assert quick.status().result == child
+    info = handle.status()
+    assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.CANCELLED)
+    assert "still runs cancelled" not in cluster.log_of(supervisor)

@@ -1,7 +1,7 @@
 """The app the fault tests run in real worker processes. Every execution appends to a ledger file.
 
 Environment: ``CONVEYOR_URL`` (the broker), ``FAULT_LEDGER`` (the ledger path), ``FAULT_MAX_STALLS``.
-Ledger lines: ``<event> <key> <pid> <attempt> <time>`` with event ``start``, ``done`` or ``returned``.
+Ledger lines: ``<event> <key> <pid> <attempt> <time>`` with event ``start``, ``done``, ``stopped`` or ``returned``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,19 @@ def work(ctx: TaskContext, key: str, seconds: float) -> int:
     note("start", key, ctx.attempt)
     time.sleep(seconds)
     note("done", key, ctx.attempt)
+    return os.getpid()
+
+
+@app.task
+def polite(ctx: TaskContext, key: str, seconds: float) -> int:
+    """Like ``work``, but stops early (``stopped`` in the ledger) once told to (``ctx.should_stop()``)."""
+    note("start", key, ctx.attempt)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.should_stop():
+            note("stopped", key, ctx.attempt)
+            break
+        time.sleep(0.02)
     return os.getpid()
 
 
