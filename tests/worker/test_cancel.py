@@ -135,3 +135,71 @@ def test_a_sync_handler_that_raises_after_the_cancel_is_not_retried(
     handle.cancel()
     wait_until(lambda: settled(worker), what="its failure settled (fenced)")
     assert_cancelled(app, handle.id)
+
+
+#: A heartbeat too slow to matter: a worker that learns of a cancel sooner learned it from the broker.
+SLOW_HEARTBEAT = {"lease_for": 60.0, "heartbeat_interval": 10.0}
+
+
+@pytest.fixture
+def announcing(app: Conveyor, broker_url: str) -> Conveyor:
+    """``app`` on a broker that announces cancels (memory, Redis); SQLite has no push between
+    processes: its workers learn of a cancel at their next heartbeat (the tests above)."""
+    if broker_url.startswith("sqlite"):
+        pytest.skip("SQLite does not announce cancels")
+    return app
+
+
+def test_a_worker_stops_an_async_handler_at_once_when_the_broker_announces_the_cancel(
+    announcing: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    app = announcing
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @app.task
+    async def waits() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    handle = waits.enqueue()
+    start_worker(app, **SLOW_HEARTBEAT)
+    assert started.wait(5)
+    at = time.monotonic()
+    handle.cancel()
+    wait_until(cancelled.is_set, timeout=2.0, what="CancelledError well before the next heartbeat")
+    print(f"async handler cancelled {1000 * (time.monotonic() - at):.1f} ms after the cancel")  # noqa: T201
+
+
+def test_a_cancelled_task_waiting_in_the_workers_buffer_never_starts(
+    announcing: Conveyor, start_worker: Start, wait_until: Wait
+) -> None:
+    app = announcing
+    ran: list[str] = []
+    release = threading.Event()
+
+    @app.task
+    def first() -> None:
+        ran.append("first")
+        release.wait(10)
+
+    @app.task
+    def second() -> None:
+        ran.append("second")
+
+    first.enqueue()
+    waiting = second.enqueue()
+    worker = start_worker(app, concurrency=1, prefetch=1, **SLOW_HEARTBEAT)
+    wait_until(lambda: waiting.status().state is TaskState.ACTIVE, what="the second task claimed into the buffer")
+    assert ran == ["first"]
+    waiting.cancel()
+    assert worker.runtime is not None
+    wait_until(lambda: worker.runtime is not None and worker.runtime.inflight.get(waiting.id) is None, what="dropped")
+    release.set()
+    wait_until(lambda: settled(worker), what="the first task done")
+    assert ran == ["first"]
+    assert_cancelled(app, waiting.id)

@@ -64,11 +64,13 @@ from conveyor.model import (
 __all__ = [
     "CANCELLABLE",
     "MAX_ERRORS_KEPT",
+    "AnnouncesCancels",
     "Broker",
     "ChecksServer",
     "ClaimsAfterWait",
     "EventCallback",
     "WaitsForWork",
+    "announce_cancel",
     "deliver",
     "ready_key",
 ]
@@ -86,6 +88,16 @@ def deliver(events: Iterable[Event], subscribers: Sequence[EventCallback]) -> No
                 callback(event)
             except Exception:
                 log.exception("event callback %r raised on %r", callback, event)
+
+
+def announce_cancel(task_id: str, watchers: Sequence[Callable[[str], None]]) -> None:
+    """Tell every ``watch_cancels`` watcher that ``task_id`` was cancelled while running; a raising
+    watcher is logged and skipped."""
+    for callback in watchers:
+        try:
+            callback(task_id)
+        except Exception:
+            log.exception("cancel watcher %r raised on task %s", callback, task_id)
 
 
 #: A task keeps its most recent failures only (``TaskRecord.errors``).
@@ -251,6 +263,24 @@ class WaitsForWork(Protocol):
         queue); False means the timeout passed. Delayed tasks becoming due need not wake anyone, so
         a caller still claims at least every ``timeout`` seconds.
         """
+        ...
+
+
+@runtime_checkable
+class AnnouncesCancels(Protocol):
+    """Optional capability: announce each cancel of a running task as it happens, so the worker holding
+    it stops the handler at once instead of at its next heartbeat (``extend`` finding the lease gone).
+
+    Redis publishes the task's id on a channel of its own (only for cancels of active tasks: nothing
+    else pays for it); memory calls its watchers in process. SQLite has no push between processes and
+    does without: its workers learn at their next heartbeat. An announcement is a hint the worker
+    confirms with the broker before acting on it.
+    """
+
+    def watch_cancels(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(task_id)`` (from a thread of the broker's) whenever ``cancel`` archives an
+        active task, in any process sharing the store; returns a function that stops watching. A
+        raising callback is logged and the watch goes on."""
         ...
 
 

@@ -18,6 +18,7 @@ worker shorter than ``lease_for - 1.5 * interval`` (7 s with the defaults) never
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -47,29 +48,41 @@ class Heartbeat(Periodic):
         self.inflight = inflight
         self.lease_for = lease_for
         self.reporter = reporter
+        self._losing = threading.Lock()
 
     def tick(self) -> None:
         fresh_for = min(self.interval / 2, self.lease_for - 2 * self.interval)
         for held in self.inflight.snapshot():
-            started = time.monotonic()
-            if held.lost or started - held.renewed < fresh_for:
+            if held.lost or time.monotonic() - held.renewed < fresh_for:
                 continue
-            try:
-                status = self.app.broker.extend(held.id, held.token, self.app.now(), self.lease_for)
-            except BrokerError:
-                log.warning("heartbeat: could not extend the lease of task %s; retrying", held.id, exc_info=True)
-                continue
-            if status is None:
-                self.lost(held)
-                continue
-            held.renewed = started
-            if status.cancel_requested and held.job is not None:
-                held.job.ctx.mark_cancelled()
-            self._check_overdue(held)
+            self.renew(held)
+
+    def renew(self, held: Held) -> None:
+        """Extend ``held``'s lease now; if it is lost, stop its handler (``lost``). Also called at once,
+        outside the ticks, for a task whose cancel the broker announced (``worker/cancels.py``)."""
+        started = time.monotonic()
+        try:
+            status = self.app.broker.extend(held.id, held.token, self.app.now(), self.lease_for)
+        except BrokerError:
+            log.warning("heartbeat: could not extend the lease of task %s; retrying", held.id, exc_info=True)
+            return
+        if status is None:
+            self.lost(held)
+            return
+        held.renewed = started
+        if status.cancel_requested and held.job is not None:
+            held.job.ctx.mark_cancelled()
+        self._check_overdue(held)
 
     def lost(self, held: Held) -> None:
         """The lease is gone: stop the handler cooperatively (an async one is cancelled); never commit
         its result. If an operator's cancel took it, the handler sees ``ctx.cancelled`` too."""
+        with self._losing:  # the ticks and an announced cancel may find the same lease lost at once
+            if held.lost:
+                return
+            self._lose(held)
+
+    def _lose(self, held: Held) -> None:
         if lost_to_cancel(self.app, held.id):
             held.mark_cancelled()
             log_event(held.record, "cancelled")

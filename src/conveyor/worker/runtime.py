@@ -1,6 +1,6 @@
 """The runtime: composes the services of one worker process and runs them until shutdown.
 
-Start order: registry, promoter, reaper, janitor, acker, pool, heartbeat, fetcher. Shutdown (first
+Start order: registry, promoter, reaper, janitor, acker, pool, heartbeat, cancel watcher, fetcher. Shutdown (first
 SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks buffered but not started are
 released at once; running tasks get ``shutdown_grace`` seconds to finish; then every lease still held
 is released back to pending in one ``settle`` (their handlers see ``ctx.lease_lost``; async ones are
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
+from conveyor.worker.cancels import CancelWatcher
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Held, Inflight
@@ -63,6 +64,7 @@ class Runtime:
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
         self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for, reporter)
+        self.cancels = CancelWatcher(app, self.inflight, self.heartbeat)
         self.registry = Registry(app, config, self.worker_id, self._running, self._counts)
         self.maintenance: tuple[Service, ...] = (
             Promoter(app, config.promoter_interval),
@@ -92,7 +94,7 @@ class Runtime:
             ",".join(self.config.queues),
             self.config.concurrency,
         )
-        services: list[Service] = [self.registry, *self.maintenance, self.pool, self.heartbeat]
+        services: list[Service] = [self.registry, *self.maintenance, self.pool, self.heartbeat, self.cancels]
         if self.config.freeze_heap:
             _freeze_heap()
         self.acker.start()

@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from conveyor.brokers.base import CANCELLABLE, EventCallback, ready_key
+from conveyor.brokers.base import CANCELLABLE, EventCallback, announce_cancel, ready_key
 from conveyor.brokers.memory.store import MemoryStore, empty_counts
 from conveyor.errors import InvalidTransition, QueueFull
 from conveyor.model import (
@@ -233,8 +233,23 @@ class MemoryBroker(MemoryStore):
             if rec.state not in CANCELLABLE:
                 raise InvalidTransition(f"cannot cancel {rec.state.value} task {task_id!r}")
             self._archive(rec, ArchiveReason.CANCELLED, now, None)
+            watchers = list(self._cancel_watchers) if rec.state is _S.ACTIVE else []
         self._flush_events()
+        announce_cancel(task_id, watchers)
         return _S.ARCHIVED
+
+    def watch_cancels(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """``AnnouncesCancels``: ``callback(task_id)`` in the thread that cancelled an active task, once
+        the cancel is stored."""
+        with self._lock:
+            self._cancel_watchers.append(callback)
+
+        def unwatch() -> None:
+            with self._lock:
+                if callback in self._cancel_watchers:
+                    self._cancel_watchers.remove(callback)
+
+        return unwatch
 
     def delete(self, task_id: str, now: float) -> None:
         with self._lock:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -55,6 +55,7 @@ class MemoryStore:
         self._settings: dict[str, QueueSettings] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._subscribers: list[EventCallback] = []
+        self._cancel_watchers: list[Callable[[str], None]] = []  # see MemoryBroker.watch_cancels
         self._pending_events: list[Event] = []
 
     def _settings_for(self, queue: str) -> QueueSettings:

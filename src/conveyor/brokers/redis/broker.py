@@ -22,6 +22,7 @@ import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
+from conveyor.brokers.redis.cancels import CancelWatch
 from conveyor.brokers.redis.codec import (
     decode_claimed,
     decode_events,
@@ -83,6 +84,7 @@ class RedisBroker:
         self._events = EventHub(
             self._client, self.keys.events, self.keys.listening, self._origin, config.socket_connect_timeout
         )
+        self._cancels = CancelWatch(self._client, self.keys.cancels, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
 
     @classmethod
@@ -344,7 +346,12 @@ class RedisBroker:
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         return self._events.subscribe(callback)
 
+    def watch_cancels(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """``AnnouncesCancels``: ``callback(task_id)`` for every running task cancelled in the namespace."""
+        return self._cancels.watch(callback)
+
     def close(self) -> None:
+        self._cancels.close()
         self._events.close()
         self._conns.close()
         self._client.close()

@@ -34,6 +34,7 @@ tie-break of the contract without packing two numbers into one double)::
     P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
     P events                      pub/sub channel of transitions
+    P cancels                     pub/sub channel: the id of each active task ``cancel`` archived
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
     P listening                   string with a TTL: some process listens on ``events`` (scripts skip
                                   making events otherwise); event listeners refresh it
@@ -126,6 +127,10 @@ class Keys:
     @property
     def events(self) -> str:
         return self.prefix + "events"
+
+    @property
+    def cancels(self) -> str:
+        return self.prefix + "cancels"
 
     @property
     def wake(self) -> str:
