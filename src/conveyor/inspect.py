@@ -70,7 +70,9 @@ class Inspector:
         self.app.broker.delete(check_task_id(task_id), self.app.now())
 
     def cancel(self, task_id: str) -> TaskState:
-        """Waiting task → archived ``cancelled``; a running one is asked to stop cooperatively."""
+        """Any unfinished task → archived ``cancelled`` (returned), a running one included: its lease is
+        revoked, so its handler is stopped (async: cancelled; sync: ``ctx.cancelled``; ``--processes``:
+        its child is stopped after a grace) and nothing it settles later counts. See docs/reliability.md."""
         return self.app.broker.cancel(check_task_id(task_id), self.app.now())
 
     def pause(self, queue: str) -> None:

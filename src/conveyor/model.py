@@ -127,7 +127,7 @@ class TaskRecord:
     errors: tuple[ErrorEntry, ...] = ()
     lease_token: str | None = None  # set while active
     lease_expires_at: float | None = None
-    cancel_requested: bool = False
+    cancel_requested: bool = False  # set only by older versions: a cancel now archives a running task
 
 
 @fast_init
@@ -157,7 +157,7 @@ class LeaseStatus:
     """What a heartbeat (``Broker.extend``) learns: the new deadline, and whether cancel was asked."""
 
     expires_at: float
-    cancel_requested: bool = False
+    cancel_requested: bool = False  # set only by older versions (a cancel now revokes the lease)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +257,7 @@ class TaskInfo:
     stalls: int = 0
     errors: tuple[ErrorEntry, ...] = ()
     lease_expires_at: float | None = None
-    cancel_requested: bool = False
+    cancel_requested: bool = False  # set only by older versions: a cancel now archives a running task
     options: dict[str, Any] = field(default_factory=dict)
     payload_error: str | None = None  # set when the stored payload could not be decoded
     options_error: str | None = None  # set when the stored options could not be decoded (then defaults apply)

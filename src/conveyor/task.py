@@ -52,7 +52,7 @@ class TaskHandle(Generic[R]):
             wait = min(wait * 2, poll)
 
     def cancel(self) -> TaskState:
-        """Cancel the task (see ``Inspector.cancel``); returns its state after the call."""
+        """Cancel the task, even while it runs (see ``Inspector.cancel``); returns its state after the call."""
         return self._app.inspect.cancel(self.id)
 
     def __repr__(self) -> str:

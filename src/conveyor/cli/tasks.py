@@ -222,5 +222,5 @@ archive = _action_command(
 )
 delete = _action_command("delete", "deleted", "Delete tasks (any state but active).", lambda i, t: i.delete(t))
 cancel = _action_command(
-    "cancel", "cancelled", "Cancel waiting tasks; ask running ones to stop cooperatively.", lambda i, t: i.cancel(t)
+    "cancel", "cancelled", "Cancel unfinished tasks, running ones too (archived cancelled).", lambda i, t: i.cancel(t)
 )
