@@ -2,8 +2,8 @@
 and shut down gracefully if the supervisor dies.
 
 Protocol (one line per event, each shorter than PIPE_BUF so writes from threads never interleave):
-``start <task_id> <token> <timeout seconds or ->``, ``cancel <task_id>`` (an operator cancelled it; the
-supervisor stops this process if the task has not ended after ``CANCEL_GRACE``) and ``end <task_id>``.
+``start <task_id> <token> <timeout seconds or ->``, ``cancel <task_id> <token>`` (an operator cancelled it;
+the supervisor stops this process if the task has not ended after ``CANCEL_GRACE``) and ``end <task_id>``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class PipeReporter:
         self._write(f"start {held.id} {held.token} {'-' if timeout is None else repr(timeout)}")
 
     def cancelled(self, held: Held) -> None:
-        self._write(f"cancel {held.id}")
+        self._write(f"cancel {held.id} {held.token}")
 
     def finished(self, held: Held) -> None:
         self._write(f"end {held.id}")

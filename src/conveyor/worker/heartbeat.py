@@ -86,7 +86,7 @@ class Heartbeat(Periodic):
         if lost_to_cancel(self.app, held.id):
             held.mark_cancelled()
             log_event(held.record, "cancelled")
-            if self.reporter is not None and held.job is not None:
+            if self.reporter is not None and held.job is not None and not held.finished:
                 self.reporter.cancelled(held)
         else:
             log_event(held.record, "lease-lost")

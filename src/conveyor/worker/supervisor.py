@@ -6,7 +6,7 @@ leases, like any dead worker's (so stall accounting still archives a task that k
 process). Each child reports ``start``/``end`` of every task over a pipe (see ``child.py``); a child
 running a task past its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout``
 (retryable, per its policy) and the other tasks the child held are released at once. A child that
-reports a cancelled task (``cancel <id>``: the broker archived it ``cancelled`` and revoked its lease)
+reports a cancelled task (``cancel <id> <token>``: the broker archived it ``cancelled`` and revoked its lease)
 and still runs it ``CANCEL_GRACE`` seconds later gets SIGTERM, then SIGKILL ``CANCEL_GRACE`` after that
 if the task still runs; it is replaced like any child that exits.
 """
@@ -53,6 +53,9 @@ class Child:
     running: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # id → (token, deadline)
     cancelled: dict[str, float] = field(default_factory=dict)  # running id → when its child gets SIGTERM
     kill_at: float | None = None  # sent SIGTERM for a cancel: SIGKILL then if a cancelled task still runs
+    # (id, token) of cancels reported before their task's start: the child's heartbeat and its pool
+    # write from different threads. The token keeps one from matching a later claim of the same id.
+    early_cancels: set[tuple[str, str]] = field(default_factory=set)
 
 
 class Supervisor:
@@ -120,8 +123,14 @@ class Supervisor:
             timeout = None if parts[3] == "-" else float(parts[3])
             deadline = None if timeout is None else time.monotonic() + timeout + KILL_SLACK
             child.running[parts[1]] = (parts[2], deadline)
-        elif parts[:1] == ["cancel"] and len(parts) == 2:
-            if parts[1] in child.running:
+            if (parts[1], parts[2]) in child.early_cancels:
+                child.early_cancels.discard((parts[1], parts[2]))
+                child.cancelled[parts[1]] = time.monotonic() + CANCEL_GRACE
+        elif parts[:1] == ["cancel"] and len(parts) == 3:
+            running = child.running.get(parts[1])
+            if running is None:
+                child.early_cancels.add((parts[1], parts[2]))
+            elif running[0] == parts[2]:
                 child.cancelled[parts[1]] = time.monotonic() + CANCEL_GRACE
         elif parts[:1] == ["end"] and len(parts) == 2:
             child.running.pop(parts[1], None)
