@@ -229,12 +229,13 @@ def test_process_mode_stops_and_replaces_the_child_running_a_cancelled_sync_task
     print(f"child stopped {stopped_in:.2f} s after the cancel")  # noqa: T201 - reported with -s
 
 
+@pytest.mark.parametrize("task", ["polite", "waits"], ids=["sync-cooperative", "async"])
 def test_process_mode_leaves_the_child_alone_when_a_cancelled_handler_stops_in_time(
-    cluster: Cluster, app: Conveyor
+    cluster: Cluster, app: Conveyor, task: str
 ) -> None:
     supervisor = cluster.spawn("--processes", "1", "--concurrency", "1")
     live_workers(app, 1)
-    handle = app.enqueue("polite", args=["k", 60.0])
+    handle = app.enqueue(task, args=["k", 60.0])
     wait_for(lambda: bool(cluster.entries("start", "k")), 10, "start")
     child = cluster.entries("start", "k")[0].pid
     handle.cancel()

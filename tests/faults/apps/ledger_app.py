@@ -6,6 +6,7 @@ Ledger lines: ``<event> <key> <pid> <attempt> <time>`` with event ``start``, ``d
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -45,6 +46,19 @@ def polite(ctx: TaskContext, key: str, seconds: float) -> int:
             note("stopped", key, ctx.attempt)
             break
         time.sleep(0.02)
+    return os.getpid()
+
+
+@app.task
+async def waits(ctx: TaskContext, key: str, seconds: float) -> int:
+    """An ``async def`` ``work``: notes ``stopped`` if it is cancelled (``CancelledError``) meanwhile."""
+    note("start", key, ctx.attempt)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        note("stopped", key, ctx.attempt)
+        raise
+    note("done", key, ctx.attempt)
     return os.getpid()
 
 
