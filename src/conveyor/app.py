@@ -62,12 +62,15 @@ class Conveyor:
             raise ConfigurationError("give a broker URL or a broker, not both")
         if policy is not None and not isinstance(policy, BrokerPolicy):
             raise TypeError(f"policy must be a BrokerPolicy, not {type(policy).__name__}")
+        # Every argument is checked before the broker opens, so a bad one leaves no connection behind.
+        if clock is not None:
+            check_clock(clock)
+        if rng is not None and not isinstance(rng, random.Random):
+            raise TypeError(f"rng must be a random.Random, not {type(rng).__name__}")
         self.broker: Broker = broker if broker is not None else open_broker(url, policy)
         if clock is None and hasattr(self.broker, "server_clock"):
             clock = self.broker.server_clock()
         self.clock: Clock = check_clock(clock)
-        if rng is not None and not isinstance(rng, random.Random):
-            raise TypeError(f"rng must be a random.Random, not {type(rng).__name__}")
         self.rng = rng or random.Random()
         self.registry: dict[str, Task[Any, Any]] = {}
         self._wants_ctx: dict[str, bool] = {}

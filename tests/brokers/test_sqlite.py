@@ -6,12 +6,14 @@ test against the reference broker; this file covers what only a file-backed brok
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -91,7 +93,7 @@ def test_open_broker_picks_the_sqlite_backend(db_path: Path) -> None:
 
 def test_file_is_in_wal_mode(open_sqlite: Callable[..., SQLiteBroker], db_path: Path) -> None:
     open_sqlite()
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -124,7 +126,7 @@ def test_a_bad_synchronous_value_is_refused_when_the_broker_is_created(db_path: 
 
 def test_schema_version_is_stored(open_sqlite: Callable[..., SQLiteBroker], db_path: Path) -> None:
     open_sqlite()
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
@@ -306,6 +308,62 @@ def test_threads_sharing_a_broker_claim_each_task_once(open_sqlite: Callable[...
     assert broker.queues(NOW)[0].counts["completed"] == 600
 
 
+def _open_connections(db_path: Path) -> int:
+    """This process's open SQLite connections to ``db_path``: its descriptors on the WAL file, one each.
+
+    (Not those on the database file: SQLite may keep a closed connection's one open there, for reuse.)
+    """
+    wal = f"{db_path}-wal"
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == wal
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            pass
+    return count
+
+
+def test_a_threads_connection_is_closed_when_the_thread_ends(
+    open_sqlite: Callable[..., SQLiteBroker], db_path: Path
+) -> None:
+    broker = open_sqlite()
+    broker.enqueue([_task("t")], NOW)
+    assert _open_connections(db_path) == 1  # this thread's connection
+    for _ in range(10):
+        thread = threading.Thread(target=broker.get, args=("t", NOW))
+        thread.start()
+        thread.join()
+    _wait_for(lambda: _open_connections(db_path) == 1)
+    assert broker.get("t", NOW) is not None
+
+
+def test_close_closes_the_connections_of_threads_still_running(
+    open_sqlite: Callable[..., SQLiteBroker], db_path: Path
+) -> None:
+    broker = open_sqlite()
+    broker.enqueue([_task("t")], NOW)
+    used = threading.Barrier(5)
+    release = threading.Event()
+
+    def use_then_wait() -> None:
+        broker.get("t", NOW)
+        used.wait()
+        release.wait()
+
+    threads = [threading.Thread(target=use_then_wait) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    used.wait()
+    assert _open_connections(db_path) == 5
+    broker.close()
+    assert _open_connections(db_path) == 0
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert broker.get("t", NOW) is not None  # reopened lazily
+    assert _open_connections(db_path) == 1
+
+
 def test_events_reach_another_broker_on_the_same_file_exactly_once(
     open_sqlite: Callable[..., SQLiteBroker],
 ) -> None:
@@ -336,12 +394,11 @@ def test_unsubscribed_files_record_no_events_and_the_table_is_trimmed(
     watcher = open_sqlite(events_kept=5)
     watcher.subscribe(lambda event: None)
     producer.enqueue([_task(f"loud{i}") for i in range(20)], NOW)
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 20
     watcher.clean(NOW)
-    with sqlite3.connect(db_path) as conn:
+    with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 5
-    conn.close()
 
 
 def test_several_processes_can_create_the_same_file_at_once(db_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,6 +196,14 @@ def test_retry_with_a_bad_delay_is_rejected(delay: Any, error: type[Exception]) 
 def test_clock_must_be_callable(broker_url: str, clock: Any) -> None:
     with pytest.raises(TypeError):
         Conveyor(broker_url, clock=clock)
+
+
+@pytest.mark.parametrize("argument", [{"clock": 5}, {"rng": 42}])
+def test_a_bad_argument_is_refused_before_the_broker_opens(tmp_path: Path, argument: dict[str, Any]) -> None:
+    path = tmp_path / "never.db"
+    with pytest.raises(TypeError):
+        Conveyor(f"sqlite:///{path}", **argument)
+    assert not path.exists()  # nothing was opened, so nothing is left open
 
 
 # -- queues, leases, admin -------------------------------------------------------------------------

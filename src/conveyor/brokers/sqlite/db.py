@@ -1,7 +1,9 @@
 """Connections to one SQLite file: opening checks, one connection per thread, busy retries, error mapping.
 
 Each thread gets its own connection (reads never wait for each other; a WAL reader never blocks a
-writer). Write transactions of one broker object are serialized by a process-local lock, so threads
+writer), closed when that thread ends (its thread-local slot goes, and a finalizer closes it) or when
+the broker closes, whichever comes first: a worker whose threads come and go holds no stale file
+handles. Write transactions of one broker object are serialized by a process-local lock, so threads
 of one process queue up in Python instead of spinning in SQLite's busy handler. Writers of *other
 processes* meet ``SQLITE_BUSY``: SQLite's own handler only covers the first few milliseconds
 (``_SQLITE_WAIT``), then this module retries the whole transaction with short jittered sleeps
@@ -19,6 +21,7 @@ import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -45,8 +48,8 @@ class Database:
         self.path = config.path
         self.write_lock = threading.Lock()
         self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
-        self._conns_lock = threading.Lock()
+        self._conns: set[sqlite3.Connection] = set()  # open ones; whoever takes one out closes it
+        self._conns_lock = threading.RLock()  # re-entrant: a finalizer may run wherever a slot goes
         self._generation = 0
         self._check_path()
         try:
@@ -114,25 +117,26 @@ class Database:
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (opened on first use, and again after :meth:`close`)."""
         local = self._local
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.generation == self._generation:
-            return conn
+        slot: _Slot | None = getattr(local, "slot", None)
+        if slot is not None and slot.generation == self._generation:
+            return slot.conn
         conn = self._connect()
+        slot = _Slot(conn, self._generation)
+        # When the thread ends, its thread-local values go, and with them the slot: close its connection.
+        weakref.finalize(slot, _release, self._conns, self._conns_lock, conn, self.path)
         with self._conns_lock:
-            self._conns.append(conn)
-            local.conn, local.generation = conn, self._generation
+            self._conns.add(conn)
+        local.slot = slot  # outside the lock: the slot this replaces may be finalized right here
         return conn
 
     def close(self) -> None:
         """Close every connection this object opened (in any thread). Idempotent."""
         with self._conns_lock:
-            conns, self._conns = self._conns, []
+            conns = list(self._conns)
+            self._conns.clear()
             self._generation += 1
         for conn in conns:
-            try:
-                conn.close()
-            except sqlite3.Error:  # pragma: no cover - closing never matters more than the caller's work
-                log.debug("closing %s failed", self.path, exc_info=True)
+            _close(conn, self.path)
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -184,6 +188,35 @@ class Database:
                     ) from None
                 time.sleep(min(random.uniform(0, delay), remaining))
                 delay = min(delay * 2, _RETRY_MAX)
+
+
+class _Slot:
+    """One thread's connection, kept in the thread-local (a slot, so that its end can be watched)."""
+
+    __slots__ = ("__weakref__", "conn", "generation")
+
+    def __init__(self, conn: sqlite3.Connection, generation: int) -> None:
+        self.conn = conn
+        self.generation = generation
+
+
+def _release(conns: set[sqlite3.Connection], lock: threading.RLock, conn: sqlite3.Connection, path: str) -> None:
+    """A slot went (its thread ended): close its connection unless :meth:`Database.close` already took it.
+
+    Exactly one party closes each connection: two closes racing in two threads are not safe in ``sqlite3``.
+    """
+    with lock:
+        if conn not in conns:
+            return
+        conns.discard(conn)
+    _close(conn, path)
+
+
+def _close(conn: sqlite3.Connection, path: str) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:  # pragma: no cover - closing never matters more than the caller's work
+        log.debug("closing %s failed", path, exc_info=True)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
