@@ -10,7 +10,7 @@ option                         default    meaning
 ============================== ========== ===========================================================
 ``namespace``                  conveyor   key prefix (hash tag) so apps or tenants share a server
 ``socket_timeout``             5.0        seconds a command may take before ``BrokerUnavailable``
-``socket_connect_timeout``     2.0        seconds to connect before ``BrokerUnavailable``
+``socket_connect_timeout``     2.0        seconds to connect (TLS handshake included) before ``BrokerUnavailable``
 ``max_connections``            64         connection pool size per broker object
 ``retries``                    2          reconnect attempts (short backoff) on a dropped connection
 ``clock_refresh``              60.0       seconds between re-measurements of the server clock offset
@@ -31,6 +31,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.tls import TlsConnection
 from conveyor.errors import ConfigurationError
 
 __all__ = ["RedisConfig"]
@@ -73,8 +74,10 @@ class RedisConfig:
 
     def client(self) -> redis.Redis:
         """A pooled, thread-safe client that decodes replies as UTF-8 text."""
+        tls = {"connection_class": TlsConnection} if urlsplit(self.url).scheme == "rediss" else {}
         return redis.Redis.from_url(
             self.url,
+            **tls,
             decode_responses=True,
             socket_timeout=self.socket_timeout,
             socket_connect_timeout=self.socket_connect_timeout,

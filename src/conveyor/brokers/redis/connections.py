@@ -122,6 +122,10 @@ class Connections:
                 conn.send_packed_command([_pack(conn, command)])  # type: ignore[no-untyped-call]
             except (redis.ConnectionError, redis.TimeoutError):
                 failed = True
+            except BaseException:  # e.g. a TLS misconfiguration (not retried): the connection goes back
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                self._idle.append(conn)
+                raise
             try:
                 following = next(commands, None)  # made while the server works
                 if not failed:

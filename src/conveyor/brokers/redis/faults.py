@@ -1,8 +1,9 @@
 """Redis failures as ``conveyor.errors``: what a call that went wrong raises.
 
 Connection loss and timeouts become ``BrokerUnavailable`` (bounded by the URL's timeouts, see
-``config.py``); so do a refused password and a failed TLS handshake, each with a message saying which
-URL option fixes it (the server side may be what is wrong, so workers keep retrying). A call the
+``config.py``); so do a refused password and a failed TLS connection (``tls.py`` finds its cause), each
+with a message saying which URL option fixes it (the server side may be what is wrong, so workers keep
+retrying). A call the
 server's ACL forbids is a ``BrokerError`` naming the permissions Conveyor needs, a server out of
 memory a ``BrokerError`` saying so (scripts check before their first write, so nothing is
 half-written), a script's own refusal (an error reply starting ``CONVEYOR_``) a :class:`Refused` for
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 
 import redis
 
+from conveyor.brokers.redis.tls import TlsTrouble
 from conveyor.errors import BrokerError, BrokerUnavailable
 
 __all__ = ["NEEDED_ACL", "Refused", "failure", "translate_errors", "translated"]
@@ -35,13 +37,8 @@ NEEDED_ACL = (
 
 
 def _tls_trouble(exc: BaseException) -> str | None:
-    """What to check when a connection failed in TLS (redis-py wraps the ``ssl`` error it caught), or None."""
+    """What to check when a connection failed in TLS for a cause ``tls.py`` could not tell, or None."""
     context, text = exc.__context__, str(exc)
-    if isinstance(context, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
-        return (
-            "the TLS handshake with Redis failed: the server's certificate is not trusted; for a private CA "
-            "add ssl_ca_certs=/path/to/ca.pem to the rediss:// URL"
-        )
     if isinstance(context, ssl.SSLError) or "[SSL" in text or "_ssl.c" in text:
         return (
             "the TLS connection to Redis failed; if it persists, check the TLS options: a server that asks "
@@ -57,6 +54,8 @@ def translated(exc: redis.RedisError) -> BrokerError:
             f"Redis refused to authenticate this client ({exc}): give the password in the URL, "
             "redis://:PASSWORD@host:port/db, or an ACL user and its password, redis://USER:PASSWORD@host:port/db"
         )
+    if isinstance(exc, TlsTrouble):
+        return BrokerUnavailable(str(exc))
     trouble = _tls_trouble(exc) if isinstance(exc, redis.ConnectionError) else None
     if trouble is not None:
         return BrokerUnavailable(f"{trouble} ({exc})")
