@@ -6,6 +6,7 @@ Everything runs against private servers this suite starts (``redis_server`` / ``
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -512,6 +513,46 @@ def test_a_mangled_task_row_is_skipped_not_fatal(broker: RedisBroker) -> None:
 
 
 # -- events, clock, preflight, wake-up ------------------------------------------------------------
+
+
+def sockets_to(port: int) -> set[str]:
+    """This process's open TCP connections to 127.0.0.1:``port``, by socket inode (from ``/proc``)."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[len("socket:[") : -1])
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return {row[9] for row in rows if row[2] == f"0100007F:{port:04X}" and row[9] in mine}
+
+
+def test_close_closes_every_connection_the_broker_opened(redis_server: RedisServer, redis_url: str) -> None:
+    before = sockets_to(redis_server.port)
+    broker = RedisBroker.from_url(redis_url, BrokerPolicy())
+    broker.subscribe(lambda event: None)  # the listener's pub/sub connection
+    broker.server_clock()
+    broker.preflight()
+    busy = threading.Barrier(4)
+
+    def use() -> None:  # four calls at once: four hot-path connections
+        busy.wait()
+        broker.enqueue([task(f"c{threading.get_ident()}")], NOW)
+        broker.wait_for_work(["q"], 0.01)
+
+    threads = [threading.Thread(target=use) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(sockets_to(redis_server.port) - before) >= 3
+    listener = broker._events._thread
+    broker.close()
+    assert sockets_to(redis_server.port) - before == set()
+    assert listener is not None and not listener.is_alive()  # it would reconnect
 
 
 def test_events_reach_other_broker_objects_through_pub_sub(redis_url: str) -> None:
