@@ -101,9 +101,18 @@ def test_file_is_in_wal_mode(open_sqlite: Callable[..., SQLiteBroker], db_path: 
     ("option", "level"), [(None, 2), ("normal", 1), ("FULL", 2), ("Extra", 3), ("off", 0)]
 )  # fmt: skip
 def test_every_connection_runs_with_the_configured_synchronous(
-    open_sqlite: Callable[..., SQLiteBroker], option: str | None, level: int
+    open_sqlite: Callable[..., SQLiteBroker], option: str | None, level: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker = open_sqlite(**({} if option is None else {"synchronous": option}))
+    levels: list[int] = []
+    connect = broker._db._connect
+
+    def connect_and_read() -> sqlite3.Connection:
+        conn = connect()
+        levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])  # in the opening thread
+        return conn
+
+    monkeypatch.setattr(broker._db, "_connect", connect_and_read)
     broker.enqueue([_task("t")], NOW)
     readers = [threading.Thread(target=broker.get, args=("t", NOW)) for _ in range(3)]  # one connection each
     for thread in readers:
@@ -111,9 +120,8 @@ def test_every_connection_runs_with_the_configured_synchronous(
     for thread in readers:
         thread.join()
     broker.subscribe(lambda event: None)  # the event poller's thread opens one more
-    _wait_for(lambda: len(broker._db._conns) >= 5)
-    broker._events.close()  # the poller is done with its connection before this thread reads it
-    levels = [conn.execute("PRAGMA synchronous").fetchone()[0] for conn in broker._db._conns]
+    _wait_for(lambda: len(levels) >= 4)
+    broker._events.close()
     assert levels == [level] * len(levels)
 
 
