@@ -2,7 +2,10 @@
 
 Loads the overview (live charts and tables drawn by our JS under the strict CSP), opens a task, retries
 an archived task, pauses a queue, and keeps a screenshot (``artifacts/dashboard.png``, and
-with ``CONVEYOR_UPDATE_DOCS_SCREENSHOT=1`` also ``docs/img/dashboard.png`` for the README).
+with ``CONVEYOR_UPDATE_DOCS_SCREENSHOT=1`` also ``docs/img/dashboard.png`` for the README). Every page is
+then opened at a desktop width and at a phone's (390 px): nothing may widen the page (wide tables scroll
+inside their card) and the header's search box stays on screen; screenshots of each go to
+``artifacts/layout/``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from conveyor.testing.redis_server import free_port
 from conveyor.web import create_app
 
 CHROMIUM = "/usr/bin/chromium"
+PHONE, DESKTOP = 390, 1360
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = [
     "--headless",
@@ -152,3 +156,40 @@ def test_dashboard_in_chromium(served: tuple[str, Conveyor, dict[str, str]]) -> 
         finally:
             browser.close()
     assert errors == []  # no CSP violation, no script error
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_every_page_fits_the_viewport(served: tuple[str, Conveyor, dict[str, str]], width: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, _app, ids = served
+    pages = {
+        "overview": "/",
+        "queue": "/queues/reports?state=archived",
+        "queue-completed": "/queues/emails?state=completed",
+        "task": f"/tasks/{ids['failed']}",
+        "notice": "/search?id=no-such-task",
+    }
+    shots = ROOT / "artifacts" / "layout"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 844})
+            for name, path in pages.items():
+                page.goto(url + path)
+                if name == "overview":
+                    page.wait_for_selector("body[data-refreshed]", timeout=10_000)
+                page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
+                scroll_width, inner_width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                assert scroll_width <= inner_width, f"{name} at {width} px is {scroll_width} px wide"
+                search = page.locator("header .search input").bounding_box()
+                find = page.locator("header .search button").bounding_box()
+                assert search is not None and find is not None
+                assert search["x"] >= 0 and find["x"] + find["width"] <= inner_width, f"{name}: search off screen"
+                assert search["width"] >= 120, f"{name}: search box squeezed to {search['width']} px"
+                for table in page.locator(".scroll").all():  # a wide table scrolls inside its card
+                    box = table.bounding_box()
+                    assert box is not None and box["x"] + box["width"] <= inner_width, f"{name}: table overflows"
+        finally:
+            browser.close()
