@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conveyor._validate import check_int, check_queue, check_task_id
+from conveyor.brokers.base import KeepsHistory
+from conveyor.errors import ConfigurationError
+from conveyor.history import KEEP_MINUTES, MinuteCounts, fold, window
 from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
 
 if TYPE_CHECKING:
@@ -89,6 +92,21 @@ class Inspector:
     def workers(self) -> builtins.list[WorkerInfo]:
         """Live workers and what they run."""
         return self.app.broker.workers(self.app.now())
+
+    def history(self, queue: str | None = None, minutes: int = 60) -> builtins.list[MinuteCounts]:
+        """Executions settled per minute over the last ``minutes`` (at most 24 h), oldest first, ending
+        with the current (partial) minute; of ``queue``, or of every queue. Raises
+        ``ConfigurationError`` for a broker that keeps no history (see ``conveyor.history``)."""
+        if queue is not None:
+            check_queue(queue)
+        check_int("minutes", minutes, minimum=1)
+        if minutes > KEEP_MINUTES:
+            raise ValueError(f"minutes must be <= {KEEP_MINUTES} (24 h are kept), got {minutes!r}")
+        broker = self.app.broker
+        if not isinstance(broker, KeepsHistory):
+            raise ConfigurationError(f"{type(broker).__name__} keeps no per-minute history")
+        first, last = window(self.app.now(), minutes)
+        return fold(broker.history(first, last), first, last, queue)
 
     @staticmethod
     def timeline(info: TaskInfo) -> builtins.list[TimelineEntry]:

@@ -117,6 +117,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
         *(keys.rows, keys.results, keys.lasterr),
         keys.errors("t-1"),
         keys.settings("emails"),
+        keys.history(29_000_000),
         keys.workers,
         keys.worker_ttl,
         *(keys.queue(q, part) for q in ("emails", "q.2") for part in ("pending", "waiting", "groups", "archived:keep")),

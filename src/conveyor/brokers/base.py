@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.clock import Clock
+from conveyor.history import QueueMinute
 from conveyor.model import (
     Event,
     LeaseStatus,
@@ -69,6 +70,7 @@ __all__ = [
     "ChecksServer",
     "ClaimsAfterWait",
     "EventCallback",
+    "KeepsHistory",
     "WaitsForWork",
     "announce_cancel",
     "deliver",
@@ -310,4 +312,15 @@ class ClaimsAfterWait(Protocol):
         """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending,
         then ``claim(queues, now, lease_for, limit)`` with ``now`` read from ``clock`` when the claim
         runs. Returns the claimed tasks (empty when the timeout passed or another consumer won)."""
+        ...
+
+
+@runtime_checkable
+class KeepsHistory(Protocol):
+    """Optional capability: per-minute counts of settled executions, per queue (``conveyor.history``
+    states the rule). ``settle`` updates them in its own atomic step; ``Inspector.history`` reads them."""
+
+    def history(self, first: int, last: int) -> list[QueueMinute]:
+        """The stored counters of minutes ``first..last`` (``floor(now / 60)``), every queue, in any
+        order; a minute or queue with nothing settled may be absent."""
         ...

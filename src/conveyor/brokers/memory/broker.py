@@ -15,6 +15,7 @@ from dataclasses import replace
 from conveyor.brokers.base import CANCELLABLE, EventCallback, announce_cancel, ready_key
 from conveyor.brokers.memory.store import MemoryStore, empty_counts
 from conveyor.errors import InvalidTransition, QueueFull
+from conveyor.history import KEEP_MINUTES, QueueMinute, window
 from conveyor.model import (
     ArchiveReason,
     BrokerPolicy,
@@ -112,6 +113,7 @@ class MemoryBroker(MemoryStore):
                     applied.append(False)
                     continue
                 self._apply(rec, outcome, now)
+                self._history.add(rec.queue, outcome.kind, now)
                 applied.append(True)
         self._flush_events()
         return applied
@@ -150,7 +152,14 @@ class MemoryBroker(MemoryStore):
                     for rec in archived[: min(excess, limit - removed)]:
                         self._remove(rec.id, now, report=False)
                         removed += 1
+            first, _ = window(now, KEEP_MINUTES)
+            for key in [key for key in self._history.counts if key[1] < first]:
+                del self._history.counts[key]
         return removed
+
+    def history(self, first: int, last: int) -> list[QueueMinute]:
+        with self._lock:
+            return [row for row in self._history.rows() if first <= row.minute <= last]
 
     def get(self, task_id: str, now: float) -> TaskRecord | None:
         with self._lock:

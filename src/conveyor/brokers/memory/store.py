@@ -14,6 +14,7 @@ from typing import Any
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, deliver, ready_key
 from conveyor.errors import TaskNotFound
+from conveyor.history import Tally
 from conveyor.model import (
     UNFINISHED,
     ArchiveReason,
@@ -57,6 +58,7 @@ class MemoryStore:
         self._subscribers: list[EventCallback] = []
         self._cancel_watchers: list[Callable[[str], None]] = []  # see MemoryBroker.watch_cancels
         self._pending_events: list[Event] = []
+        self._history = Tally()  # the per-minute counters themselves (conveyor.history)
 
     def _settings_for(self, queue: str) -> QueueSettings:
         return self._settings.get(queue) or QueueSettings(name=queue)

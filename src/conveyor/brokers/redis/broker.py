@@ -26,6 +26,7 @@ from conveyor.brokers.redis.cancels import CancelWatch
 from conveyor.brokers.redis.codec import (
     decode_claimed,
     decode_events,
+    decode_history,
     decode_record,
     decode_worker,
     encode_worker,
@@ -39,6 +40,7 @@ from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.clock import Clock
 from conveyor.errors import BrokerError, InvalidTransition, QueueFull, TaskNotFound
+from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
     LeaseStatus,
@@ -334,6 +336,15 @@ class RedisBroker:
             pipe.hdel(self.keys.workers, worker_id)
             pipe.zrem(self.keys.worker_ttl, worker_id)
             pipe.execute()
+
+    def history(self, first: int, last: int) -> list[QueueMinute]:
+        minutes = range(first, last + 1)
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=False)
+            for minute in minutes:
+                pipe.hgetall(self.keys.history(minute))
+            replies = cast("list[dict[str, str]]", pipe.execute())
+        return [row for minute, fields in zip(minutes, replies, strict=True) for row in decode_history(minute, fields)]
 
     def workers(self, now: float) -> list[WorkerInfo]:
         with translate_errors():

@@ -31,6 +31,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from conveyor.history import QueueMinute
 from conveyor.model import (
     UNFINISHED,
     ArchiveReason,
@@ -50,6 +51,7 @@ __all__ = [
     "decode_body",
     "decode_claimed",
     "decode_events",
+    "decode_history",
     "decode_record",
     "decode_worker",
     "encode_body",
@@ -330,6 +332,15 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         lease_expires_at=_float(lx) if active else None,
         cancel_requested=active and c == "1",
     )
+
+
+def decode_history(minute: int, fields: dict[str, str]) -> list[QueueMinute]:
+    """A minute's counters as ``settle.lua`` keeps them: field ``<c|r|a>:<queue>`` → count."""
+    counts: dict[str, list[int]] = {}
+    for field, value in fields.items():
+        kind, _, queue = field.partition(":")
+        counts.setdefault(queue, [0, 0, 0])["cra".index(kind)] += int(value)
+    return [QueueMinute(queue, minute, *row) for queue, row in counts.items()]
 
 
 def decode_events(blob: str, at: float) -> list[Event]:

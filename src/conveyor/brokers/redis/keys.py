@@ -33,6 +33,9 @@ tie-break of the contract without packing two numbers into one double)::
     P due  P leases  P expiring   zsets over all queues: next_run_at, lease deadline, expires_at
     P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
+    P h:<minute>             hash    settled executions of that minute (``floor(now / 60)``), field
+                                     ``<c|r|a>:<queue>`` → count (completed, retried, archived); expires
+                                     a little after the 24 h that reads reach (``conveyor.history``)
     P events                      pub/sub channel of transitions
     P cancels                     pub/sub channel: the id of each active task ``cancel`` archived
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
@@ -79,6 +82,9 @@ class Keys:
 
     def settings(self, queue: str) -> str:
         return f"{self.prefix}qs:{queue}"
+
+    def history(self, minute: int) -> str:
+        return f"{self.prefix}h:{minute}"
 
     @property
     def rows(self) -> str:

@@ -24,6 +24,7 @@ from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.tx import Tx
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
+from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
     LeaseStatus,
@@ -182,6 +183,10 @@ class SQLiteBroker:
 
     def queues(self, now: float) -> list[QueueInfo]:
         return self._db.read(lambda conn: admin.queues(conn, now))
+
+    def history(self, first: int, last: int) -> list[QueueMinute]:
+        sql = "SELECT queue, minute, completed, retried, archived FROM history WHERE minute BETWEEN ? AND ?"
+        return self._db.read(lambda conn: [QueueMinute(*row) for row in conn.execute(sql, (first, last))])
 
     # -- queue settings ------------------------------------------------------------------------
 

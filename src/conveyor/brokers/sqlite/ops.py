@@ -11,6 +11,7 @@ from conveyor.brokers.base import ready_key
 from conveyor.brokers.sqlite.rows import Stored
 from conveyor.brokers.sqlite.tx import EXPIRED_ERROR, Tx, with_error
 from conveyor.errors import QueueFull
+from conveyor.history import KEEP_MINUTES, Tally, window
 from conveyor.model import (
     UNFINISHED,
     ArchiveReason,
@@ -28,6 +29,11 @@ __all__ = ["claim", "clean", "enqueue", "extend", "settle"]
 _S = TaskState
 _PENDING, _SCHEDULED = _S.PENDING.value, _S.SCHEDULED.value
 _CHUNK = 500  # ids per ``IN (...)`` list, well under SQLite's variable limit
+_COUNT = (
+    "INSERT INTO history (minute, queue, completed, retried, archived) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (minute, queue) DO UPDATE SET completed = completed + excluded.completed,"
+    " retried = retried + excluded.retried, archived = archived + excluded.archived"
+)
 
 _INSERT_TASK = (
     "INSERT INTO tasks (id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
@@ -178,13 +184,17 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
     for chunk in _chunks(list({o.task_id for o in outcomes})):
         current.update((s.rec.id, s) for s in tx.rows(f"WHERE id IN ({_marks(chunk)})", chunk))
     applied: list[bool] = []
+    tally = Tally()
     for outcome in outcomes:
         stored = current.get(outcome.task_id)
         if stored is None or stored.rec.state is not _S.ACTIVE or stored.rec.lease_token != outcome.token:
             applied.append(False)
             continue
         current[outcome.task_id] = _apply(tx, stored, outcome, now)
+        tally.add(stored.rec.queue, outcome.kind, now)
         applied.append(True)
+    for row in tally.rows():
+        tx.execute(_COUNT, (row.minute, row.queue, row.completed, row.retried, row.archived))
     return applied
 
 
@@ -248,4 +258,5 @@ def clean(tx: Tx, now: float, limit: int, max_archived: int) -> int:
                 (queue, take),
             )
             removed += take
+    tx.execute("DELETE FROM history WHERE minute < ?", (window(now, KEEP_MINUTES)[0],))
     return removed

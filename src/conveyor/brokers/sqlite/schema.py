@@ -10,6 +10,8 @@ active, ``finished_at`` once completed/archived. Partial indexes cover the time-
 refreshed by its poller with wall-clock liveness), so a file nobody watches pays nothing for events.
 ``uniques`` mirrors the reference broker's "current holder of a unique key" map; a trigger drops the
 entry when its holder row is deleted. ``queues`` rowids keep the order in which queues became known.
+``history`` holds the per-minute counters of settled executions (``conveyor.history``; version 2), one
+row per minute and queue, written by ``settle`` in its transaction and pruned by ``clean``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from conveyor.errors import ConfigurationError, SchemaError
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The layout this code reads and writes. A file with a higher ``user_version`` is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = (
     """
@@ -95,8 +97,21 @@ _V1 = (
     """,
 )
 
+_V2 = (
+    """
+    CREATE TABLE history (
+        minute INTEGER NOT NULL,
+        queue TEXT NOT NULL,
+        completed INTEGER NOT NULL DEFAULT 0,
+        retried INTEGER NOT NULL DEFAULT 0,
+        archived INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (minute, queue)
+    ) WITHOUT ROWID
+    """,
+)
+
 #: ``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

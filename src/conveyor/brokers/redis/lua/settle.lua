@@ -6,6 +6,9 @@
 --       (batch_values() in _lib.lua).
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
 --          holds it; also a second outcome for a task in the same call: the first one ended its lease).
+-- Counts: each applied outcome but `release` adds one to its minute's counters (conveyor/history.py):
+--   field "<c|r|a>:<queue>" (completed, retried, archived) of hash P h:<floor(now / 60)>, one HINCRBY per
+--   field the call touched; a hash gets its expiry (HISTORY_TTL) when a call creates one of its fields.
 -- Costs: one HMGET of all the rows for the fences; `complete` then rewrites the row's head and the
 --   call writes all completed rows with one HSET (and results with one more); the other kinds go
 --   through the generic transitions of _lib.lua.
@@ -16,6 +19,19 @@
 -- a row's head: s m q (x a c) l ne tk (lx sa fa ku), then where the rest begins (r on): a position,
 -- not a capture of the rest, which would read every byte of the body (~10 instructions a byte)
 local HEAD = '^(%S+) (%S+) (%S+) (%S+ %S+ %S+) (%S+) (%S+) (%S+) (%S+ %S+) %S+ %S+ ()'
+-- a minute's counters outlive the 24 h that reads reach (history.KEEP_MINUTES) by two minutes
+local HISTORY_TTL = 24 * 3600 + 120
+local COUNTER = {complete = 'c:', retry = 'r:', archive = 'a:'}
+-- the counters' key of a minute, by namespace prefix: a pure function of both, built once a minute
+local MINUTE_KEYS = {}
+local function minute_key(minute)
+  local known = MINUTE_KEYS[P]
+  if not known or known[1] ~= minute then
+    known = {minute, P .. 'h:' .. string.format('%d', minute)}
+    MINUTE_KEYS[P] = known
+  end
+  return known[2]
+end
 
 -- each call:
 local n = tonumber(A(1))
@@ -26,6 +42,9 @@ local rows = redis.call('HMGET', ROWS, unpack(ids))
 local applied, done, writes, results, cleared = {}, {}, {}, {}, {}
 local KEEP, qk = {}, {} -- keep_until by keep_for, and per queue its sorted sets' writes (see below)
 local unleased, nu = {}, 0
+-- the counters: the first outcome's kind and queue and how many share both, the others' by counter field
+-- in `more` (a table only when a call needs one: most calls count one kind of one queue)
+local kind1, q1, n1, more = nil, nil, 0, nil
 DEFER = true -- no sorted set is read below
 for i = 0, n - 1 do
   local b = 1 + i * 8
@@ -86,7 +105,17 @@ for i = 0, n - 1 do
     end
     applied[i + 1] = '1'
   end
-  if applied[i + 1] == '1' then done[id] = true end
+  if applied[i + 1] == '1' then
+    done[id] = true
+    if not kind1 and COUNTER[kind] then kind1, q1 = kind, q end
+    if kind == kind1 and q == q1 then
+      n1 = n1 + 1
+    elseif COUNTER[kind] then
+      local field = COUNTER[kind] .. q
+      more = more or {}
+      more[field] = (more[field] or 0) + 1
+    end
+  end
 end
 if #writes > 0 then redis.call('HSET', ROWS, unpack(writes)) end
 -- the completed tasks' sorted-set writes, one command per key
@@ -98,4 +127,14 @@ end
 call_all('ZREM', LEASES, unleased, nu)
 if #results > 0 then redis.call('HSET', RESULTS, unpack(results)) end
 if #cleared > 0 then redis.call('HDEL', LASTERR, unpack(cleared)) end
+if kind1 then
+  local key = minute_key(math.floor(NOW / 60))
+  local fresh = redis.call('HINCRBY', key, COUNTER[kind1] .. q1, n1) == n1
+  if more then
+    for field, n in pairs(more) do
+      if redis.call('HINCRBY', key, field, n) == n then fresh = true end
+    end
+  end
+  if fresh then redis.call('EXPIRE', key, HISTORY_TTL) end
+end
 return finish(table.concat(applied))
