@@ -11,6 +11,8 @@ inside their card) and the header's search box stays on screen; screenshots of e
 from __future__ import annotations
 
 import os
+import random
+import re
 import shutil
 import threading
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor, PermanentError, TaskState
+from conveyor import Conveyor, FakeClock, Fixed, PermanentError, TaskState
 from conveyor.model import WorkerInfo
 from conveyor.testing.redis_server import free_port
 from conveyor.web import create_app
@@ -47,6 +49,27 @@ pytestmark = [
 ]
 
 
+def _past_hour(app: Conveyor) -> None:
+    """An hour of earlier work on the same broker, settled minute by minute through a FakeClock, so the
+    charts have a history to show as the page opens."""
+    clock = FakeClock(app.now() - 3600)
+    past = Conveyor(broker=app.broker, clock=clock)
+
+    rng = random.Random(7)
+
+    @past.task(queue="thumbnails", max_retries=2, backoff=Fixed(90))
+    def thumbnail(n: int) -> None:
+        if rng.random() < 0.05:
+            raise OSError("storage node busy")
+
+    worker = past.worker(queues=["thumbnails"])
+    for minute in range(58):
+        for n in range(rng.randint(6, 12 + minute // 3)):
+            thumbnail.enqueue(n)
+        worker.run_until_idle()
+        clock.advance(60)
+
+
 def _populate(app: Conveyor) -> dict[str, str]:
     """A realistic mix: completed and failed work, waiting tasks, a paused-able queue, a live worker."""
 
@@ -62,6 +85,7 @@ def _populate(app: Conveyor) -> dict[str, str]:
     def resize_image(path: str, width: int) -> dict[str, int]:
         return {"width": width, "height": width * 3 // 4}
 
+    _past_hour(app)
     for i in range(14):
         send_welcome.enqueue(1000 + i)
     for i in range(9):
@@ -122,6 +146,9 @@ def test_dashboard_in_chromium(served: tuple[str, Conveyor, dict[str, str]]) -> 
             page.wait_for_selector("body[data-refreshed]", timeout=10_000)
             expect(page.locator('#queues tr[data-queue="emails"]')).to_be_visible()
             expect(page.locator("#chart-throughput polyline")).to_have_count(1)
+            # The charts show what was settled before the page opened (the broker's per-minute counts).
+            expect(page.locator("#rate-now")).to_have_text(re.compile(r"^(?!0\.0/s$)[0-9.]+/s$"))
+            expect(page.locator("#fail-now")).to_have_text(re.compile(r"^[1-9][0-9.]*%$"))
             expect(page.locator("#workers")).to_contain_text("web-1")
 
             # Open the failed task from its queue.

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from conveyor import Conveyor
+from conveyor import ConfigurationError, Conveyor, FakeClock
 from conveyor.model import WorkerInfo
 from conveyor.web import create_app
 
@@ -42,7 +42,9 @@ def test_overview_shows_workers_with_heartbeats_and_running_tasks(client: TestCl
     assert worker_json["running"] == ["task-9"] and worker_json["heartbeat_age"] == 0
 
 
-def test_throughput_counts_executions_and_failures(client: TestClient, app: Conveyor) -> None:
+def test_charts_show_the_last_hour_settled_before_the_dashboard_started(
+    make_client: Callable[..., TestClient], app: Conveyor, clock: FakeClock
+) -> None:
     @app.task
     def ok() -> None:
         pass
@@ -52,20 +54,39 @@ def test_throughput_counts_executions_and_failures(client: TestClient, app: Conv
         raise ValueError("no")
 
     ok.enqueue()
-    ok.enqueue()
     bad.enqueue()
     app.worker().run_until_idle()
-    series = client.get("/api/overview").json()["series"]
+    clock.advance(120)
+    ok.enqueue()
+    app.worker().run_until_idle()
+    series = make_client().get("/api/overview").json()["series"]  # a dashboard started only now
+    assert series["bucket"] == 60 and len(series["t"]) == 60
+    assert series["t"][-1] == 60 * (clock.now() // 60) and series["t"][-1] - series["t"][0] == 59 * 60
+    assert (series["processed"][-3:], series["failed"][-3:]) == ([2, 0, 1], [1, 0, 0])
+    assert sum(series["processed"]) == 3
 
-    def settled() -> tuple[int, int]:
-        current = client.get("/api/overview").json()["series"]
-        return sum(current["processed"]), sum(current["failed"])
 
-    # Brokers shared between processes deliver events asynchronously: poll with a deadline.
-    deadline = time.monotonic() + 10
-    while settled() != (3, 1) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert settled() == (3, 1), series
+class WithoutHistory:
+    """A broker without the optional ``KeepsHistory`` capability (everything else delegated)."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "history":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_broker_without_history_gets_empty_charts_not_an_error(
+    make_client: Callable[..., TestClient], app: Conveyor, clock: FakeClock
+) -> None:
+    plain = Conveyor(broker=WithoutHistory(app.broker), clock=clock)
+    with pytest.raises(ConfigurationError, match="keeps no per-minute history"):
+        plain.inspect.history()
+    client = make_client(create_app(plain))
+    assert client.get("/").status_code == 200
+    assert client.get("/api/overview").json()["series"] is None
 
 
 def test_queue_page_lists_tasks_by_state_with_paging(client: TestClient, app: Conveyor) -> None:

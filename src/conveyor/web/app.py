@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +17,6 @@ from conveyor.metrics import Metrics
 from conveyor.web import actions, views
 from conveyor.web.format import age, iso, pretty_json, relative
 from conveyor.web.security import Csrf, SecurityMiddleware
-from conveyor.web.series import Throughput
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -37,7 +34,6 @@ class Dashboard:
     templates: Jinja2Templates
     read_only: bool = False
     csrf: Csrf = field(default_factory=Csrf)
-    throughput: Throughput = field(default_factory=Throughput)
     metrics: Metrics | None = None
 
 
@@ -54,8 +50,8 @@ def create_app(
     it is then kept in an HttpOnly cookie). ``basic_auth``: ``(user, password)`` for HTTP basic auth.
     Either one protects every page but ``/healthz``. ``read_only``: show everything, refuse every action.
 
-    The app subscribes to the broker's events to chart throughput; the subscription ends with the
-    app's lifespan (a host app that mounts it without running sub-app lifespans keeps it until exit).
+    The overview's charts read the broker's per-minute counters (``Inspector.history``): they show
+    the last hour as soon as the page opens.
     """
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -64,14 +60,6 @@ def create_app(
     env.filters.update(iso=iso, age=age, relative=relative, pretty_json=pretty_json)
     templates = Jinja2Templates(env=env)
     dashboard = Dashboard(conveyor_app, templates, read_only=read_only, metrics=Metrics(conveyor_app))
-    unsubscribe = conveyor_app.broker.subscribe(dashboard.throughput.record)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            unsubscribe()
 
     routes = [
         Route("/", views.overview, name="overview"),
@@ -89,7 +77,6 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityMiddleware, token=token, basic_auth=basic_auth)],
-        lifespan=lifespan,
     )
     app.state.dashboard = dashboard
     return app

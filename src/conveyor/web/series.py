@@ -1,56 +1,35 @@
-"""Throughput and failure counts over time, from the broker's state-change events.
+"""The overview's charts: executions and failures per minute over the last hour.
 
-An execution ends when a task leaves ``active`` for ``completed``, ``retry`` or ``archived``; it failed
-when it went to ``retry`` or ``archived``. Counts are kept in fixed-width time buckets of the wall clock
-(injected), the last ``size`` of them.
+They come from the broker's per-minute counters (``Inspector.history``, ``conveyor.history``), so they
+show the recent past as soon as the page opens, whichever process settled the tasks, and survive a
+restart of the dashboard. The page polls them with the rest of the overview.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from conveyor.model import Event
+from conveyor.brokers.base import KeepsHistory
+from conveyor.history import MINUTE
 
-__all__ = ["Throughput"]
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+__all__ = ["CHART_MINUTES", "chart_series"]
+
+#: Minutes the overview's charts span.
+CHART_MINUTES = 60
 
 
-class Throughput:
-    """Executions and failures per ``bucket`` seconds over the last ``size`` buckets."""
-
-    def __init__(self, bucket: float = 2.0, size: int = 150, clock: Callable[[], float] = time.time) -> None:
-        self.bucket = bucket
-        self.size = size
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._counts: OrderedDict[int, list[int]] = OrderedDict()
-
-    def record(self, event: Event) -> None:
-        """Broker subscriber: count executions that ended."""
-        if event.old_state != "active" or event.new_state not in ("completed", "retry", "archived"):
-            return
-        key = int(self.clock() // self.bucket)
-        with self._lock:
-            counts = self._counts.setdefault(key, [0, 0])
-            counts[0] += 1
-            if event.new_state != "completed":
-                counts[1] += 1
-            while len(self._counts) > self.size:
-                self._counts.popitem(last=False)
-
-    def snapshot(self) -> dict[str, Any]:
-        """``{"bucket": s, "t": [bucket starts], "processed": [...], "failed": [...]}``, oldest first,
-        ending with the current (partial) bucket."""
-        last = int(self.clock() // self.bucket)
-        keys = range(last - self.size + 1, last + 1)
-        with self._lock:
-            rows = [self._counts.get(k, [0, 0]) for k in keys]
-        return {
-            "bucket": self.bucket,
-            "t": [k * self.bucket for k in keys],
-            "processed": [r[0] for r in rows],
-            "failed": [r[1] for r in rows],
-        }
+def chart_series(conveyor: Conveyor, minutes: int = CHART_MINUTES) -> dict[str, Any] | None:
+    """``{"bucket": 60, "t": [minute starts], "processed": [...], "failed": [...]}``, oldest first and
+    ending with the current (partial) minute; None when the broker keeps no history."""
+    if not isinstance(conveyor.broker, KeepsHistory):
+        return None
+    series = conveyor.inspect.history(minutes=minutes)
+    return {
+        "bucket": MINUTE,
+        "t": [m.at for m in series],
+        "processed": [m.processed for m in series],
+        "failed": [m.failed for m in series],
+    }

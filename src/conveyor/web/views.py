@@ -11,6 +11,7 @@ from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
 from conveyor.metrics import CONTENT_TYPE
 from conveyor.model import TaskState
+from conveyor.web.series import chart_series
 
 if TYPE_CHECKING:
     from conveyor.web.app import Dashboard
@@ -99,7 +100,8 @@ def _overview_data(dash: Dashboard) -> dict[str, Any]:
         }
         for w in inspector.workers()
     ]
-    return {"now": now, "states": STATES, "queues": queues, "workers": workers, "series": dash.throughput.snapshot()}
+    series = chart_series(dash.conveyor)
+    return {"now": now, "states": STATES, "queues": queues, "workers": workers, "series": series}
 
 
 async def overview(request: Request) -> Response:

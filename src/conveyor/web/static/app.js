@@ -56,15 +56,22 @@
     svg.appendChild(el("svg:text", { x: 4, y: 11, class: "label" }, "max " + format(max)));
   }
 
-  function drawCharts(series) {
-    const per = series.bucket || 2;
-    const rates = series.processed.map((n) => n / per);
+  // Per-minute counts from the broker, oldest first; the last minute is still going: its rate is over
+  // the seconds it has run (at least 15, so that its first seconds do not spike).
+  function drawCharts(series, now) {
+    if (!series) {
+      for (const id of ["rate-now", "fail-now"]) document.getElementById(id).textContent = "no history on this broker";
+      return;
+    }
+    const per = series.bucket, last = series.t.length - 1;
+    const elapsed = Math.max(0, Math.min(per, now - series.t[last]));
+    const rates = series.processed.map((n, i) => n / (i === last ? Math.max(15, elapsed) : per));
     const failures = series.processed.map((n, i) => (n ? (100 * series.failed[i]) / n : 0));
     chart(document.getElementById("chart-throughput"), rates, 1, (v) => v.toFixed(1) + "/s");
     chart(document.getElementById("chart-failures"), failures, 10, (v) => v.toFixed(0) + "%");
-    const recent = (arr) => arr.slice(-16, -1).reduce((a, b) => a + b, 0);  // last 30 s, complete buckets
+    const recent = (arr) => arr[last] + (last > 0 ? arr[last - 1] : 0);  // the last full minute and this one
     const done = recent(series.processed), failed = recent(series.failed);
-    document.getElementById("rate-now").textContent = (done / (15 * per)).toFixed(1) + "/s";
+    document.getElementById("rate-now").textContent = (done / (per + Math.max(1, elapsed))).toFixed(1) + "/s";
     document.getElementById("fail-now").textContent = done ? ((100 * failed) / done).toFixed(1) + "%" : "–";
   }
 
@@ -135,7 +142,7 @@
       const response = await fetch(base + "/api/overview", { headers: { Accept: "application/json" }, credentials: "same-origin" });
       if (!response.ok) return;
       const data = await response.json();
-      drawCharts(data.series);
+      drawCharts(data.series, data.now);
       drawQueues(data);
       drawWorkers(data);
       body.dataset.refreshed = String(Date.now());
