@@ -241,7 +241,12 @@ class Conveyor:
         except SerializationError as exc:
             args, kwargs, payload_error = [], {}, str(exc)
         registered = self.registry.get(record.name)
-        stored, max_retries, options_error = describe_stored(record.options, registered.options if registered else None)
+        stored, default_limit, options_error = describe_stored(
+            record.options, registered.options if registered else None
+        )
+        limit = record.max_retries
+        if limit is None and (registered is not None or "max_retries" in stored):
+            limit = default_limit  # else only a worker knows it: unknown until one records it
         result = None
         if record.result is not None:
             try:
@@ -256,8 +261,8 @@ class Conveyor:
             args=args,
             kwargs=kwargs,
             attempts=record.attempts,
-            max_retries=max_retries,
-            retries_left=max(0, max_retries - record.retries),
+            max_retries=limit,
+            retries_left=None if limit is None else max(0, limit - record.retries),
             next_run_at=record.next_run_at,
             last_error=record.last_error,
             archive_reason=record.archive_reason,

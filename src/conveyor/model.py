@@ -128,6 +128,8 @@ class TaskRecord:
     lease_token: str | None = None  # set while active
     lease_expires_at: float | None = None
     cancel_requested: bool = False  # set only by older versions: a cancel now archives a running task
+    # the retry limit its latest failed execution ran with (``Outcome.max_retries``); None until one failed
+    max_retries: int | None = None
 
 
 @fast_init
@@ -140,6 +142,8 @@ class Outcome:
     kind ``archive``: dead-lettered with ``reason``; ``error`` recorded.
     kind ``release``: back to pending (or scheduled if ``run_at`` is later than now); the attempt is
     given back (attempts - 1). ``error`` optional, recorded as ``last_error`` only.
+    ``max_retries`` (``retry`` and ``archive``): the retry limit the execution ran with, recorded on the
+    task (``TaskRecord.max_retries``) so that readers without the handler know it; None changes nothing.
     """
 
     task_id: str
@@ -150,6 +154,7 @@ class Outcome:
     run_at: float | None = None
     reason: ArchiveReason | None = None
     keep_for: float = 3600.0
+    max_retries: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +238,13 @@ class BrokerPolicy:
 
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
-    """A task as users see it: decoded arguments and result, resolved retry budget."""
+    """A task as users see it: decoded arguments and result, resolved retry budget.
+
+    ``max_retries`` is the limit the task runs with: recorded by the worker that last failed it, else
+    given at enqueue, else the reading app's registration of the task; None (unknown) when none of
+    these is there, i.e. a task registered only in the workers that no worker has failed yet.
+    ``retries_left`` is None exactly when ``max_retries`` is.
+    """
 
     id: str
     name: str
@@ -242,8 +253,8 @@ class TaskInfo:
     args: list[Any]
     kwargs: dict[str, Any]
     attempts: int
-    max_retries: int
-    retries_left: int
+    max_retries: int | None
+    retries_left: int | None
     next_run_at: float | None
     last_error: str | None
     archive_reason: ArchiveReason | None

@@ -53,10 +53,11 @@ def failure(
         retryable, delay = True, exc.delay
     elif retryable is None:
         retryable = isinstance(exc, BaseException) and options.retryable(exc)
+    limit = options.max_retries  # recorded on the task: readers without the handler cannot resolve it
     if not retryable:
-        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.PERMANENT)
-    if record.retries >= options.max_retries:
-        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.FAILED)
+        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.PERMANENT, max_retries=limit)
+    if record.retries >= limit:
+        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.FAILED, max_retries=limit)
     if delay is None:
         delay = options.backoff.delay(record.retries + 1, rng)
-    return Outcome(record.id, token, "retry", error=error, run_at=now + delay)
+    return Outcome(record.id, token, "retry", error=error, run_at=now + delay, max_retries=limit)

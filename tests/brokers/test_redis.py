@@ -114,7 +114,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     touched = [
         *(keys.due, keys.leases, keys.expiring, keys.seq, keys.queues, keys.uniq, keys.events, keys.wake),
         keys.listening,
-        *(keys.rows, keys.results, keys.lasterr),
+        *(keys.rows, keys.results, keys.lasterr, keys.limits),
         keys.errors("t-1"),
         keys.settings("emails"),
         keys.history(29_000_000),
@@ -467,7 +467,7 @@ def test_a_claimed_task_is_returned_exactly_as_stored(broker: RedisBroker) -> No
     )
     broker.enqueue([full, task("plain")], NOW)
     first = broker.claim(["q"], NOW, 30.0, limit=1)
-    retry = Outcome("full", first[0].lease_token or "", "retry", error="Boom: once", run_at=NOW + 5)
+    retry = Outcome("full", first[0].lease_token or "", "retry", error="Boom: once", run_at=NOW + 5, max_retries=2)
     assert broker.settle([retry], NOW) == [True]
     claimed = broker.claim(["q"], NOW + 10, 30.0, limit=5)  # "full" (due again, priority 4), then "plain"
     assert [r.id for r in claimed] == ["full", "plain"]
@@ -475,6 +475,21 @@ def test_a_claimed_task_is_returned_exactly_as_stored(broker: RedisBroker) -> No
         assert record == broker.get(record.id, NOW + 10)
     assert (claimed[0].attempts, claimed[0].retries, claimed[0].last_error) == (2, 1, "Boom: once")
     assert [e.error for e in claimed[0].errors] == ["Boom: once"]
+    assert (claimed[0].max_retries, claimed[1].max_retries) == (2, None)
+
+
+def test_a_recorded_retry_limit_goes_with_its_task(broker: RedisBroker) -> None:
+    """``limits`` holds an entry only for a task with failures, and loses it with the task."""
+    broker.enqueue([task("failed"), task("done")], NOW)
+    first, second = broker.claim(["q"], NOW, 30.0, limit=2)
+    outcomes = [
+        Outcome("failed", first.lease_token or "", "archive", error="Boom", reason=ArchiveReason.FAILED, max_retries=0),
+        Outcome("done", second.lease_token or "", "complete", result="1", keep_for=60),
+    ]
+    assert broker.settle(outcomes, NOW) == [True, True]
+    assert broker.client.hgetall(broker.keys.limits) == {"failed": "0"}
+    broker.delete("failed", NOW)
+    assert not broker.client.exists(broker.keys.limits)
 
 
 def test_unique_keys_with_spaces_escapes_and_newlines_hold_their_tasks(broker: RedisBroker) -> None:

@@ -76,7 +76,7 @@ def test_a_unique_key_is_escaped_into_one_row_field_and_back(key: str) -> None:
     assert escaped and escaped.split() == [escaped]  # one field: no whitespace of any kind
     assert unescape_key(escaped) == key
     assert encode_task(NewTask(id="a", name="job", queue="q", payload="[]", unique_key=key))[6] == "=" + escaped
-    record = decode_record([row(uk="=" + escaped), None, None, []])
+    record = decode_record([row(uk="=" + escaped), None, None, [], None])
     assert record is not None and record.unique_key == key
 
 
@@ -84,7 +84,7 @@ def test_a_record_is_decoded_from_a_hand_written_row() -> None:
     text = row(s="archived", a="3", r="2", st="1", pr="-4", x="1700000100", sa="1700000001.25", fa="1700000002",
                ku="1700086402", ar="failed", l="1", ne="1", uu="1700000050", uk="=" + escape_key("key with  spaces "),
                b=encode_body("job", '{"max_retries":2}', '[[1], {"k": "v w"}]'))  # fmt: skip
-    record = decode_record([text, None, "boom", ["1\t1700000000.75\tfirst", "3\t1700000002\tboom\twith tab"]])
+    record = decode_record([text, None, "boom", ["1\t1700000000.75\tfirst", "3\t1700000002\tboom\twith tab"], None])
     assert record is not None
     assert (record.id, record.name, record.queue, record.state) == ("t-1", "job", "emails", TaskState.ARCHIVED)
     assert (record.options, record.payload) == ('{"max_retries":2}', '[[1], {"k": "v w"}]')
@@ -102,22 +102,22 @@ def test_a_record_is_decoded_from_a_hand_written_row() -> None:
 
 def test_a_record_reads_lease_and_next_run_only_in_the_states_they_belong_to() -> None:
     stale = {"tk": "tok-1", "lx": "1700000030", "c": "1", "nr": "1700000060"}
-    active = decode_record([row(s="active", **stale), None, None, []])
+    active = decode_record([row(s="active", **stale), None, None, [], None])
     assert active is not None
     assert (active.lease_token, active.lease_expires_at, active.cancel_requested) == ("tok-1", 1700000030.0, True)
     assert active.next_run_at is None
-    retry = decode_record([row(s="retry", **stale), None, None, []])
+    retry = decode_record([row(s="retry", **stale), None, None, [], None])
     assert retry is not None
     assert (retry.lease_token, retry.lease_expires_at, retry.cancel_requested) == (None, None, False)
     assert retry.next_run_at == 1700000060.0
-    done = decode_record([row(s="completed", **stale), '{"ok": 1}', False, False])
+    done = decode_record([row(s="completed", **stale), '{"ok": 1}', False, False, None])
     assert done is not None
     assert (done.result, done.last_error, done.errors, done.next_run_at) == ('{"ok": 1}', None, (), None)
 
 
 @pytest.mark.parametrize("absent", [None, False])
 def test_no_record_without_a_row(absent: bool | None) -> None:
-    assert decode_record([absent, None, None, []]) is None
+    assert decode_record([absent, None, None, [], None]) is None
 
 
 @pytest.mark.parametrize(
@@ -125,12 +125,12 @@ def test_no_record_without_a_row(absent: bool | None) -> None:
 )
 def test_a_damaged_row_is_a_value_error(text: str) -> None:
     with pytest.raises(ValueError):
-        decode_record([text, None, None, []])
+        decode_record([text, None, None, [], None])
 
 
 def test_claimed_tasks_carry_the_claims_own_writes(caplog: pytest.LogCaptureFixture) -> None:
     body = encode_body("job", '{"x":1}', "[]")
-    extras = [3, "boom", ["2\t1700000000\tboom"]]  # position 3's last error and failures
+    extras = [3, "boom", ["2\t1700000000\tboom"], "1"]  # position 3's last error, failures, retry limit
     reply = [
         row(m=MEMBER + "first", a="0", x="1700000100", uk="=" + escape_key("u 1"), b=body),
         "garbage",
@@ -163,6 +163,7 @@ def test_claimed_tasks_carry_the_claims_own_writes(caplog: pytest.LogCaptureFixt
     assert (third.id, third.attempts, third.retries, third.stalls, third.priority) == ("third", 3, 1, 1, 5)
     assert (third.lease_token, third.cancel_requested, third.next_run_at) == ("base-3", False, None)  # position 3
     assert (third.last_error, third.errors) == ("boom", (ErrorEntry(2, 1700000000.0, "boom"),))
+    assert (first.max_retries, third.max_retries) == (None, 1)
     assert (third.enqueued_at, third.first_due_at) == (NOW, NOW)
 
 

@@ -140,3 +140,10 @@ def test_action_on_wrong_state_says_why(cli: Invoke, app: Conveyor) -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: {task_id}: ")
     assert "Traceback" not in result.output
+
+
+def test_show_says_the_retry_limit_is_unknown_until_a_worker_records_it(cli: Invoke) -> None:
+    assert cli("enqueue", "only_in_workers", "--task-id", "t-unknown").exit_code == 0
+    data = json.loads(cli("show", "t-unknown", "--json").stdout)
+    assert (data["max_retries"], data["retries_left"]) == (None, None)
+    assert "unknown (no worker has reported the task's retry limit yet)" in cli("show", "t-unknown").stdout

@@ -264,4 +264,5 @@ def test_producer_without_the_handler_uses_library_defaults_for_its_own_options(
     producer: Conveyor, clock: FakeClock
 ) -> None:
     info = producer.get(producer.enqueue("elsewhere").id)
-    assert (info.queue, info.priority, info.max_retries, info.expires_at) == ("default", 0, 3, None)
+    assert (info.queue, info.priority, info.expires_at) == ("default", 0, None)
+    assert info.max_retries is None  # the worker's registration decides it (test_retry_limit.py)

@@ -105,6 +105,22 @@ def test_queue_page_rejects_an_unknown_state(client: TestClient) -> None:
     assert client.get("/queues/default?state=done").status_code == 400
 
 
+def test_task_page_shows_the_retry_limit_a_worker_recorded_and_unknown_before(
+    client: TestClient, app: Conveyor, clock: FakeClock
+) -> None:
+    worker_app = Conveyor(broker=app.broker, clock=clock)  # the handler lives only in the worker
+
+    @worker_app.task(name="sync_crm", max_retries=1)
+    def sync_crm() -> None:
+        raise ConnectionError("crm down")
+
+    task_id = app.enqueue("sync_crm").id
+    assert "retries left unknown" in client.get(f"/tasks/{task_id}").text
+    worker_app.worker().process_next()
+    page = client.get(f"/tasks/{task_id}").text
+    assert "retries left 0 of 1" in page and "unknown" not in page
+
+
 def test_task_page_shows_args_result_errors_and_timeline(client: TestClient, app: Conveyor) -> None:
     @app.task(max_retries=0)
     def explode(n: int, *, label: str) -> None:

@@ -155,6 +155,8 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
             continue
         if key in times:
             text = format_time(value, now)
+        elif value is None and key in ("max_retries", "retries_left"):
+            text = "unknown (no worker has reported the task's retry limit yet)"
         elif isinstance(value, (dict, list)) or key == "result":
             text = json.dumps(value, default=str)
         else:

@@ -179,4 +179,11 @@ class Executor:
 def _cancelled(job: Job, error: str | None) -> Outcome:
     """A cancelled task's outcome, whatever its handler did. The broker archived it ``cancelled`` and
     revoked its lease when it was cancelled, so settling this only reports it (the settle is fenced)."""
-    return Outcome(job.record.id, job.token, "archive", error=error, reason=ArchiveReason.CANCELLED)
+    return Outcome(
+        job.record.id,
+        job.token,
+        "archive",
+        error=error,
+        reason=ArchiveReason.CANCELLED,
+        max_retries=job.options.max_retries,
+    )

@@ -236,6 +236,7 @@ class RedisBroker:
             for key in (self.keys.rows, self.keys.results, self.keys.lasterr):
                 pipe.hget(key, task_id)
             pipe.lrange(self.keys.errors(task_id), 0, -1)
+            pipe.hget(self.keys.limits, task_id)
             item = pipe.execute()
         records = self._records([item])
         if not records:

@@ -149,7 +149,8 @@ def encode_one_task(task: NewTask) -> list[str]:
 
 
 def encode_outcome(outcome: Outcome) -> list[str]:
-    """The 8 ARGV values of one outcome for ``settle.lua``."""
+    """The 8 ARGV values of one outcome for ``settle.lua``; the last is ``keep_for`` for ``complete``, the
+    retry limit for ``retry`` and ``archive`` ("" for none), "" for ``release``."""
     kind = outcome.kind
     if kind == "complete" and outcome.error is None and outcome.run_at is None and outcome.reason is None:
         # the usual outcome (every task a worker runs to the end): only its result and keep_for vary
@@ -167,8 +168,16 @@ def encode_outcome(outcome: Outcome) -> list[str]:
         opt(outcome.error),
         _num(outcome.run_at),
         opt(reason),
-        repr(float(outcome.keep_for)),
+        _last_value(outcome),
     ]
+
+
+def _last_value(outcome: Outcome) -> str:
+    if outcome.kind == "complete":
+        return repr(float(outcome.keep_for))
+    if outcome.kind == "release" or outcome.max_retries is None:
+        return ""
+    return str(int(outcome.max_retries))
 
 
 #: A row's field names in order (see the module docstring); the last, the body, may hold spaces.
@@ -218,16 +227,17 @@ def _present(value: Any) -> bool:
     return value is not None and value is not False
 
 
-_NO_EXTRAS = (None, None)
+_NO_EXTRAS = (None, None, None)
 
 
 def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:
     """The tasks ``claim.lua`` leased at ``now`` (its reply, see its header), as now stored.
 
     The reply holds each row as it was before the claim, then one string: "" or a JSON array of
-    (position, last error, failures) for the claimed tasks that have either. The claim's own writes
-    (state, attempts + 1, started_at, lease) are known here, so the script need not build a second
-    row for the reply. A claim of one task without errors sends its row alone, an empty one "".
+    (position, last error, failures, retry limit) for the claimed tasks that have a last error or
+    failures. The claim's own writes (state, attempts + 1, started_at, lease) are known here, so the
+    script need not build a second row for the reply. A claim of one task without errors sends its row
+    alone, an empty one "".
     A task whose values cannot be decoded (data damaged in Redis by hand) is logged and left out: its
     lease expires and the reaper archives it after ``max_stalls`` tries, so it cannot block the queue.
     Lease tokens count every task of the reply, left out or not, as the script numbered them.
@@ -239,13 +249,13 @@ def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, ba
         values = [values, ""] if values else []
     if not values:
         return []
-    extras: dict[int, tuple[Any, Any]] = {}
+    extras: dict[int, tuple[Any, Any, Any]] = {}
     if values[-1]:
         try:
             found = json.loads(values[-1])
-            for start in range(0, len(found), 3):
-                position, last_error, failures = found[start : start + 3]
-                extras[int(position)] = (last_error, failures)
+            for start in range(0, len(found), 4):
+                position, last_error, failures, limit = found[start : start + 4]
+                extras[int(position)] = (last_error, failures, limit)
         except (ValueError, TypeError):
             log.exception("claimed tasks' last errors and failures cannot be decoded: %r", values[-1])
     records: list[TaskRecord] = []
@@ -254,7 +264,7 @@ def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, ba
     active = TaskState.ACTIVE
     for position in range(1, len(values)):
         row = values[position - 1]
-        last_error, failures = extras.get(position, _NO_EXTRAS)
+        last_error, failures, limit = extras.get(position, _NO_EXTRAS)
         try:
             (_state, m, queue, x, a, _c, _l, _ne, _tk, _lx, _sa, _fa, _ku, r, st, pr, ea, fd, _ra, _nr, _ar, _uu,
              uk, body) = row.split(" ", _LAST)  # fmt: skip
@@ -286,6 +296,7 @@ def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, ba
                     f"{base}-{position}",
                     lease_expires_at,
                     False,
+                    int(limit) if _present(limit) else None,
                 )
             )
         except (ValueError, KeyError, TypeError, IndexError):
@@ -294,9 +305,9 @@ def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, ba
 
 
 def decode_record(item: Sequence[Any]) -> TaskRecord | None:
-    """``[row, result, lasterr, failures]`` as scripts return it (or a pipeline does); None when the
-    row is missing (no such task)."""
-    row, result, last_error, failures = item
+    """``[row, result, lasterr, failures, retry limit]`` as scripts return it (or a pipeline does); None
+    when the row is missing (no such task)."""
+    row, result, last_error, failures, limit = item
     if not _present(row):
         return None
     (s, m, queue, x, a, c, _l, _ne, tk, lx, sa, fa, ku, r, st, pr, ea, fd, _ra, nr, ar, _uu,
@@ -331,6 +342,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         lease_token=_text(tk) if active else None,
         lease_expires_at=_float(lx) if active else None,
         cancel_requested=active and c == "1",
+        max_retries=int(limit) if _present(limit) else None,
     )
 
 

@@ -19,6 +19,7 @@ tie-break of the contract without packing two numbers into one double)::
     P rows                   hash    id → the task: its fields, then its body (see ``codec.py``)
     P results                hash    id → result, for a task completed with one
     P lasterr                hash    id → last error, while the task has one
+    P limits                 hash    id → the retry limit its latest failed execution ran with
     P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
     P q:<queue>:pending      zset    member by ready_key (the claim order)
     P q:<queue>:waiting      zset    member by ready_at (oldest pending); tasks that one call enqueued
@@ -97,6 +98,10 @@ class Keys:
     @property
     def lasterr(self) -> str:
         return self.prefix + "lasterr"
+
+    @property
+    def limits(self) -> str:
+        return self.prefix + "limits"
 
     @property
     def due(self) -> str:

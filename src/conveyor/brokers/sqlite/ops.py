@@ -190,6 +190,8 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         if stored is None or stored.rec.state is not _S.ACTIVE or stored.rec.lease_token != outcome.token:
             applied.append(False)
             continue
+        if outcome.max_retries is not None and outcome.kind in ("retry", "archive"):
+            stored = replace(stored, rec=replace(stored.rec, max_retries=outcome.max_retries))
         current[outcome.task_id] = _apply(tx, stored, outcome, now)
         tally.add(stored.rec.queue, outcome.kind, now)
         applied.append(True)

@@ -18,14 +18,16 @@ _S = TaskState
 SELECT_TASK = (
     "SELECT seq, ready_at, id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
     " next_run_at, attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until,"
-    " last_error, archive_reason, result, errors, lease_token, lease_expires_at, cancel_requested FROM tasks"
+    " last_error, archive_reason, result, errors, lease_token, lease_expires_at, cancel_requested, max_retries"
+    " FROM tasks"
 )
 
 #: Writes every mutable column of a task (parameters from :func:`update_params`).
 UPDATE_TASK = (
     "UPDATE tasks SET state = ?, next_run_at = ?, attempts = ?, retries = ?, stalls = ?, started_at = ?,"
     " finished_at = ?, keep_until = ?, last_error = ?, archive_reason = ?, result = ?, errors = ?,"
-    " lease_token = ?, lease_expires_at = ?, cancel_requested = ?, ready_at = ?, sort_key = ? WHERE seq = ?"
+    " lease_token = ?, lease_expires_at = ?, cancel_requested = ?, max_retries = ?, ready_at = ?, sort_key = ?"
+    " WHERE seq = ?"
 )
 
 
@@ -67,6 +69,7 @@ def from_row(row: tuple[Any, ...]) -> Stored:
         lease_token=row[24],
         lease_expires_at=row[25],
         cancel_requested=bool(row[26]),
+        max_retries=row[27],
     )
     return Stored(rec, row[0], row[1])
 
@@ -101,6 +104,7 @@ def update_params(stored: Stored, key: float) -> tuple[Any, ...]:
         rec.lease_token,
         rec.lease_expires_at,
         int(rec.cancel_requested),
+        rec.max_retries,
         stored.ready_at,
         key,
         stored.seq,

@@ -11,7 +11,8 @@ refreshed by its poller with wall-clock liveness), so a file nobody watches pays
 ``uniques`` mirrors the reference broker's "current holder of a unique key" map; a trigger drops the
 entry when its holder row is deleted. ``queues`` rowids keep the order in which queues became known.
 ``history`` holds the per-minute counters of settled executions (``conveyor.history``; version 2), one
-row per minute and queue, written by ``settle`` in its transaction and pruned by ``clean``.
+row per minute and queue, written by ``settle`` in its transaction and pruned by ``clean``. Version 2
+also adds ``tasks.max_retries``: the retry limit the task's latest failed execution ran with.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ _V2 = (
         PRIMARY KEY (minute, queue)
     ) WITHOUT ROWID
     """,
+    "ALTER TABLE tasks ADD COLUMN max_retries INTEGER",
 )
 
 #: ``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.

@@ -101,6 +101,7 @@ while A(i) and claimed < limit do
             extras[n + 1] = claimed
             extras[n + 2] = l == '1' and redis.call('HGET', LASTERR, id) or false
             extras[n + 3] = ne == '1' and redis.call('LRANGE', ekey(id), 0, -1) or false
+            extras[n + 4] = ne == '1' and redis.call('HGET', LIMITS, id) or false
           end
           room = room - 1
         end

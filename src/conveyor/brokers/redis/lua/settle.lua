@@ -2,7 +2,8 @@
 -- KEYS: the standard one (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 8 strings, per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
---       keep_for; long results and errors as arguments of their own, A(3) onwards
+--       keep_for (complete) or the retry limit the execution ran with (retry, archive: "" none; kept in
+--       LIMITS for a task with failures); long results and errors as arguments of their own, A(3) onwards
 --       (batch_values() in _lib.lua).
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
 --          holds it; also a second outcome for a task in the same call: the first one ended its lease).
@@ -42,6 +43,7 @@ local rows = redis.call('HMGET', ROWS, unpack(ids))
 local applied, done, writes, results, cleared = {}, {}, {}, {}, {}
 local KEEP, qk = {}, {} -- keep_until by keep_for, and per queue its sorted sets' writes (see below)
 local unleased, nu = {}, 0
+local limits = {} -- task id, retry limit: pairs for one HSET
 -- the counters: the first outcome's kind and queue and how many share both, the others' by counter field
 -- in `more` (a table only when a call needs one: most calls count one kind of one queue)
 local kind1, q1, n1, more = nil, nil, 0, nil
@@ -103,6 +105,10 @@ for i = 0, n - 1 do
         make_pending(t, NOW, err)
       end
     end
+    if kind ~= 'release' and t.ne and V[b + 7] ~= '' then
+      limits[#limits + 1] = id
+      limits[#limits + 1] = V[b + 7]
+    end
     applied[i + 1] = '1'
   end
   if applied[i + 1] == '1' then
@@ -127,6 +133,7 @@ end
 call_all('ZREM', LEASES, unleased, nu)
 if #results > 0 then redis.call('HSET', RESULTS, unpack(results)) end
 if #cleared > 0 then redis.call('HDEL', LASTERR, unpack(cleared)) end
+if #limits > 0 then redis.call('HSET', LIMITS, unpack(limits)) end
 if kind1 then
   local key = minute_key(math.floor(NOW / 60))
   local fresh = redis.call('HINCRBY', key, COUNTER[kind1] .. q1, n1) == n1
