@@ -3,7 +3,8 @@
 The rule every broker follows (the conformance suite checks it): a ``settle`` that applies an outcome
 adds one, in the same atomic step, to the counter of the task's queue for the minute of ``now``:
 ``complete`` to *completed*, ``retry`` to *retried*, ``archive`` to *archived*; ``release`` gives the
-attempt back and counts nothing. A minute is ``floor(now / 60)``. Brokers keep at least the last
+attempt back and counts nothing, and neither does a lease the reaper reclaims (no execution reported
+an end) or a task that expires before it starts. A minute is ``floor(now / 60)``. Brokers keep at least the last
 :data:`KEEP_MINUTES` minutes and may forget older ones (``clean``, or an expiry); reads never reach
 further back, so what a read returns does not depend on when a broker forgets.
 

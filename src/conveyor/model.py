@@ -142,8 +142,9 @@ class Outcome:
     kind ``archive``: dead-lettered with ``reason``; ``error`` recorded.
     kind ``release``: back to pending (or scheduled if ``run_at`` is later than now); the attempt is
     given back (attempts - 1). ``error`` optional, recorded as ``last_error`` only.
-    ``max_retries`` (``retry`` and ``archive``): the retry limit the execution ran with, recorded on the
-    task (``TaskRecord.max_retries``) so that readers without the handler know it; None changes nothing.
+    ``max_retries`` (``retry``, and ``archive`` with an ``error``): the retry limit the execution ran
+    with, kept on the task with its failures (``TaskRecord.max_retries``) so that readers without the
+    handler know it; None changes nothing.
     """
 
     task_id: str

@@ -19,11 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conveyor.brokers.base import Broker
+from conveyor.brokers.base import Broker, KeepsHistory
 from conveyor.brokers.memory import MemoryBroker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.errors import ConveyorError
+from conveyor.history import minute_of
 from conveyor.model import (
     ArchiveReason,
     BrokerPolicy,
@@ -103,6 +104,8 @@ operations = st.one_of(
                 st.sampled_from(["complete", "retry", "archive", "release"]),
                 offsets,
                 st.booleans(),  # stale token
+                st.sampled_from([None, 0, 2]),  # the retry limit the execution ran with
+                st.booleans(),  # with an error
             ),
             min_size=1,
             max_size=3,
@@ -165,11 +168,11 @@ def _run(driver: Driver, op: tuple[Any, ...], now: float) -> Any:
         outcomes = [
             Outcome(
                 task_id, "stale" if stale else driver.tokens.get(task_id, "none"), kind_,
-                result='"ok"', error=f"{kind_} error",
+                result='"ok"', error=f"{kind_} error" if with_error else None,
                 run_at=None if run_at is None else now + run_at,
-                reason=ArchiveReason.FAILED if kind_ == "archive" else None, keep_for=20.0,
+                reason=ArchiveReason.FAILED if kind_ == "archive" else None, keep_for=20.0, max_retries=limit,
             )
-            for task_id, kind_, run_at, stale in op[1]
+            for task_id, kind_, run_at, stale, limit, with_error in op[1]
         ]  # fmt: skip
         return broker.settle(outcomes, now)
     if kind == "extend":
@@ -214,7 +217,9 @@ def _outcome(driver: Driver, op: tuple[Any, ...], now: float) -> Any:
 
 def _snapshot(broker: Broker, now: float) -> Any:
     tasks = {task_id: _mask(broker.get(task_id, now)) for task_id in IDS}
-    return tasks, broker.queues(now)
+    assert isinstance(broker, KeepsHistory)
+    counts = sorted(broker.history(minute_of(START), minute_of(now)), key=lambda row: (row.minute, row.queue))
+    return tasks, broker.queues(now), counts
 
 
 def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> None:

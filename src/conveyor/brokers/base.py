@@ -38,6 +38,8 @@ passes the whole suite unchanged. The rules, shared by all backends:
   enqueue, ``new_state`` ``"deleted"`` on delete/purge). Deletion by retention is not reported. A
   raising subscriber is logged and never breaks the broker. Backends that several processes share
   deliver events made by other processes too (with a documented latency).
+* **Retry limits.** ``settle`` keeps an outcome's ``max_retries`` (when set) on its task where it
+  records a failure (:func:`records_limit`); reads return it as ``TaskRecord.max_retries``.
 * **Errors.** Store faults raise ``BrokerUnavailable`` (or another ``BrokerError``), never a client
   library's exception; a failed call leaves no half-written task.
 """
@@ -75,6 +77,7 @@ __all__ = [
     "announce_cancel",
     "deliver",
     "ready_key",
+    "records_limit",
 ]
 
 log = logging.getLogger("conveyor.brokers")
@@ -121,6 +124,12 @@ def ready_key(priority: int, ready_at: float, aging: float | None) -> float:
     if aging:
         return ready_at - priority * aging
     return float(-priority)
+
+
+def records_limit(outcome: Outcome) -> bool:
+    """Whether ``settle`` keeps ``outcome.max_retries`` on the task: with the failures it records (a
+    ``retry``, or an ``archive`` with an error), so a backend can store it beside them."""
+    return outcome.kind == "retry" or (outcome.kind == "archive" and outcome.error is not None)
 
 
 @runtime_checkable

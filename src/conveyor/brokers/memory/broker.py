@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from conveyor.brokers.base import CANCELLABLE, EventCallback, announce_cancel, ready_key
+from conveyor.brokers.base import CANCELLABLE, EventCallback, announce_cancel, ready_key, records_limit
 from conveyor.brokers.memory.store import MemoryStore, empty_counts
 from conveyor.errors import InvalidTransition, QueueFull
 from conveyor.history import KEEP_MINUTES, QueueMinute, window
@@ -112,7 +112,7 @@ class MemoryBroker(MemoryStore):
                 if rec is None or rec.state is not _S.ACTIVE or rec.lease_token != outcome.token:
                     applied.append(False)
                     continue
-                if outcome.max_retries is not None and outcome.kind in ("retry", "archive"):
+                if outcome.max_retries is not None and records_limit(outcome):
                     rec = replace(rec, max_retries=outcome.max_retries)
                 self._apply(rec, outcome, now)
                 self._history.add(rec.queue, outcome.kind, now)

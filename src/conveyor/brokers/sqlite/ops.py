@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from conveyor.brokers.base import ready_key
+from conveyor.brokers.base import ready_key, records_limit
 from conveyor.brokers.sqlite.rows import Stored
 from conveyor.brokers.sqlite.tx import EXPIRED_ERROR, Tx, with_error
 from conveyor.errors import QueueFull
@@ -190,7 +190,7 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         if stored is None or stored.rec.state is not _S.ACTIVE or stored.rec.lease_token != outcome.token:
             applied.append(False)
             continue
-        if outcome.max_retries is not None and outcome.kind in ("retry", "archive"):
+        if outcome.max_retries is not None and records_limit(outcome):
             stored = replace(stored, rec=replace(stored.rec, max_retries=outcome.max_retries))
         current[outcome.task_id] = _apply(tx, stored, outcome, now)
         tally.add(stored.rec.queue, outcome.kind, now)

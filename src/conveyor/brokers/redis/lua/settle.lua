@@ -105,7 +105,7 @@ for i = 0, n - 1 do
         make_pending(t, NOW, err)
       end
     end
-    if kind ~= 'release' and t.ne and V[b + 7] ~= '' then
+    if (kind == 'retry' or (kind == 'archive' and err)) and V[b + 7] ~= '' then -- kept with the failures
       limits[#limits + 1] = id
       limits[#limits + 1] = V[b + 7]
     end
