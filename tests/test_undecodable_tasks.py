@@ -104,9 +104,10 @@ def dashboard(app: Conveyor) -> Iterator[TestClient]:
 
 
 @pytest.mark.parametrize("damaged", BAD_OPTIONS, indirect=True)
-def test_status_and_list_show_undecodable_options_with_the_defaults(app: Conveyor, damaged: str) -> None:
+def test_status_and_list_show_undecodable_options_and_an_unknown_retry_budget(app: Conveyor, damaged: str) -> None:
     info = app.get(damaged)
-    assert info.options_error is not None and info.max_retries == 3  # the defaults apply
+    # the options cannot be read and no worker recorded a limit: the retry budget is unknown, not a default
+    assert info.options_error is not None and info.max_retries is None and info.retries_left is None
     assert info.args == [1] and info.payload_error is None
     (listed,) = app.inspect.list("default", "pending")
     assert listed.id == damaged and listed.options_error == info.options_error

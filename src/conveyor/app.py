@@ -245,7 +245,7 @@ class Conveyor:
             record.options, registered.options if registered else None
         )
         limit = record.max_retries
-        if limit is None and (registered is not None or "max_retries" in stored):
+        if limit is None and (registered is not None or (options_error is None and "max_retries" in stored)):
             limit = default_limit  # else only a worker knows it: unknown until one records it
         result = None
         if record.result is not None:
