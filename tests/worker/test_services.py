@@ -187,6 +187,8 @@ def test_default_recovery_bound_is_at_most_15_seconds() -> None:
         ({"shutdown_grace": -1}, ValueError),
         ({"claimers": 0}, ValueError),
         ({"claimers": 2.0}, TypeError),
+        ({"summary_interval": -1}, ValueError),
+        ({"summary_interval": "10"}, TypeError),
     ],
 )
 def test_config_rejects_bad_settings(settings: dict[str, object], error: type[Exception]) -> None:

@@ -24,7 +24,16 @@ __all__ = ["dashboard", "demo", "worker"]
 @click.option("--metrics-port", type=click.IntRange(min=1, max=65535), help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+    "--summary-interval",
+    type=click.FloatRange(min=0),
+    help="Seconds between the INFO lines summing up what the worker did (default 10; 0: none).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="info: start/stop, a periodic summary, each retry, failure and lease loss; debug: every task too.",
 )
 @pass_state
 def worker(
@@ -36,6 +45,7 @@ def worker(
     strict: bool | None,
     metrics_port: int | None,
     metrics_host: str,
+    summary_interval: float | None,
     log_level: str,
 ) -> None:
     """Run a worker for the app at MODULE:APP (its tasks registered). Settings not given here come from
@@ -51,7 +61,12 @@ def worker(
     overrides: dict[str, Any] = {}
     if queues:
         overrides["queues"], overrides["weights"] = parse_queues(queues)
-    given = {"concurrency": concurrency, "processes": processes, "strict": strict}
+    given = {
+        "concurrency": concurrency,
+        "processes": processes,
+        "strict": strict,
+        "summary_interval": summary_interval,
+    }
     overrides.update({name: value for name, value in given.items() if value is not None})
     stop_metrics = None
     if metrics_port is not None:

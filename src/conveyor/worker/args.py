@@ -26,6 +26,7 @@ _OPTIONS: dict[str, tuple[str, type]] = {
     "--poll-interval": ("poll_interval", float),
     "--grace": ("shutdown_grace", float),
     "--registry-interval": ("registry_interval", float),
+    "--summary-interval": ("summary_interval", float),
 }
 
 
@@ -82,6 +83,8 @@ def config_to_args(config: WorkerConfig) -> list[str]:
         out += ["--middleware", ref]
     for option, (field, _) in _OPTIONS.items():
         value = getattr(config, field)
+        if field == "summary_interval" and value is None:
+            value = 0.0  # None means "off" here, not "the default"
         if value is not None:
             out += [option, repr(value)]
     return out

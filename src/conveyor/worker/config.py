@@ -51,6 +51,10 @@ class WorkerConfig:
         their leases are released back to pending.
     registry_interval (5 s): how often the worker advertises itself (``Broker.register_worker``,
         visible for 3 intervals).
+    summary_interval (10 s): how often the worker logs one INFO line of what it did (tasks done,
+        failed, retried, their rate, slots busy), when it did something; None or 0: never. A task's
+        start and success are DEBUG lines; its retries, failures, lease loss and timeout are INFO or
+        WARNING lines of their own.
     middleware (()): hooks called around every task (see ``conveyor.Middleware``).
     middleware_refs (()): import references (``pkg.module:obj``) of middleware given on the command
         line; they are loaded into ``middleware`` and passed on to ``--processes`` children, which
@@ -83,6 +87,7 @@ class WorkerConfig:
     poll_interval: float = 0.5
     shutdown_grace: float = 20.0
     registry_interval: float = 5.0
+    summary_interval: float | None = 10.0
     middleware: tuple[Middleware, ...] = ()
     middleware_refs: tuple[str, ...] = ()
     unregistered_delay: float = 30.0
@@ -119,6 +124,7 @@ class WorkerConfig:
         for name in ("reaper_interval", "promoter_interval", "janitor_interval", "poll_interval"):
             check_positive(name, getattr(self, name))
         check_positive("registry_interval", self.registry_interval)
+        check_seconds("summary_interval", self.summary_interval, allow_none=True)
         check_seconds("shutdown_grace", self.shutdown_grace)
         check_seconds("unregistered_delay", self.unregistered_delay)
         check_seconds("unregistered_window", self.unregistered_window)

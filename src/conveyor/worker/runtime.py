@@ -1,8 +1,8 @@
 """The runtime: composes the services of one worker process and runs them until shutdown.
 
-Start order: registry, promoter, reaper, janitor, acker, pool, heartbeat, cancel watcher, fetcher. Shutdown (first
-SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks buffered but not started are
-released at once; running tasks get ``shutdown_grace`` seconds to finish; then every lease still held
+Start order: registry, promoter, reaper, janitor, summary, acker, pool, heartbeat, cancel watcher, fetcher.
+Shutdown (first SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks buffered but
+not started are released at once; running tasks get ``shutdown_grace`` seconds to finish; then every lease still held
 is released back to pending in one ``settle`` (their handlers see ``ctx.lease_lost``; async ones are
 cancelled), the acker flushes, and the services stop. A second signal releases what is held and exits
 at once.
@@ -33,6 +33,7 @@ from conveyor.worker.reaper import Reaper
 from conveyor.worker.registry import Registry, new_worker_id
 from conveyor.worker.runner import Runner, log_event
 from conveyor.worker.service import Service
+from conveyor.worker.summary import Summary
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -71,6 +72,11 @@ class Runtime:
             Reaper(app, config.reaper_interval),
             Janitor(app, config.janitor_interval),
         )
+        if config.summary_interval:  # None or 0: no summary
+            summary = Summary(
+                self.worker_id, config.summary_interval, self.acker.counts, self._busy, config.concurrency
+            )
+            self.maintenance += (summary,)
         self._stop = threading.Event()
         self._signals = 0
         self.started = threading.Event()
@@ -78,6 +84,9 @@ class Runtime:
 
     def _running(self) -> tuple[str, ...]:
         return tuple(h.id for h in self.inflight.snapshot() if h.started is not None)
+
+    def _busy(self) -> int:
+        return sum(1 for h in self.inflight.snapshot() if h.started is not None and not h.finished)
 
     def _counts(self) -> tuple[int, int]:
         return self.acker.processed, self.acker.failed
@@ -138,9 +147,13 @@ class Runtime:
             return
         finally:
             self.inflight.remove(helds)
+        released = 0
         for held, ok in zip(helds, applied, strict=True):
             if ok:
+                released += 1
                 log_event(held.record, "released", why=why.replace(" ", "-"))
+        if released:
+            log.info("worker %s: released %d task(s) back to pending (%s)", self.worker_id, released, why)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         """First signal: graceful shutdown. Second: release everything held and exit now."""

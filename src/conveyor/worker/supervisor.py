@@ -93,6 +93,7 @@ class Supervisor:
         child_config = replace(self.config, processes=0, middleware=())
         argv = [sys.executable, "-m", "conveyor.worker", self.app_ref, *config_to_args(child_config)]
         argv += ["--report-fd", str(write_fd), "--parent-pid", str(os.getpid())]
+        argv += ["--log-level", logging.getLevelName(log.getEffectiveLevel())]  # the supervisor's own
         proc = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
         os.set_blocking(read_fd, False)

@@ -1,0 +1,110 @@
+"""What ``conveyor worker`` logs with its defaults, as a user starts it: a real process on a private
+server. A success is not an INFO line (two per task cost a no-op drain half its worker CPU); the
+periodic summary is, and so is each retry and each failure."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, TaskState
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+APP = """
+from conveyor import Conveyor, current_task
+from conveyor.retry import Fixed
+
+app = Conveyor()  # CONVEYOR_URL
+
+
+@app.task
+def ok(i: int) -> int:
+    return i
+
+
+@app.task(max_retries=0)
+def boom() -> None:
+    raise ValueError("boom")
+
+
+@app.task(max_retries=1, backoff=Fixed(0))
+def flaky() -> str:
+    if current_task().attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return "second attempt"
+"""
+
+SUMMARY = re.compile(r"INFO conveyor\.worker: worker \S+: (last )?[\d.]+ s: (\d+) done, (\d+) failed, (\d+) retried")
+
+
+def wait_for(condition: object, timeout: float, what: str) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def worker_log(tmp_path: Path, redis_url: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """``conveyor worker tasks_app:app`` with no option: only the broker URL, in ``CONVEYOR_URL``."""
+    (tmp_path / "tasks_app.py").write_text(textwrap.dedent(APP))
+    log = tmp_path / "worker.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env["CONVEYOR_URL"] = redis_url
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conveyor", "worker", "tasks_app:app"],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_default_worker_logs_a_summary_and_no_info_line_per_success(
+    worker_log: tuple[subprocess.Popen[bytes], Path], redis_url: str
+) -> None:
+    proc, log = worker_log
+    producer = Conveyor(redis_url)
+    try:
+        handles = [producer.enqueue("ok", [i]) for i in range(20)]
+        handles += [producer.enqueue("boom"), producer.enqueue("flaky")]
+        states = {TaskState.COMPLETED, TaskState.ARCHIVED}
+        wait_for(lambda: all(producer.get(h.id).state in states for h in handles), 30, "every task to end")
+        # the default interval is 10 s: the first periodic line comes within 10 s of the worker's start
+        wait_for(lambda: SUMMARY.search(log.read_text()), 20, "the periodic summary line")
+    finally:
+        producer.close()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    text = log.read_text()
+
+    info = [line for line in text.splitlines() if " INFO " in line]
+    assert not [line for line in info if "task started" in line or "task completed" in line], text
+    summaries = [SUMMARY.search(line) for line in info]
+    found = [m for m in summaries if m is not None]
+    assert any(m.group(1) is None for m in found), text  # a periodic line, not only the last one
+    totals = [sum(int(m.group(i)) for m in found) for i in (2, 3, 4)]
+    assert totals == [21, 1, 1], text  # done (ok x20, flaky), failed (boom), retried (flaky)
+    assert any("task archived" in line and "name=boom" in line for line in info), text
+    assert any("task retry" in line and "name=flaky" in line for line in info), text
+    assert re.search(r"INFO conveyor\.worker: worker \S+ starting", text), text
+    assert re.search(r"INFO conveyor\.worker: worker \S+ stopped", text), text
