@@ -37,8 +37,10 @@ class WorkerConfig:
     concurrency (10): tasks run at once per process (sync ones in threads, async ones on one loop).
     processes (0): 0 runs the worker in this process; N >= 1 runs a supervisor with N child processes
         that replaces crashed ones and enforces hard timeouts by killing the child (see reliability.md).
-    prefetch (0): tasks claimed beyond the free slots (they hold leases while they wait; released at
-        once on shutdown). 0 claims only for free slots.
+    prefetch (None): tasks claimed beyond the free slots (they hold leases while they wait; released
+        at once on shutdown). None: as many as the worker starts in 10 ms at the rate it finished
+        tasks lately, at most 100 (``worker/prefetch.py``): large batches of short tasks, none of
+        slow ones. N: always N; 0 claims only for free slots.
     claimers (None): claims that may be in flight at once, each on its own thread (see fetcher.py).
         None: 2 on a broker that ``ClaimsAfterWait`` (Redis: while one claim's reply is handed to the
         pool, the next runs on the server), else 1 (memory, SQLite: claims there take a lock anyway).
@@ -77,7 +79,7 @@ class WorkerConfig:
     strict: bool = False
     concurrency: int = 10
     processes: int = 0
-    prefetch: int = 0
+    prefetch: int | None = None
     claimers: int | None = None
     lease_for: float = 10.0
     heartbeat_interval: float | None = None
@@ -116,7 +118,8 @@ class WorkerConfig:
                 _check_int("queue weight", weight, 1)
         _check_int("concurrency", self.concurrency, 1)
         _check_int("processes", self.processes, 0)
-        _check_int("prefetch", self.prefetch, 0)
+        if self.prefetch is not None:
+            _check_int("prefetch", self.prefetch, 0)
         if self.claimers is not None:
             _check_int("claimers", self.claimers, 1)
         check_positive("lease_for", self.lease_for)

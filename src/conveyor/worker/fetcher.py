@@ -1,6 +1,7 @@
 """Fetcher: claims tasks in batches into a bounded buffer, visiting the queues weighted or in order.
 
-It keeps at most ``concurrency + prefetch`` tasks busy (claimed and not finished): one
+It keeps at most ``concurrency + prefetch`` tasks busy (claimed and not finished; the prefetch
+allowance is fixed or follows the finishing rate: ``prefetch.py``): one
 ``claim(limit=room)`` takes as many as there are free slots (plus the prefetch allowance), so a busy
 worker makes one round trip per batch, not per task. Finished tasks whose outcome the acker has not
 written yet do not count (the next claim overlaps with the acker's write), but all held tasks
@@ -38,6 +39,7 @@ from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
 from conveyor.worker.middleware import call_on_claim
+from conveyor.worker.prefetch import Prefetch
 from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
@@ -106,9 +108,7 @@ class Fetcher:
         self.inflight = inflight
         self.buffer = buffer
         self.order = order or QueueOrder(config.queues, config.weights, config.strict)
-        self.capacity = config.concurrency + config.prefetch
-        self.held_limit = 2 * self.capacity
-        self.min_batch = max(1, self.capacity // 4)
+        self.prefetch = Prefetch(config.concurrency, config.prefetch, lambda: inflight.finished_total)
         self.claimers = config.claimers or (2 if isinstance(app.broker, ClaimsAfterWait) else 1)
         self._stop = threading.Event()
         self._idle = False  # the last claim found nothing: wait for work before (or while) claiming again
@@ -168,16 +168,18 @@ class Fetcher:
         (measured: idle-to-running p99 33-43 ms instead of ~2 ms, two claimers at 200 tasks/s).
         """
         inflight = self.inflight
-        room = self.room()
+        capacity = self.prefetch.capacity()
+        held_limit, min_batch = 2 * capacity, max(1, capacity // 4)
+        room = inflight.room(capacity, held_limit)
         if room <= 0:
-            inflight.wait_room(self.capacity, self.held_limit, self.config.poll_interval)
+            inflight.wait_room(capacity, held_limit, self.config.poll_interval)
             return 0
-        if room < self.min_batch and top_up and self._fed():  # top up in batches
+        if room < min_batch and top_up and self._fed():  # top up in batches
             wait = min(self.config.poll_interval, TOP_UP_WAIT)
-            freed = inflight.wait_room(self.capacity - self.min_batch + 1, self.held_limit - self.min_batch + 1, wait)
+            freed = inflight.wait_room(capacity - min_batch + 1, held_limit - min_batch + 1, wait)
             if not freed and self._fed():
                 return 0
-        return inflight.reserve(self.capacity, self.held_limit)
+        return inflight.reserve(capacity, held_limit)
 
     def _fed(self) -> bool:
         """The pool has buffered tasks to start, or will have when a claim on its way lands."""
@@ -185,7 +187,8 @@ class Fetcher:
 
     def room(self) -> int:
         """How many tasks the next claim may take: free slots, within the bound on all held tasks."""
-        return self.inflight.room(self.capacity, self.held_limit)
+        capacity = self.prefetch.capacity()
+        return self.inflight.room(capacity, 2 * capacity)
 
     def _wait_and_claim(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
         """Nothing was there last time: wait up to ``poll_interval`` (less when the broker signals new
