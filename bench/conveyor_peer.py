@@ -1,13 +1,17 @@
 """Conveyor driven like a peer (``peers/_driver.py conveyor ...``): producer and runtime worker processes.
 
-Used for the sqlite and redis backends once the worker runtime exists, so Conveyor is measured by
-exactly the same harness code as the peers. ``BENCH_URL`` names the broker.
+Used for the sqlite and redis backends, so Conveyor is measured by exactly the same harness code as
+the peers. ``BENCH_URL`` names the broker. The worker is ``conveyor worker bench.conveyor_peer:app``
+as a user starts it (the driver process becomes it, so the harness stops and measures the process it
+started): the default row gives it nothing but the broker URL, with its default log level; the tuned
+row lists every option it adds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from types import TracebackType
 from typing import Any
 
@@ -19,8 +23,10 @@ from conveyor.retry import Fixed
 __all__ = ["BULK", "MIXED", "SETTINGS", "Producer", "run_worker"]
 
 SETTINGS = {
-    "default": "WorkerConfig() defaults (concurrency 10, prefetch 0, poll_interval 0.5 s); io: concurrency 100",
-    "tuned": "WorkerConfig(prefetch=64, poll_interval=0.005); io: concurrency 100",
+    "default": "`conveyor worker bench.conveyor_peer:app`, nothing else given: WorkerConfig defaults "
+    "(concurrency 10, prefetch by rate, claimers 2 on Redis), --log-level info; io: --concurrency 100",
+    "tuned": "the default command with --concurrency 200 --log-level warning and CONVEYOR_WORKER_PREFETCH=200 "
+    "(bench_redis's runtime drain); io: --concurrency 100",
 }
 BULK = True
 MIXED = None
@@ -77,13 +83,24 @@ class Producer:
             target.enqueue_many([((), {})] * min(chunk, count - start))
 
 
-def worker_settings() -> dict[str, Any]:
-    """The variant's ``WorkerConfig`` settings; io asks for 100 concurrent tasks."""
-    wanted: dict[str, Any] = {"prefetch": 64, "poll_interval": 0.005} if TUNED else {}
+def worker_command() -> tuple[list[str], dict[str, str]]:
+    """The variant's ``conveyor worker`` command line and the ``CONVEYOR_WORKER_*`` variables it adds."""
+    argv = [sys.executable, "-m", "conveyor", "worker", "bench.conveyor_peer:app"]
+    env: dict[str, str] = {}
+    if TUNED:
+        argv += ["--log-level", "warning"]
+        env["CONVEYOR_WORKER_PREFETCH"] = "200"
     if IO:
-        wanted["concurrency"] = 100
-    return wanted
+        argv += ["--concurrency", "100"]
+    elif TUNED:
+        argv += ["--concurrency", "200"]
+    return argv, env
 
 
 def run_worker() -> None:
-    app.worker(**worker_settings()).run()
+    """Become ``conveyor worker`` (same process id: the harness measures and stops what it started)."""
+    argv, env = worker_command()
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_WORKER_")}
+    # settings a trial adds (python -m bench.drain_ratio --env), as "NAME=VALUE;NAME=VALUE"
+    trial = [item.split("=", 1) for item in os.environ.get("BENCH_CONVEYOR_ENV", "").split(";") if item]
+    os.execve(sys.executable, argv, {**inherited, **env, **dict(trial)})

@@ -128,15 +128,17 @@ def write_report(data: dict[str, Any], path: Path) -> None:
         "",
         "## Conveyor against the best peer",
         "",
-        "Conveyor on Redis (same server as the peers, best of its settings) over the best peer (any settings);",
-        "for rates above 1 means Conveyor is faster, for latency below 1 means Conveyor is faster. The last",
-        "column is Conveyor's best figure on any backend (memory and SQLite need no server round trips).",
+        "Conveyor on Redis as a user starts it (`conveyor worker`, default settings; same server as the peers)",
+        "over the best peer (any settings); for rates above 1 means Conveyor is faster, for latency below 1",
+        "means Conveyor is faster. The last column is Conveyor's best figure with any settings on any backend",
+        "(memory and SQLite need no server round trips; the Settings section says what each variant changes).",
         "",
-        "| workload | Conveyor (redis) | best peer | ratio | best Conveyor, any backend |",
+        "| workload | Conveyor (redis), default | best peer | ratio | best Conveyor, any settings or backend |",
         "| --- | --- | --- | ---: | --- |",
     ]
     for workload in RATIO_WORKLOADS:
-        mine = _best(figures, workload, "Conveyor (redis)")
+        mine = by_key.get(("Conveyor (redis)", "default", workload))
+        mine = mine if mine is not None and mine.value is not None else None
         theirs = _best(figures, workload, None)
         anywhere = _best(figures, workload, "Conveyor")
         either = mine or theirs or anywhere
@@ -176,7 +178,9 @@ _METHOD = """## Method
   process, one worker process (the library's own worker; Dramatiq's `Worker` in one process, taskiq's
   `--workers 1`, Celery's pool children count as that worker). The store is flushed between runs.
 - **Conveyor** on SQLite and Redis is driven exactly like a peer (`bench/conveyor_peer.py` through the same
-  driver: a producer process and a `Worker.run()` process), with `WorkerConfig` defaults and a tuned variant.
+  driver: a producer process and a worker process). The worker is `conveyor worker bench.conveyor_peer:app`
+  as a user starts it: the `default` row gives it nothing but the broker URL (every `WorkerConfig` default,
+  `--log-level info`); the `tuned` row's settings list what it adds.
   The memory broker cannot be shared between processes, so it is measured in one process
   (`bench/conveyor_runs.py`): `steppable` is `Worker.run_until_idle()`, `batch loop` is
   `claim(limit=64)` + one `settle` per batch without threads; latency and I/O do not apply to it.
@@ -198,6 +202,10 @@ _METHOD = """## Method
   where the library allows it.
 - **worker RSS**: resident memory of the worker process tree after draining up to 100k no-op tasks
   (fewer for slow peers; the count is noted).
+- `python -m bench.drain_ratio --n 20000 --reps 3` checks the drain ratio alone in minutes: the same
+  placement and harness, only the drain, the default and tuned `conveyor worker` against Dramatiq and Huey
+  (their default and tuned settings and issue 32's: Dramatiq 8 threads with prefetch 100, Huey 8 threads),
+  with the worker's CPU per task, and Conveyor's ratio to the best peer of each pass.
 - The Redis broker's own aims (issue 4) are measured apart: `docs/redis-aims.md`, written by
   `python -m bench.bench_redis --tasks 50000 --reps 5 --markdown docs/redis-aims.md` (every figure in
   five runs; its median, range, and in how many runs it met its aim).

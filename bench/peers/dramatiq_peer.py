@@ -1,5 +1,6 @@
 """Dramatiq with its Redis broker; one worker process (``dramatiq.Worker`` in this process)."""
 
+import os
 import threading
 import time
 
@@ -57,6 +58,8 @@ def run_worker():
     threads = 100 if IO else (2 if TUNED else 8)
     if TUNED:
         dramatiq.worker.QUEUE_PREFETCH = 512  # what $dramatiq_queue_prefetch sets, read at import
+    if os.environ.get("BENCH_PREFETCH"):  # a trial's setting (python -m bench.drain_ratio)
+        dramatiq.worker.QUEUE_PREFETCH = int(os.environ["BENCH_PREFETCH"])
     worker = dramatiq.Worker(broker, worker_threads=threads)
     worker.start()
     threading.Event().wait()

@@ -1,5 +1,6 @@
 """Huey on Redis: ``RedisHuey``, and ``PriorityRedisHuey`` for the mixed workload (priorities)."""
 
+import os
 import time
 
 from huey import PriorityRedisHuey, RedisHuey
@@ -57,7 +58,7 @@ class Producer:
 
 def run_worker():
     consumer = huey.create_consumer(
-        workers=100 if IO else 1,
+        workers=100 if IO else int(os.environ.get("BENCH_THREADS") or 1),  # BENCH_THREADS: a trial's setting
         worker_type="thread",
         periodic=not TUNED,
         check_worker_health=not TUNED,

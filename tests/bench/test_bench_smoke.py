@@ -1,5 +1,7 @@
 """The benchmark harness keeps working: a smoke run (N=500, Conveyor only) completes and reports figures;
-``bench.bench_redis``, ``bench.server_cost`` and ``bench.sqlite_sync`` run small and report theirs."""
+``bench.bench_redis``, ``bench.server_cost``, ``bench.sqlite_sync`` and ``bench.drain_ratio`` run small and
+report theirs. It publishes ``conveyor worker`` as a user starts it: the default row gives it nothing but
+the broker URL, the tuned row says what it adds, and the ratio to the best peer is the default row's."""
 
 from __future__ import annotations
 
@@ -158,3 +160,70 @@ def test_sqlite_sync_benchmark_compares_both_modes(tmp_path: Path) -> None:
     for phase in ("enqueue one by one", "Worker.run drain", "drain one per claim"):
         assert re.search(rf"{phase} +NORMAL +[\d,]+ +FULL +[\d,]+ +\(\d+\.\d\dx\)", out), out
     assert not list(tmp_path.iterdir())  # its database files are gone
+
+
+COMMAND = """
+import json
+from bench.conveyor_peer import SETTINGS, worker_command
+argv, env = worker_command()
+print(json.dumps({"argv": argv[1:], "env": env, "settings": SETTINGS}))
+"""
+
+
+def command(variant: str, workload: str = "drain") -> dict[str, object]:
+    out = run_python("-c", COMMAND, timeout=30, env={"BENCH_VARIANT": variant, "BENCH_WORKLOAD": workload})
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+def test_the_default_row_is_conveyor_worker_given_nothing_but_the_app() -> None:
+    default = command("default")
+    assert default["argv"] == ["-m", "conveyor", "worker", "bench.conveyor_peer:app"]
+    assert default["env"] == {}
+
+
+def test_the_tuned_row_says_what_it_adds() -> None:
+    tuned = command("tuned")
+    argv, env, settings = tuned["argv"], tuned["env"], tuned["settings"]
+    assert isinstance(argv, list) and isinstance(env, dict) and isinstance(settings, dict)
+    added = argv[4:] + [f"{k}={v}" for k, v in env.items()]
+    assert added and all(option in settings["tuned"] for option in added), (added, settings["tuned"])
+
+
+REPORT = """
+import json, sys
+from pathlib import Path
+from bench.report import write_report
+
+def fig(library, variant, value):
+    return {"library": library, "variant": variant, "workload": "drain", "metric": "drain, one worker process",
+            "unit": "tasks/s", "runs": [value], "note": "", "higher_is_better": True}
+
+data = {
+    "meta": {"date": "d", "n": 1, "reps": 1, "nproc": 2, "cpu": "c", "python": "3", "placement": "p"},
+    "settings": {},
+    "figures": [fig("Conveyor (redis)", "default", 30000.0), fig("Conveyor (redis)", "tuned", 40000.0),
+                fig("Dramatiq", "tuned", 10000.0)],
+}
+write_report(data, Path(sys.argv[1]))
+"""
+
+
+def test_the_ratio_to_the_best_peer_is_the_default_rows(tmp_path: Path) -> None:
+    run_python("-c", REPORT, str(tmp_path / "report.md"), timeout=30)
+    text = (tmp_path / "report.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("| drain, one worker process |"))
+    assert "30,000 (Conveyor (redis), default)" in line and "| 3.00 |" in line, line
+    assert "40,000 (Conveyor (redis), tuned)" in line, line  # the best of any settings, beside it
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.timeout(120)
+def test_drain_ratio_runs_conveyor_worker_and_reports_its_cpu_per_task() -> None:
+    out = run_bench(
+        "bench.drain_ratio", "--n", "300", "--reps", "1", "--peers", "", "--conveyor", "default", timeout=110
+    )
+    rows = re.findall(r"Conveyor \(redis\) default +(\d+)/s +(?:\([\d-]+\) +)?([\d.]+) µs/task", out)
+    assert len(rows) == 2, out  # the pass's line and the median's
+    assert all(float(rate) > 0 and float(cpu) > 0 for rate, cpu in rows), out

@@ -1,0 +1,174 @@
+"""``python -m bench.drain_ratio``: the one-process drain of Conveyor against peers, in one run.
+
+A quick check of the headline ratio (issue 32: the default ``conveyor worker`` drains at least 2.7x
+the best peer's rate in the same run and placement) without the hours of a full ``make bench``:
+only the drain workload, the server and the clients placed as ``make bench`` places them, each
+repetition one pass over every library (so a slow phase of the shared machine weighs on all alike).
+Besides the rate it prints the worker's CPU per task (``/proc`` utime + stime of the worker's
+process tree, read at its first task and at its last). Each pass prints every row and Conveyor's
+ratio to the best peer of that pass; the end, each row's median and range and the ratios' range.
+
+    python -m bench.drain_ratio [--n 20000] [--reps 3] [--peers dramatiq,huey] [--conveyor default,tuned]
+        [--backends redis,sqlite] [--env "NAME=VALUE;NAME=VALUE" ...]
+
+Each ``--env`` adds a row: the default ``conveyor worker`` with those ``CONVEYOR_WORKER_*`` settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.peer_runs import PEERS, Peer, PeerRunner
+from bench.procs import stop_group, wait_for_file
+from bench.server import Server, choose_placement, cpu_model
+
+__all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+#: Peer settings issue 32 measured with, beside the peers' default and tuned ones.
+ISSUE_PEERS = {
+    "dramatiq": [("8 threads, prefetch 100", {"BENCH_PREFETCH": "100"})],
+    "huey": [("8 threads", {"BENCH_THREADS": "8"})],
+}
+
+
+@dataclass
+class Row:
+    label: str
+    runner: PeerRunner
+    extra_env: dict[str, str] = field(default_factory=dict)
+    rates: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
+    conveyor: bool = False
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK
+        for child in Path(f"/proc/{current}/task").iterdir():
+            try:
+                todo += [int(c) for c in (child / "children").read_text().split()]
+            except OSError:
+                continue
+    return total
+
+
+def drain(row: Row, n: int) -> tuple[float, float]:
+    """Fill ``n`` no-op tasks, start the worker; (tasks/s from first to last execution, CPU µs per task)."""
+    runner = row.runner
+    runner.reset()
+    runner.produce("drain", n, "bulk" if runner.info.get("bulk") else "single")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {
+            "BENCH_DONE_FILE": str(Path(tmp) / "done.json"),
+            "BENCH_READY_FILE": str(Path(tmp) / "ready.json"),
+            "BENCH_EXPECT_OK": str(n),
+        }
+        if row.extra_env and row.conveyor:
+            files["BENCH_CONVEYOR_ENV"] = ";".join(f"{k}={v}" for k, v in row.extra_env.items())
+        elif row.extra_env:
+            files.update(row.extra_env)
+        proc = runner.start_worker("drain", files)
+        try:
+            wait_for_file(Path(files["BENCH_READY_FILE"]), 120, proc)
+            cpu_start = tree_cpu(proc.pid)
+            result = wait_for_file(Path(files["BENCH_DONE_FILE"]), 600, proc)
+            cpu_end = tree_cpu(proc.pid)
+        finally:
+            stop_group(proc)
+    return n / (float(result["last"]) - float(result["first"])), (cpu_end - cpu_start) / n * 1e6
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.drain_ratio", description=__doc__)
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--peers", default="dramatiq,huey")
+    parser.add_argument("--peer-variants", default="default,tuned")
+    parser.add_argument("--conveyor", default="default,tuned")
+    parser.add_argument("--backends", default="redis")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE;NAME=VALUE")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = _args(argv)
+    placement = choose_placement()
+    placement.pin_clients()
+    log_dir = ROOT / "bench" / "results" / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    wanted = [name for name in args.peers.split(",") if name]
+    peers = [p for p in PEERS if p.module in wanted]
+    python = None
+    if peers:
+        from bench.peers_venv import ensure_peers_venv
+
+        python = ensure_peers_venv()
+    extra = [(text, dict(item.split("=", 1) for item in text.split(";"))) for text in args.env]
+    print(f"{cpu_model()}; {placement.describe()}; n={args.n}", flush=True)
+    with Server(placement) as server:
+        rows: list[Row] = []
+        sqlite_dir = Path(tempfile.mkdtemp(prefix="conveyor-drain-ratio-"))
+        for backend in [b for b in args.backends.split(",") if b]:
+            url = server.url if backend == "redis" else f"sqlite:///{sqlite_dir / 'bench.db'}"
+            peer = Peer(f"Conveyor ({backend})", "conveyor", (("BENCH_URL", url),))
+            trials: list[tuple[str, str, dict[str, str]]] = [(v, v, {}) for v in args.conveyor.split(",") if v]
+            trials += [("default", text, settings) for text, settings in extra]
+            for variant, label, settings in trials:
+                runner = PeerRunner(Path(sys.executable), server, peer, variant, log_dir)
+                runner.info = {"bulk": True}
+                rows.append(Row(f"{peer.label} {label}", runner, settings, conveyor=True))
+        for peer in peers:
+            assert python is not None
+            for variant in args.peer_variants.split(","):
+                runner = PeerRunner(python, server, peer, variant, log_dir)
+                runner.load_info()
+                rows.append(Row(f"{peer.label} {variant}", runner))
+            for label, trial in ISSUE_PEERS.get(peer.module, []):  # issue 32's settings
+                runner = PeerRunner(python, server, peer, "default", log_dir)
+                runner.load_info()
+                rows.append(Row(f"{peer.label} {label}", runner, trial))
+        ratios: dict[str, list[float]] = {}
+        for number in range(args.reps):
+            print(f"pass {number + 1} of {args.reps}", flush=True)
+            for row in rows:
+                n = args.n if row.conveyor else max(100, int(args.n * row.runner.peer.scale))
+                rate, cpu = drain(row, n)
+                row.rates.append(rate)
+                row.cpu_us.append(cpu)
+                print(f"  {row.label:40s} {rate:9.0f}/s {cpu:6.1f} µs/task", flush=True)
+            best = max((r.rates[-1] for r in rows if not r.conveyor), default=0.0)
+            for row in rows:
+                if row.conveyor and best:
+                    ratios.setdefault(row.label, []).append(row.rates[-1] / best)
+                    print(f"  {row.label}: {row.rates[-1] / best:.2f}x the best peer of this pass", flush=True)
+            time.sleep(0.1)
+    print("medians (range):")
+    for row in rows:
+        print(
+            f"  {row.label:40s} {statistics.median(row.rates):9.0f}/s ({min(row.rates):.0f}-{max(row.rates):.0f})"
+            f"  {statistics.median(row.cpu_us):6.1f} µs/task ({min(row.cpu_us):.1f}-{max(row.cpu_us):.1f})"
+        )
+    for label, values in ratios.items():
+        print(f"  {label}: {', '.join(f'{v:.2f}x' for v in values)} the best peer, pass by pass")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
