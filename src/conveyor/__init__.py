@@ -28,7 +28,16 @@ from conveyor.errors import (
 )
 from conveyor.inspect import Inspector, TimelineEntry
 from conveyor.lease import Lease
-from conveyor.model import ArchiveReason, BrokerPolicy, ErrorEntry, QueueInfo, TaskInfo, TaskState, WorkerInfo
+from conveyor.model import (
+    ArchiveReason,
+    BrokerPolicy,
+    ErrorEntry,
+    QueueInfo,
+    TaskDeclaration,
+    TaskInfo,
+    TaskState,
+    WorkerInfo,
+)
 from conveyor.retry import Backoff, Exponential, Fixed, register_backoff
 from conveyor.task import BoundTask, Task, TaskHandle
 from conveyor.worker import Middleware, Worker, WorkerConfig, run_worker
@@ -65,6 +74,7 @@ __all__ = [
     "SystemClock",
     "Task",
     "TaskContext",
+    "TaskDeclaration",
     "TaskFailed",
     "TaskHandle",
     "TaskInfo",

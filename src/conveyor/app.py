@@ -17,12 +17,13 @@ from conveyor.brokers.base import Broker
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.errors import ConfigurationError, DuplicateTask, SerializationError, TaskNotFound
-from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskInfo, TaskRecord
+from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
 from conveyor.options import TaskOptions, check_enqueue_options, describe_stored, encode_travelling
 from conveyor.serializers import decode, decode_payload, encode, encode_payload
 from conveyor.task import Task, TaskHandle
 
 if TYPE_CHECKING:
+    from conveyor.declared import DeclaredTasks
     from conveyor.inspect import Inspector
     from conveyor.lease import Lease
     from conveyor.worker import Worker
@@ -129,6 +130,17 @@ class Conveyor:
     def wants_context(self, name: str) -> bool:
         return self._wants_ctx.get(name, False)
 
+    @cached_property
+    def declared(self) -> DeclaredTasks:
+        """The task declarations workers published in this app's broker (``conveyor.declared``)."""
+        from conveyor.declared import DeclaredTasks
+
+        return DeclaredTasks(self.broker)
+
+    def declaration(self, name: str) -> TaskDeclaration | None:
+        """How a worker declared task ``name`` (its queue, priority, ...), or None if none ever did."""
+        return self.declared.get(check_task_name(name))
+
     # -- producing -----------------------------------------------------------------------------
 
     def enqueue(
@@ -188,7 +200,8 @@ class Conveyor:
             raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
         payload = encode_payload(list(args), kwargs)
         registered = self.registry.get(name)
-        base = registered.options if registered is not None else _DEFAULT_OPTIONS
+        # A name without a handler here gets its worker's declared queue, priority and expiry.
+        base = registered.options if registered is not None else self._declared_options(name)
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None
@@ -221,6 +234,12 @@ class Conveyor:
             unique_until,
             encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
         )
+
+    def _declared_options(self, name: str) -> TaskOptions:
+        declaration = self.declared.get(name)
+        if declaration is None:
+            return _DEFAULT_OPTIONS
+        return TaskOptions(queue=declaration.queue, priority=declaration.priority, expires=declaration.expires)
 
     # -- reading -------------------------------------------------------------------------------
 

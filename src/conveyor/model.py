@@ -26,6 +26,7 @@ __all__ = [
     "Outcome",
     "QueueInfo",
     "QueueSettings",
+    "TaskDeclaration",
     "TaskInfo",
     "TaskRecord",
     "TaskState",
@@ -221,6 +222,25 @@ class WorkerInfo:
     running: tuple[str, ...] = ()  # ids of tasks it is running
     processed: int = 0
     failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDeclaration:
+    """A task name as a worker serving it registered it: what a producer that enqueues by name needs.
+
+    ``queue``, ``priority`` and ``expires`` (seconds, None: never) are applied at enqueue;
+    ``max_retries``, ``timeout`` and ``retention`` are shown to operators (the worker resolves them
+    itself when the task runs). ``declared_at``: when a worker last published it.
+    """
+
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    expires: float | None = None
+    max_retries: int = 3
+    timeout: float | None = None
+    retention: float = 3600.0
+    declared_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

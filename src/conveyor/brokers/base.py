@@ -59,6 +59,7 @@ from conveyor.model import (
     Outcome,
     QueueInfo,
     QueueSettings,
+    TaskDeclaration,
     TaskRecord,
     TaskState,
     WorkerInfo,
@@ -71,6 +72,7 @@ __all__ = [
     "Broker",
     "ChecksServer",
     "ClaimsAfterWait",
+    "DeclaresTasks",
     "EventCallback",
     "KeepsHistory",
     "WaitsForWork",
@@ -332,4 +334,23 @@ class KeepsHistory(Protocol):
     def history(self, first: int, last: int) -> list[QueueMinute]:
         """The stored counters of minutes ``first..last`` (``floor(now / 60)``), every queue, in any
         order; a minute or queue with nothing settled may be absent."""
+        ...
+
+
+@runtime_checkable
+class DeclaresTasks(Protocol):
+    """Optional capability: keep the task declarations workers publish, so a process that enqueues a
+    task by name without its handler (the CLI, a producer-only app) applies the queue, priority and
+    expiry its worker registered (``conveyor.declared``). Every broker here has it.
+
+    Declarations outlive the workers that made them ("a worker once served this name"); the latest
+    one of a name wins. The broker stores them as given and never interprets them.
+    """
+
+    def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
+        """Store each declaration under its name, replacing an earlier one of that name."""
+        ...
+
+    def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
+        """The stored declarations of ``names`` (None: all), by name; names never declared are absent."""
         ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -21,6 +21,10 @@ from conveyor.brokers.base import ChecksServer
 from conveyor.cli.output import emit, json_option, redact
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
+from conveyor.model import QueueInfo, TaskState
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
 
 __all__ = ["Check", "doctor", "run_checks"]
 
@@ -97,6 +101,7 @@ def run_checks(state: CliState) -> list[Check]:
     checks.append(
         Check("workers", "OK", f"{len(workers)} live") if workers else Check("workers", "WARN", "no live worker")
     )
+    checks.extend(_undeclared_check(app, queues))
     paused = [q.name for q in queues if q.settings.paused]
     if paused:
         checks.append(Check("paused queues", "WARN", ", ".join(paused)))
@@ -105,6 +110,30 @@ def run_checks(state: CliState) -> list[Check]:
     if stale:
         checks.append(Check("backlog", "WARN", "tasks waiting > 5 min in: " + ", ".join(stale)))
     return checks
+
+
+#: Tasks per queue and waiting state that ``doctor`` reads to find undeclared task names.
+_SAMPLE = 500
+
+
+def _undeclared_check(app: Conveyor, queues: list[QueueInfo]) -> list[Check]:
+    """Waiting tasks whose name no worker ever declared: nothing may ever run them (a typo, a worker
+    not deployed). Samples the first tasks of each waiting state of each queue."""
+    if not app.declared.supported:
+        return []
+    declared = app.declared.all()
+    waiting: dict[tuple[str, str], int] = {}
+    for queue in queues:
+        for state in (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY):
+            if not queue.counts.get(state, 0):
+                continue
+            for record in app.broker.list_tasks(queue.name, state, app.now(), limit=_SAMPLE):
+                if record.name not in declared and app.handler(record.name) is None:
+                    waiting[(record.name, queue.name)] = waiting.get((record.name, queue.name), 0) + 1
+    if not waiting:
+        return [Check("task declarations", "OK", f"{len(declared)} task(s) declared by workers")]
+    found = ", ".join(f"{name} ({count} in {queue})" for (name, queue), count in sorted(waiting.items()))
+    return [Check("undeclared tasks", "WARN", f"no worker ever declared: {found}")]
 
 
 @click.command()

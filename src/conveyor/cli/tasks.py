@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from conveyor.app import Conveyor
 from conveyor.cli.output import STATES, emit, format_time, json_option, short, task_row, to_jsonable
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
@@ -61,7 +62,8 @@ def enqueue(
     task_id: str | None,
     calls_file: TextIO | None,
 ) -> None:
-    """Enqueue task NAME (the handler need not be importable here)."""
+    """Enqueue task NAME (the handler need not be importable here: its queue, priority and expiry are
+    the ones a worker serving it declared)."""
     options: dict[str, Any] = {"delay": delay, "priority": priority, "queue": queue, "task_id": task_id}
     options = {key: value for key, value in options.items() if value is not None}
     app = state.conveyor()
@@ -69,13 +71,25 @@ def enqueue(
         if args_json is not None or kwargs_json is not None:
             raise click.UsageError("give --file or --args/--kwargs, not both")
         ids = _enqueue_file(state, name, calls_file, options)
+        _warn_if_undeclared(app, name, queue)
         emit(state.json, {"enqueued": len(ids), "ids": ids}, lambda c: c.print(f"enqueued {len(ids)} {name} tasks"))
         return
     handle = app.enqueue(
         name, _json_arg(args_json, "--args", list), _json_arg(kwargs_json, "--kwargs", dict), **options
     )
+    _warn_if_undeclared(app, name, queue)
     info = handle.status()
     emit(state.json, info, lambda c: c.print(f"enqueued {info.id} ({info.name}, queue {info.queue}, {info.state})"))
+
+
+def _warn_if_undeclared(app: Conveyor, name: str, queue: str | None) -> None:
+    """A name no worker ever declared is most often a typo, or a worker not started yet: say so."""
+    if app.handler(name) is None and app.declared.supported and app.declaration(name) is None:
+        where = queue or "default"
+        click.echo(
+            f"warning: no worker has declared task {name!r}; it goes to queue {where!r} with default options",
+            err=True,
+        )
 
 
 def _calls(lines: TextIO) -> Iterator[tuple[list[Any], dict[str, Any]]]:

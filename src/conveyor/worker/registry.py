@@ -1,5 +1,8 @@
 """Registry heartbeat: advertises this worker (``Broker.register_worker``) so dashboards list it.
 
+Its first beat also publishes the declarations of the app's tasks (``conveyor.declared``), so a process
+that enqueues one by name without its handler puts it in the queue this worker serves.
+
 The record lives ``3 * interval`` seconds past each beat, so a dead worker disappears on its own; a
 clean exit unregisters at once. Its first beat also runs the broker's ``preflight()`` when it has one
 (``ChecksServer``), so a worker on a server that may drop tasks says so in its log as it starts.
@@ -14,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from conveyor.brokers.base import ChecksServer
+from conveyor.declared import declarations_of
 from conveyor.model import WorkerInfo
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.service import Periodic
@@ -47,6 +51,7 @@ class Registry(Periodic):
         self.counts = counts
         self.started_at = app.now()
         self._checked = False
+        self._declared = False
 
     def tick(self) -> None:
         if not self._checked:
@@ -54,6 +59,9 @@ class Registry(Periodic):
             broker = self.app.broker
             if isinstance(broker, ChecksServer):
                 broker.preflight()  # logs each warning itself
+        if not self._declared:  # again at the next beat if the broker was down
+            self.app.declared.publish(declarations_of(self.app.registry, self.app.now()))
+            self._declared = True
         processed, failed = self.counts()
         info = WorkerInfo(
             id=self.worker_id,

@@ -24,6 +24,7 @@ from conveyor.model import (
     Outcome,
     QueueInfo,
     QueueSettings,
+    TaskDeclaration,
     TaskRecord,
     TaskState,
     WorkerInfo,
@@ -296,6 +297,16 @@ class MemoryBroker(MemoryStore):
     def workers(self, now: float) -> list[WorkerInfo]:
         with self._lock:
             return [info for wid, (info, until) in sorted(self._workers.items()) if until > now]
+
+    def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
+        with self._lock:
+            self._declared.update((d.name, d) for d in declarations)
+
+    def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
+        with self._lock:
+            if names is None:
+                return dict(sorted(self._declared.items()))
+            return {n: self._declared[n] for n in names if n in self._declared}
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         with self._lock:

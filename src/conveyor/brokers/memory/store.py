@@ -24,6 +24,7 @@ from conveyor.model import (
     NewTask,
     Outcome,
     QueueSettings,
+    TaskDeclaration,
     TaskRecord,
     TaskState,
     WorkerInfo,
@@ -55,6 +56,7 @@ class MemoryStore:
         self._unique_until: dict[str, float] = {}
         self._settings: dict[str, QueueSettings] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
+        self._declared: dict[str, TaskDeclaration] = {}
         self._subscribers: list[EventCallback] = []
         self._cancel_watchers: list[Callable[[str], None]] = []  # see MemoryBroker.watch_cancels
         self._pending_events: list[Event] = []

@@ -39,6 +39,7 @@ from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.clock import Clock
+from conveyor.declared import decode_declaration, encode_declaration
 from conveyor.errors import BrokerError, InvalidTransition, QueueFull, TaskNotFound
 from conveyor.history import QueueMinute
 from conveyor.model import (
@@ -48,6 +49,7 @@ from conveyor.model import (
     Outcome,
     QueueInfo,
     QueueSettings,
+    TaskDeclaration,
     TaskRecord,
     TaskState,
     WorkerInfo,
@@ -346,6 +348,21 @@ class RedisBroker:
                 pipe.hgetall(self.keys.history(minute))
             replies = cast("list[dict[str, str]]", pipe.execute())
         return [row for minute, fields in zip(minutes, replies, strict=True) for row in decode_history(minute, fields)]
+
+    def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
+        if declarations:
+            with translate_errors():
+                self._client.hset(self.keys.declared, mapping={d.name: encode_declaration(d) for d in declarations})
+
+    def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
+        with translate_errors():
+            texts: list[str | None]
+            if names is None:
+                texts = list(cast("dict[str, str]", self._client.hgetall(self.keys.declared)).values())
+            else:
+                texts = cast("list[str | None]", self._client.hmget(self.keys.declared, list(names)) if names else [])
+        found = [decode_declaration(text) for text in texts if text is not None]
+        return {d.name: d for d in sorted(found, key=lambda d: d.name)}
 
     def workers(self, now: float) -> list[WorkerInfo]:
         with translate_errors():

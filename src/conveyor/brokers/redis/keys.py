@@ -37,6 +37,7 @@ tie-break of the contract without packing two numbers into one double)::
     P h:<minute>             hash    settled executions of that minute (``floor(now / 60)``), field
                                      ``<c|r|a>:<queue>`` → count (completed, retried, archived); expires
                                      a little after the 24 h that reads reach (``conveyor.history``)
+    P declared               hash    task name → its declaration (JSON, ``conveyor.declared``)
     P events                      pub/sub channel of transitions
     P cancels                     pub/sub channel: the id of each active task ``cancel`` archived
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
@@ -130,6 +131,10 @@ class Keys:
     @property
     def workers(self) -> str:
         return self.prefix + "workers"
+
+    @property
+    def declared(self) -> str:
+        return self.prefix + "declared"
 
     @property
     def worker_ttl(self) -> str:

@@ -23,6 +23,7 @@ from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.tx import Tx
+from conveyor.declared import decode_declaration, encode_declaration
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
 from conveyor.model import (
@@ -32,6 +33,7 @@ from conveyor.model import (
     Outcome,
     QueueInfo,
     QueueSettings,
+    TaskDeclaration,
     TaskRecord,
     TaskState,
     WorkerInfo,
@@ -236,6 +238,21 @@ class SQLiteBroker:
             lambda conn: conn.execute("SELECT info FROM workers WHERE until > ? ORDER BY id", (now,)).fetchall()
         )
         return [_worker(json.loads(row[0])) for row in rows]
+
+    def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
+        rows = [(d.name, encode_declaration(d)) for d in declarations]
+        sql = "INSERT OR REPLACE INTO declared (name, declaration) VALUES (?, ?)"
+        self._write(lambda tx: tx.conn.executemany(sql, rows))
+
+    def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            if names is None:
+                return conn.execute("SELECT declaration FROM declared ORDER BY name").fetchall()
+            marks = ",".join("?" * len(names))
+            return conn.execute(f"SELECT declaration FROM declared WHERE name IN ({marks})", list(names)).fetchall()
+
+        found = [decode_declaration(row[0]) for row in self._db.read(read)] if names is None or names else []
+        return {d.name: d for d in found}
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         """Deliver every transition: this broker's at once, other processes' within ``poll_interval``."""
