@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor._validate import check_int, check_queue, check_seconds, check_task_name, check_when
-from conveyor.brokers import open_broker
+from conveyor.brokers import default_url, open_broker
 from conveyor.brokers.base import Broker
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
@@ -69,6 +69,9 @@ class Conveyor:
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random, not {type(rng).__name__}")
         self.broker: Broker = broker if broker is not None else open_broker(url, policy)
+        #: The URL the broker was opened from (None for a broker given as an object).
+        self.url: str | None = None if broker is not None else (url or default_url())
+        self._clock_given = clock is not None
         if clock is None and hasattr(self.broker, "server_clock"):
             clock = self.broker.server_clock()
         self.clock: Clock = check_clock(clock)
@@ -353,6 +356,17 @@ class Conveyor:
         if not callable(callback):
             raise TypeError("callback must be callable")
         return self.broker.subscribe(lambda event: callback(event.task_id, event.old_state, event.new_state))
+
+    def rebind(self, url: str) -> None:
+        """Move this app to the broker ``url`` names, closing the one it had (``conveyor --url URL worker
+        APP``: the URL given to the command wins over the app's own). Call it before the app is used."""
+        broker = open_broker(url, getattr(self.broker, "policy", None))
+        self.broker.close()
+        self.broker, self.url = broker, url
+        if not self._clock_given:
+            self.clock = check_clock(broker.server_clock() if hasattr(broker, "server_clock") else None)
+        for name in ("inspect", "declared"):  # cached views of the old broker
+            self.__dict__.pop(name, None)
 
     def close(self) -> None:
         self.broker.close()

@@ -49,15 +49,16 @@ def worker(
     log_level: str,
 ) -> None:
     """Run a worker for the app at MODULE:APP (its tasks registered). Settings not given here come from
-    CONVEYOR_WORKER_* variables, then the defaults. The broker is the app's own unless --url is given."""
+    CONVEYOR_WORKER_* variables, then the defaults. The broker is the app's own unless --url (or
+    CONVEYOR_URL) is given: then that URL wins."""
     from conveyor.worker.config import WorkerConfig, parse_queues
-    from conveyor.worker.loader import load_app
+    from conveyor.worker.loader import URL_ENV, load_app
     from conveyor.worker.runtime import run_worker
 
     logging.getLogger("conveyor").setLevel(log_level.upper())
+    if state.url:  # --url or CONVEYOR_URL wins over the app's own broker, here and in child processes
+        os.environ[URL_ENV] = state.url
     app = load_app(app_path)
-    if state.url:
-        click.echo("note: --url is ignored by `worker`; the app at MODULE:APP names its broker", err=True)
     overrides: dict[str, Any] = {}
     if queues:
         overrides["queues"], overrides["weights"] = parse_queues(queues)
@@ -78,8 +79,10 @@ def worker(
         stop_metrics = metrics.serve(metrics_port, metrics_host)
         click.echo(f"metrics on http://{metrics_host}:{metrics_port}/metrics", err=True)
     config = WorkerConfig.from_env(**overrides)
+    broker = redact(app.url) if app.url else repr(app.broker)
+    click.echo(f"worker {app_path} on {broker}, queues {','.join(config.queues)}", err=True)
     try:
-        code = run_worker(app_path if config.processes > 1 else app, config)
+        code = run_worker(app_path if config.processes >= 1 else app, config)
     finally:
         if stop_metrics is not None:
             stop_metrics()

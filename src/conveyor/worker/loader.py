@@ -1,6 +1,7 @@
 """``load_app("pkg.module:app")``: import the module and return its ``Conveyor`` (for the CLI and
 child processes). ``"pkg.module"`` alone means the attribute ``app``. The current directory is put on
-``sys.path`` first, as ``python -m`` would."""
+``sys.path`` first, as ``python -m`` would. ``CONVEYOR_WORKER_URL``, when set, moves the app to that
+broker (how ``conveyor --url URL worker`` reaches the child processes of ``--processes N``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from conveyor.errors import ConfigurationError
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["load_app", "load_object"]
+__all__ = ["URL_ENV", "load_app", "load_object"]
+
+#: The broker URL that wins over the app's own (set by ``conveyor --url URL worker``).
+URL_ENV = "CONVEYOR_WORKER_URL"
 
 
 def load_object(ref: str) -> Any:
@@ -39,10 +43,13 @@ def load_object(ref: str) -> Any:
 
 
 def load_app(ref: str) -> Conveyor:
-    """The ``Conveyor`` named by ``"pkg.module:app"``."""
+    """The ``Conveyor`` named by ``"pkg.module:app"``, on the broker ``CONVEYOR_WORKER_URL`` names if set."""
     from conveyor.app import Conveyor
 
     obj = load_object(ref)
     if not isinstance(obj, Conveyor):
         raise ConfigurationError(f"{ref!r} is a {type(obj).__name__}, not a Conveyor app")
+    url = os.environ.get(URL_ENV)
+    if url:
+        obj.rebind(url)
     return obj
