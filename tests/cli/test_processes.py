@@ -80,6 +80,7 @@ def test_enqueue_ls_show_across_processes(sqlite_url: str) -> None:
 
 
 def test_user_mistake_exits_1_with_one_line_and_no_traceback(sqlite_url: str) -> None:
+    assert conveyor("enqueue", "x", url=sqlite_url).returncode == 0  # the database exists
     done = conveyor("show", "missing", url=sqlite_url)
     assert done.returncode == 1
     assert done.stderr == "Error: task not found: 'missing'\n"

@@ -43,6 +43,10 @@ class ConveyorGroup(click.Group):
 def cli(ctx: click.Context, url: str | None, as_json: bool, verbose: int) -> None:
     """Conveyor: run workers, inspect and operate queues, serve the dashboard."""
     state = ctx.ensure_object(CliState)
+    if url is not None and not url.strip():
+        raise click.BadParameter(
+            "empty broker URL; expected memory://, sqlite:///path.db or redis://host:6379/0", param_hint="--url"
+        )
     if url:
         state.url = url
     state.json = state.json or as_json

@@ -128,7 +128,7 @@ def dashboard(
         credentials = (user, password)
     if not _is_loopback(host) and not token and credentials is None:
         raise click.UsageError(f"binding {host} exposes the dashboard: set --token or --basic-auth (or their env vars)")
-    web = create_app(state.conveyor(), token=token, basic_auth=credentials, read_only=read_only)
+    web = create_app(state.conveyor(create=True), token=token, basic_auth=credentials, read_only=read_only)
     click.echo(f"dashboard for {redact(state.resolved_url)} on http://{host}:{port}/", err=True)
     uvicorn.run(web, host=host, port=port, log_level=os.environ.get("CONVEYOR_LOG_LEVEL", "warning").lower())
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import click
 
 from conveyor.app import Conveyor
 from conveyor.brokers import default_url
+from conveyor.brokers.sqlite.config import SQLiteConfig
+from conveyor.errors import ConfigurationError
 
 __all__ = ["CliState", "pass_state"]
 
@@ -26,10 +30,15 @@ class CliState:
     def resolved_url(self) -> str:
         return self.url or default_url()
 
-    def conveyor(self) -> Conveyor:
-        """The app for admin commands: no handlers needed, only the broker."""
+    def conveyor(self, create: bool = False) -> Conveyor:
+        """The app for admin commands: no handlers needed, only the broker. Only commands that write
+        new tasks pass ``create``: the others fail on a SQLite file that does not exist instead of
+        leaving an empty database behind (a mistyped URL or a wrong directory)."""
         if self.app is None:
-            self.app = Conveyor(self.resolved_url)
+            url = self.resolved_url
+            if not create:
+                _check_exists(url)
+            self.app = Conveyor(url)
             self._owned = True
         return self.app
 
@@ -41,3 +50,14 @@ class CliState:
 
 
 pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+def _check_exists(url: str) -> None:
+    if urlsplit(url).scheme.lower() != "sqlite":
+        return
+    path = SQLiteConfig.from_url(url).path
+    if not os.path.exists(path):
+        raise ConfigurationError(
+            f"no Conveyor database at {os.path.abspath(path)}; check --url or CONVEYOR_URL"
+            " (`conveyor enqueue` or a worker creates it)"
+        )

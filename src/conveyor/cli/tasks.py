@@ -66,7 +66,7 @@ def enqueue(
     the ones a worker serving it declared)."""
     options: dict[str, Any] = {"delay": delay, "priority": priority, "queue": queue, "task_id": task_id}
     options = {key: value for key, value in options.items() if value is not None}
-    app = state.conveyor()
+    app = state.conveyor(create=True)
     if calls_file is not None:
         if args_json is not None or kwargs_json is not None:
             raise click.UsageError("give --file or --args/--kwargs, not both")
@@ -110,7 +110,7 @@ def _calls(lines: TextIO) -> Iterator[tuple[list[Any], dict[str, Any]]]:
 
 def _enqueue_file(state: CliState, name: str, lines: TextIO, options: dict[str, Any]) -> list[str]:
     """Enqueue in chunks of 500 calls, with a progress bar on a terminal."""
-    app = state.conveyor()
+    app = state.conveyor(create=True)
     calls = list(_calls(lines))
     ids: list[str] = []
     with Progress(transient=True, disable=state.json, console=Console(stderr=True)) as progress:

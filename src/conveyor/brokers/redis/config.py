@@ -55,6 +55,7 @@ class RedisConfig:
         if parts.scheme not in ("redis", "rediss"):
             raise ConfigurationError(f"not a redis:// or rediss:// URL: {url!r}")
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        _check_options(url, parts.scheme, query)
         try:
             config = cls(
                 url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),
@@ -90,6 +91,53 @@ class RedisConfig:
 _OURS = frozenset(
     {"namespace", "socket_timeout", "socket_connect_timeout", "max_connections", "retries", "clock_refresh"}
 )
+
+
+#: redis-py's options that a URL can carry as text (its own parsers, plus the string-valued ones).
+_CLIENT_OPTIONS = frozenset(
+    {
+        "db",
+        "socket_read_size",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "health_check_interval",
+        "protocol",
+        "client_name",
+        "username",
+        "password",
+        "encoding",
+        "encoding_errors",
+    }
+)
+_TLS_OPTIONS = frozenset(
+    {
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_password",
+        "ssl_check_hostname",
+        "ssl_ciphers",
+        "ssl_min_version",
+    }
+)
+
+
+def _check_options(url: str, scheme: str, query: dict[str, str]) -> None:
+    """Refuse an option redis-py would choke on later, with a message naming the valid ones (an
+    unknown option would otherwise fail at the first command, as a TypeError from deep in redis-py)."""
+    valid = _OURS | _CLIENT_OPTIONS | (_TLS_OPTIONS if scheme == "rediss" else frozenset())
+    for key in query:
+        if key in valid:
+            continue
+        if key in _TLS_OPTIONS:
+            raise ConfigurationError(f"redis URL option {key!r} needs TLS: use rediss:// instead of redis://")
+        safe = urlunsplit(urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2], query=""))
+        raise ConfigurationError(
+            f"unknown redis URL option {key!r} in {safe}; valid options: {', '.join(sorted(valid))}"
+        )
 
 
 def _positive(name: str, text: str) -> float:

@@ -48,6 +48,10 @@ class SQLiteConfig:
         parts = urlsplit(url)
         if parts.scheme.lower() != "sqlite":
             raise ConfigurationError(f"not a sqlite:// URL: {url!r}")
+        if not url[len("sqlite") :].startswith("://"):  # sqlite:/x.db would quietly be a relative x.db
+            raise ConfigurationError(
+                f"malformed sqlite URL {url!r}: expected sqlite:///relative/path.db or sqlite:////absolute/path.db"
+            )
         if parts.netloc:
             raise ConfigurationError(
                 f"sqlite URL {url!r} has a host part; use sqlite:///relative.db or sqlite:////absolute.db"

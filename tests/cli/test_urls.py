@@ -1,0 +1,98 @@
+"""Broker URLs given to the CLI: read-only commands never create a database; malformed URLs are one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from conveyor.cli import cli as cli_group
+
+
+@pytest.fixture
+def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CONVEYOR_URL", raising=False)
+    return tmp_path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli_group, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats"],
+        ["ls"],
+        ["show", "x"],
+        ["pause", "q"],
+        ["resume", "q"],
+        ["cancel", "x"],
+        ["purge", "q", "-s", "pending", "-y"],
+    ],
+)
+def test_read_only_commands_do_not_create_a_database(empty_dir: Path, command: list[str]) -> None:
+    result = run(*command)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: no Conveyor database at {empty_dir / 'conveyor.db'}; check --url or CONVEYOR_URL"
+        " (`conveyor enqueue` or a worker creates it)\n"
+    )
+    assert list(empty_dir.iterdir()) == []
+
+
+def test_doctor_fails_on_a_missing_database_without_creating_it(empty_dir: Path) -> None:
+    result = run("doctor", "--json")
+    assert result.exit_code == 1
+    assert '"status": "FAIL"' in result.stdout and "no Conveyor database at" in result.stdout
+    assert list(empty_dir.iterdir()) == []
+
+
+def test_enqueue_creates_the_database(empty_dir: Path) -> None:
+    assert run("enqueue", "x").exit_code == 0
+    assert (empty_dir / "conveyor.db").exists()
+    assert run("stats").exit_code == 0
+
+
+@pytest.mark.parametrize("url", ["sqlite:/x.db", "sqlite:x.db"])
+def test_a_sqlite_url_with_too_few_slashes_is_an_error(empty_dir: Path, url: str) -> None:
+    result = run("--url", url, "enqueue", "x")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: malformed sqlite URL {url!r}: expected sqlite:///relative/path.db or sqlite:////absolute/path.db\n"
+    )
+    assert list(empty_dir.iterdir()) == []
+
+
+def test_an_empty_url_is_a_usage_error(empty_dir: Path) -> None:
+    result = run("--url", "", "stats")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (
+        "Error: Invalid value for --url: empty broker URL; expected memory://, sqlite:///path.db or redis://host:6379/0"
+    )
+
+
+def test_an_unknown_scheme_names_the_known_ones(empty_dir: Path) -> None:
+    result = run("--url", "postgres://x/y", "stats")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "Error: unsupported broker URL 'postgres://x/y': scheme must be one of memory://, redis://, rediss://, sqlite://\n"
+    )
+
+
+def test_an_unknown_redis_option_lists_the_valid_ones(empty_dir: Path) -> None:
+    result = run("--url", "redis://:pw@127.0.0.1:1/0?bogus=1", "stats")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "Error: unknown redis URL option 'bogus' in redis://127.0.0.1:1/0;"
+        " valid options: client_name, clock_refresh, db,"
+    )
+    assert "pw" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_a_tls_option_on_a_plain_redis_url_says_to_use_rediss(empty_dir: Path) -> None:
+    result = run("--url", "redis://127.0.0.1:1/0?ssl_ca_certs=ca.pem", "stats")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: redis URL option 'ssl_ca_certs' needs TLS: use rediss:// instead of redis://\n"
