@@ -9,6 +9,7 @@ from click.testing import CliRunner, Result
 
 from conveyor import Conveyor
 from conveyor.brokers.memory import MemoryBroker
+from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.cli import cli as cli_group
 from conveyor.cli.state import CliState
 
@@ -70,3 +71,19 @@ def test_bad_url_is_one_line_error_without_traceback() -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: unsupported broker URL 'bogus://x'")
     assert "Traceback" not in result.output
+
+
+def test_doctor_checks_each_broker_with_its_own_checks(cli: Invoke, broker_url: str) -> None:
+    result = cli("doctor", "--json")
+    assert result.exit_code == 0, result.output
+    found = checks(result)
+    names = {
+        "memory": ["broker", "workers", "task declarations"],
+        "sqlite": ["broker", "journal_mode", "schema_version", "workers", "task declarations"],
+        "redis": ["broker", "preflight", "workers", "task declarations"],  # the test server has no persistence
+    }[broker_url.split(":", 1)[0]]
+    assert list(found) == names
+    assert found["broker"][0] == "OK"
+    if "journal_mode" in found:
+        assert found["journal_mode"] == ("OK", "wal")
+        assert found["schema_version"] == ("OK", str(SCHEMA_VERSION))

@@ -254,6 +254,16 @@ class SQLiteBroker:
         found = [decode_declaration(row[0]) for row in self._db.read(read)] if names is None or names else []
         return {d.name: d for d in found}
 
+    # -- for ``conveyor doctor`` ----------------------------------------------------------------
+
+    def journal_mode(self) -> str:
+        """The file's journal mode as SQLite reports it (``wal`` once opened by Conveyor)."""
+        return str(self._db.read(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0]))
+
+    def schema_version(self) -> int:
+        """The file's layout version (``PRAGMA user_version``; ``schema.SCHEMA_VERSION`` once migrated)."""
+        return int(self._db.read(lambda conn: conn.execute("PRAGMA user_version").fetchone()[0]))
+
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         """Deliver every transition: this broker's at once, other processes' within ``poll_interval``."""
         return self._events.subscribe(callback)
