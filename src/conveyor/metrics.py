@@ -35,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from conveyor.context import TaskContext
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConfigurationError, ConveyorError
 from conveyor.model import NewTask, Outcome, TaskState
 from conveyor.worker.middleware import Middleware
 
@@ -151,7 +151,11 @@ class Metrics:
         """Serve ``/metrics`` over HTTP in a daemon thread; returns a function that stops it."""
         from prometheus_client import start_http_server
 
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:  # say which address: the OS error alone does not
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise ConfigurationError(f"cannot serve metrics on {where}: {(exc.strerror or str(exc)).lower()}") from None
 
         def stop() -> None:
             server.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import socket
 from typing import Any
 
 import click
@@ -77,7 +78,7 @@ def worker(
         # Task counters are fed in this process; child processes (--processes > 1) are not counted.
         overrides["middleware"] = (metrics.middleware(),)
         stop_metrics = metrics.serve(metrics_port, metrics_host)
-        click.echo(f"metrics on http://{metrics_host}:{metrics_port}/metrics", err=True)
+        click.echo(f"metrics on http://{_netloc(metrics_host, metrics_port)}/metrics", err=True)
     config = WorkerConfig.from_env(**overrides)
     broker = redact(app.url) if app.url else repr(app.broker)
     click.echo(f"worker {app_path} on {broker}, queues {','.join(config.queues)}", err=True)
@@ -129,8 +130,36 @@ def dashboard(
     if not _is_loopback(host) and not token and credentials is None:
         raise click.UsageError(f"binding {host} exposes the dashboard: set --token or --basic-auth (or their env vars)")
     web = create_app(state.conveyor(create=True), token=token, basic_auth=credentials, read_only=read_only)
-    click.echo(f"dashboard for {redact(state.resolved_url)} on http://{host}:{port}/", err=True)
-    uvicorn.run(web, host=host, port=port, log_level=os.environ.get("CONVEYOR_LOG_LEVEL", "warning").lower())
+    sock = _bind(host, port)  # here, so an address in use is one line naming it, not uvicorn's log
+    bound = sock.getsockname()[1]
+    click.echo(f"dashboard for {redact(state.resolved_url)} on http://{_netloc(host, bound)}/", err=True)
+    config = uvicorn.Config(web, log_level=os.environ.get("CONVEYOR_LOG_LEVEL", "warning").lower())
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _netloc(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets (``[::1]:8181``) as URLs need."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise click.ClickException(f"cannot serve the dashboard on {host!r}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(
+            f"cannot serve the dashboard on {_netloc(host, port)}: {(exc.strerror or str(exc)).lower()}"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 @click.command()

@@ -215,7 +215,9 @@ def _act(state: CliState, verb: str, ids: tuple[str, ...], action: Callable[[Ins
     if failures:
         if not state.json:
             for failure in failures:
-                click.echo(f"Error: {failure['id']}: {failure['error']}", err=True)
+                error, task_id = failure["error"], failure["id"]
+                # most errors already name the task ("task not found: 'x'"): don't say it twice
+                click.echo(f"Error: {error}" if repr(task_id) in error else f"Error: {task_id}: {error}", err=True)
         raise SystemExit(1)
 
 

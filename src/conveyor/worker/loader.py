@@ -1,6 +1,7 @@
 """``load_app("pkg.module:app")``: import the module and return its ``Conveyor`` (for the CLI and
 child processes). ``"pkg.module"`` alone means the attribute ``app``. The current directory is put on
-``sys.path`` first, as ``python -m`` would. ``CONVEYOR_WORKER_URL``, when set, moves the app to that
+``sys.path`` first, as ``python -m`` would; ``"path/to/module.py:app"`` (or without ``.py``) imports
+the module from its directory. ``CONVEYOR_WORKER_URL``, when set, moves the app to that
 broker (how ``conveyor --url URL worker`` reaches the child processes of ``--processes N``)."""
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def load_object(ref: str) -> Any:
         raise ConfigurationError(f"bad import reference {ref!r}: expected 'pkg.module:app'")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if "/" in module_name or os.sep in module_name or module_name.endswith(".py"):
+        module_name = _from_path(ref, module_name)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -40,6 +43,20 @@ def load_object(ref: str) -> Any:
         except AttributeError:
             raise ConfigurationError(f"{module_name!r} has no attribute {attr or 'app'!r}") from None
     return obj
+
+
+def _from_path(ref: str, path: str) -> str:
+    """``dir/shop`` or ``dir/shop.py``: put ``dir`` on ``sys.path`` and return ``shop``."""
+    file = path if path.endswith(".py") else path + ".py"
+    if not os.path.isfile(file):
+        raise ConfigurationError(
+            f"bad app reference {ref!r}: no file {file}; expected 'pkg.module:app' (importable from the current"
+            " directory) or 'path/to/module.py:app'"
+        )
+    directory = os.path.abspath(os.path.dirname(file))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    return os.path.basename(file)[: -len(".py")]
 
 
 def load_app(ref: str) -> Conveyor:

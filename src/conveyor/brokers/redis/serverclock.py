@@ -29,16 +29,20 @@ class ServerClock:
         self._lock = threading.Lock()
         self.offset = 0.0
         self._next_sync = 0.0
-        self.sync()
+        self.sync(first=True)
 
-    def sync(self) -> float:
-        """Measure the offset now; returns it (the previous one is kept if the server is unreachable)."""
+    def sync(self, first: bool = False) -> float:
+        """Measure the offset now; returns it (the previous one is kept if the server is unreachable).
+
+        A failure of the ``first`` measurement is logged at DEBUG only: the caller's first command meets
+        the same unreachable server and raises ``BrokerUnavailable``, which says it in one line."""
         try:
             before = time.time()
             seconds, micros = self._client.time()
             after = time.time()
         except redis.RedisError as exc:
-            log.warning("could not read the server clock (%s); keeping offset %.6fs", exc, self.offset)
+            level = logging.DEBUG if first else logging.WARNING
+            log.log(level, "could not read the server clock (%s); keeping offset %.6fs", exc, self.offset)
             self._next_sync = time.monotonic() + 5.0
             return self.offset
         self.offset = seconds + micros / 1e6 - (before + after) / 2
