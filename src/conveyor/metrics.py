@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from conveyor.app import Conveyor
 
-__all__ = ["CONTENT_TYPE", "BrokerCollector", "Metrics", "MetricsMiddleware"]
+__all__ = ["CONTENT_TYPE", "BrokerCollector", "Metrics", "MetricsMiddleware", "serve_registry"]
 
 log = logging.getLogger("conveyor.metrics")
 
@@ -149,20 +149,26 @@ class Metrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
         """Serve ``/metrics`` over HTTP in a daemon thread; returns a function that stops it."""
-        from prometheus_client import start_http_server
+        return serve_registry(self.registry, port, host)
 
-        try:
-            server, thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:  # say which address: the OS error alone does not
-            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            raise ConfigurationError(f"cannot serve metrics on {where}: {(exc.strerror or str(exc)).lower()}") from None
 
-        def stop() -> None:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
+def serve_registry(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
+    """Serve ``registry`` on ``/metrics`` in a daemon thread; returns a function that stops it.
+    ConfigurationError (naming the address) when it cannot listen there."""
+    from prometheus_client import start_http_server
 
-        return stop
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # say which address: the OS error alone does not
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ConfigurationError(f"cannot serve metrics on {where}: {(exc.strerror or str(exc)).lower()}") from None
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
 
 
 class MetricsMiddleware(Middleware):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -163,3 +164,65 @@ def test_dashboard_rejects_malformed_basic_auth() -> None:
     result = CliRunner().invoke(cli_group, ["--url", "memory://", "dashboard", "--basic-auth", "nopassword"])
     assert result.exit_code == 2
     assert "USER:PASSWORD" in result.stderr
+
+
+def scrape_metrics(port: int) -> str:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return ""
+
+
+def series(text: str, name: str) -> dict[str, float]:
+    """``{labels: value}`` of one series in an exposition."""
+    found = {}
+    for match in re.finditer(rf"^{name}(\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE):
+        found[match.group(1) or ""] = float(match.group(2))
+    return found
+
+
+def test_process_mode_exports_the_summed_counters_of_every_child(
+    tmp_path: Path, sqlite_url: str, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    (tmp_path / "pm_tasks.py").write_text(
+        textwrap.dedent(
+            """
+            from conveyor import Conveyor
+
+            app = Conveyor()
+
+            @app.task
+            def add(a: int, b: int) -> int:
+                return a + b
+
+            @app.task(max_retries=0)
+            def fail() -> None:
+                raise ValueError("no")
+            """
+        )
+    )
+    with Conveyor(sqlite_url) as producer:
+        producer.enqueue_many("add", [([i, i], {}) for i in range(40)])
+        producer.enqueue_many("fail", [([], {}) for _ in range(5)])
+    port = free_port()
+    worker = spawn(
+        "worker", "pm_tasks:app", "-p", "2", "-c", "2", "--metrics-port", str(port), url=sqlite_url, cwd=tmp_path
+    )
+    processed = 'conveyor_tasks_processed_total{queue="default",task="add"} 40.0'
+    failed = 'conveyor_tasks_processed_total{queue="default",task="fail"} 5.0'
+    wait_for(lambda: processed in (text := scrape_metrics(port)) and failed in text, what="every task counted")
+    text = scrape_metrics(port)
+    assert series(text, "conveyor_tasks_failed_total") == {'{queue="default",task="fail"}': 5.0}
+    assert series(text, "conveyor_task_duration_seconds_count") == {
+        '{queue="default",task="add"}': 40.0,
+        '{queue="default",task="fail"}': 5.0,
+    }
+    # broker-wide gauges: once, from the supervisor (not once per child)
+    depth = series(text, "conveyor_queue_tasks")
+    assert depth['{queue="default",state="completed"}'] == 40.0
+    assert depth['{queue="default",state="archived"}'] == 5.0
+    assert len(series(text, "conveyor_broker_up")) == 1
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr
+    assert "middleware" not in stderr

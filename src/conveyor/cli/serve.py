@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import os
 import socket
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -70,18 +71,23 @@ def worker(
         "summary_interval": summary_interval,
     }
     overrides.update({name: value for name, value in given.items() if value is not None})
-    stop_metrics = None
-    if metrics_port is not None:
-        from conveyor.metrics import Metrics
-
-        metrics = Metrics(app)
-        # Task counters are fed in this process; child processes (--processes > 1) are not counted.
-        overrides["middleware"] = (metrics.middleware(),)
-        stop_metrics = metrics.serve(metrics_port, metrics_host)
-        click.echo(f"metrics on http://{_netloc(metrics_host, metrics_port)}/metrics", err=True)
     config = WorkerConfig.from_env(**overrides)
     broker = redact(app.url) if app.url else repr(app.broker)
     click.echo(f"worker {app_path} on {broker}, queues {','.join(config.queues)}", err=True)
+    stop_metrics = None
+    if metrics_port is not None:
+        if config.processes >= 1:  # children count (by reference: objects cannot cross), the supervisor sums
+            from conveyor.metrics_multiprocess import MIDDLEWARE_REF, serve_children
+
+            stop_metrics = serve_children(app, metrics_port, metrics_host)
+            config = replace(config, middleware_refs=(*config.middleware_refs, MIDDLEWARE_REF))
+        else:
+            from conveyor.metrics import Metrics
+
+            metrics = Metrics(app)
+            stop_metrics = metrics.serve(metrics_port, metrics_host)
+            config = replace(config, middleware=(*config.middleware, metrics.middleware()))
+        click.echo(f"metrics on http://{_netloc(metrics_host, metrics_port)}/metrics", err=True)
     try:
         code = run_worker(app_path if config.processes >= 1 else app, config)
     finally:
