@@ -8,6 +8,7 @@ Everything Conveyor raises on its own account derives from one root::
     ├── TaskNotFound              no task with that id (or past its retention) (also KeyError)
     ├── DuplicateTask             task id taken, or a unique task is still unfinished; ``.existing_id``
     ├── QueueFull                 the queue's ``max_size`` would be exceeded; nothing was written
+    ├── QueueNotFound             no queue of that name is known (also KeyError)
     ├── LeaseLost                 the lease expired or was taken over; the call changed nothing
     ├── InvalidTransition         an admin action that does not apply to the task's state
     ├── UnknownTask               no handler is registered under that name
@@ -38,6 +39,7 @@ __all__ = [
     "LeaseLost",
     "PermanentError",
     "QueueFull",
+    "QueueNotFound",
     "ResultTimeout",
     "Retry",
     "SchemaError",
@@ -88,6 +90,18 @@ class QueueFull(ConveyorError):
         super().__init__(f"queue {queue!r} is full (max_size={max_size})")
         self.queue = queue
         self.max_size = max_size
+
+
+class QueueNotFound(ConveyorError, KeyError):
+    """No queue of this name is known (it never held a task nor had settings, or was deleted)."""
+
+    def __init__(self, queue: str, known: tuple[str, ...] = ()) -> None:
+        super().__init__(queue)
+        self.queue = queue
+        self.known = known
+
+    def __str__(self) -> str:
+        return f"queue not found: {self.queue!r}" + (f" (known: {', '.join(self.known)})" if self.known else "")
 
 
 class LeaseLost(ConveyorError):

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conveyor._validate import check_int, check_queue, check_task_id
-from conveyor.brokers.base import KeepsHistory
-from conveyor.errors import ConfigurationError
+from conveyor.brokers.base import ForgetsQueues, KeepsHistory
+from conveyor.errors import ConfigurationError, InvalidTransition, QueueNotFound
 from conveyor.history import KEEP_MINUTES, MinuteCounts, fold, window
 from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
 
@@ -78,11 +78,33 @@ class Inspector:
         its child is stopped after a grace) and nothing it settles later counts. See docs/reliability.md."""
         return self.app.broker.cancel(check_task_id(task_id), self.app.now())
 
+    def queue(self, name: str) -> QueueInfo:
+        """One known queue. Raises QueueNotFound (naming the known ones)."""
+        check_queue(name)
+        queues = self.queues()
+        for info in queues:
+            if info.name == name:
+                return info
+        raise QueueNotFound(name, tuple(q.name for q in queues))
+
     def pause(self, queue: str) -> None:
-        self.app.broker.set_paused(check_queue(queue), True)
+        """Pause a known queue (QueueNotFound otherwise: a typo must not make a new, paused queue)."""
+        self.app.broker.set_paused(self.queue(queue).name, True)
 
     def resume(self, queue: str) -> None:
-        self.app.broker.set_paused(check_queue(queue), False)
+        self.app.broker.set_paused(self.queue(queue).name, False)
+
+    def delete_queue(self, queue: str) -> None:
+        """Forget an empty queue: its settings and its place in ``queues()``. Raises QueueNotFound, or
+        InvalidTransition while it holds tasks (purge them first)."""
+        broker = self.app.broker
+        if not isinstance(broker, ForgetsQueues):
+            raise InvalidTransition(f"this broker ({type(broker).__name__}) cannot delete queues")
+        held = broker.forget_queue(check_queue(queue))
+        if held is None:
+            raise QueueNotFound(queue, tuple(q.name for q in self.queues()))
+        if held:
+            raise InvalidTransition(f"queue {queue!r} still holds {held} task(s); purge them first")
 
     def purge(self, queue: str, state: TaskState | str, limit: int | None = None) -> int:
         """Delete every task of ``queue`` in ``state`` (not active); returns how many."""

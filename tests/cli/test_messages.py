@@ -61,7 +61,10 @@ def test_dashboard_port_in_use_names_the_address(here: Path, busy_port: int) -> 
 def test_metrics_port_in_use_names_the_address(here: Path, busy_port: int) -> None:
     result = run("worker", "msg_tasks:app", "--metrics-port", str(busy_port))
     assert result.exit_code == 1
-    assert result.stderr == f"Error: cannot serve metrics on 127.0.0.1:{busy_port}: address already in use\n"
+    assert result.stderr == (
+        "worker msg_tasks:app on memory://, queues default\n"
+        f"Error: cannot serve metrics on 127.0.0.1:{busy_port}: address already in use\n"
+    )
 
 
 @pytest.mark.slow

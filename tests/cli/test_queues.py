@@ -33,7 +33,7 @@ def test_global_json_flag_works_before_the_command(cli: Invoke, app: Conveyor) -
 
 def test_stats_watch_redraws_until_stopped(cli: Invoke, app: Conveyor) -> None:
     app.enqueue("a", queue="live")
-    result = cli("stats", "--watch", "--interval", "0", "--iterations", "2")
+    result = cli("stats", "--watch", "--interval", "0.1", "--iterations", "2")
     assert result.exit_code == 0, result.output
     assert "live" in result.stdout
 

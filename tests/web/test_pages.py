@@ -187,3 +187,10 @@ def test_mounted_under_a_prefix_links_and_actions_stay_inside(
     done = client.post("/admin/queues/tasks/m-1/archive", data={"csrf": token, "next": "/admin/queues/tasks/m-1"})
     assert done.status_code == 303 and done.headers["location"].startswith("/admin/queues/tasks/m-1?")
     assert app.get("m-1").state == "archived"
+
+
+def test_queue_page_of_an_unknown_queue_is_404(client: TestClient, app: Conveyor) -> None:
+    app.enqueue("job")
+    response = client.get("/queues/nosuchqueue")
+    assert response.status_code == 404
+    assert "queue not found: &#39;nosuchqueue&#39;" in response.text

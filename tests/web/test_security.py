@@ -75,7 +75,8 @@ def test_token_is_required_when_set(make_client: Callable[..., TestClient]) -> N
     assert client.get("/healthz").status_code == 200  # health checks need no secret
 
 
-def test_token_in_the_url_once_becomes_a_cookie(make_client: Callable[..., TestClient]) -> None:
+def test_token_in_the_url_once_becomes_a_cookie(make_client: Callable[..., TestClient], app: Conveyor) -> None:
+    app.enqueue("job")  # the queue exists
     client = make_client(token="s3cret")
     first = client.get("/queues/default?state=retry&token=s3cret")
     assert first.status_code == 303 and first.headers["location"] == "/queues/default?state=retry"

@@ -74,6 +74,7 @@ __all__ = [
     "ClaimsAfterWait",
     "DeclaresTasks",
     "EventCallback",
+    "ForgetsQueues",
     "KeepsHistory",
     "WaitsForWork",
     "announce_cancel",
@@ -353,4 +354,17 @@ class DeclaresTasks(Protocol):
 
     def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
         """The stored declarations of ``names`` (None: all), by name; names never declared are absent."""
+        ...
+
+
+@runtime_checkable
+class ForgetsQueues(Protocol):
+    """Optional capability: forget an empty queue (``conveyor queues delete``), so a queue made by a
+    typo (a pause, a configure, a task since purged) does not stay listed forever. Every broker here
+    has it."""
+
+    def forget_queue(self, queue: str) -> int | None:
+        """Forget ``queue``'s settings and its place in ``queues()`` if it holds no task in any state
+        (retained completed and archived ones count). Returns 0 when forgotten, the number of tasks
+        it holds when it holds some (nothing changed), None when no such queue is known."""
         ...

@@ -87,6 +87,7 @@ for _command in (
     queues.pause,
     queues.resume,
     queues.purge,
+    queues.queues,
     doctor.doctor,
     serve.worker,
     serve.dashboard,

@@ -1,4 +1,4 @@
-"""Queue commands: ``stats`` (``--watch``), ``pause`` / ``resume``, ``purge``."""
+"""Queue commands: ``stats`` (``--watch``), ``pause`` / ``resume``, ``purge``, ``queues delete``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from conveyor.cli.output import STATES, console, emit, json_option, queue_table, worker_table
 from conveyor.cli.state import CliState, pass_state
 
-__all__ = ["pause", "purge", "resume", "stats"]
+__all__ = ["pause", "purge", "queues", "resume", "stats"]
+
+#: The shortest refresh ``stats --watch`` accepts: each one reads every queue's counts from the broker.
+MIN_INTERVAL = 0.1
 
 
 @click.command()
 @click.option("--watch", "-w", is_flag=True, help="Refresh live until interrupted (Ctrl-C).")
-@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True, help="Seconds per refresh.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=MIN_INTERVAL),
+    default=2.0,
+    show_default=True,
+    help=f"Seconds per refresh (at least {MIN_INTERVAL}).",
+)
 @click.option("--iterations", type=click.IntRange(min=1), hidden=True, help="Stop watching after N refreshes.")
 @json_option
 @pass_state
@@ -59,7 +68,7 @@ def stats(state: CliState, watch: bool, interval: float, iterations: int | None)
 @json_option
 @pass_state
 def pause(state: CliState, queue: str) -> None:
-    """Pause QUEUE: workers stop claiming from it (enqueueing goes on)."""
+    """Pause QUEUE (a known one): workers stop claiming from it (enqueueing goes on)."""
     state.conveyor().inspect.pause(queue)
     emit(state.json, {"queue": queue, "paused": True}, lambda c: c.print(f"paused {queue}"))
 
@@ -103,3 +112,18 @@ def purge(state: CliState, queue: str, task_state: str, yes: bool, chunk: int) -
         {"queue": queue, "state": task_state, "deleted": deleted},
         lambda c: c.print(f"deleted {deleted} {task_state} task(s) from {queue}"),
     )
+
+
+@click.group()
+def queues() -> None:
+    """Manage queues themselves (``stats`` lists them)."""
+
+
+@queues.command("delete")
+@click.argument("queue")
+@json_option
+@pass_state
+def delete_queue(state: CliState, queue: str) -> None:
+    """Forget an empty QUEUE (its settings too); purge its tasks first."""
+    state.conveyor().inspect.delete_queue(queue)
+    emit(state.json, {"queue": queue, "deleted": True}, lambda c: c.print(f"deleted queue {queue}"))

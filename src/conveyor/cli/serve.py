@@ -14,7 +14,10 @@ import click
 from conveyor.cli.output import redact
 from conveyor.cli.state import CliState, pass_state
 
-__all__ = ["dashboard", "demo", "worker"]
+__all__ = ["MIN_TOKEN", "dashboard", "demo", "worker"]
+
+#: The shortest dashboard token accepted: a short one is guessed by trying.
+MIN_TOKEN = 16
 
 
 @click.command()
@@ -127,6 +130,12 @@ def dashboard(
 
     from conveyor.web import create_app
 
+    if token is not None and len(token) < MIN_TOKEN:
+        raise click.BadParameter(
+            f"must be at least {MIN_TOKEN} characters; make one with:"
+            " python -c 'import secrets; print(secrets.token_urlsafe())'",
+            param_hint="--token",
+        )
     credentials: tuple[str, str] | None = None
     if basic_auth:
         user, sep, password = basic_auth.partition(":")

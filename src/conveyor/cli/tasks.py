@@ -133,15 +133,23 @@ def ls(state: CliState, queue: str, task_state: str, limit: int, offset: int) ->
     """List a page of tasks of one queue in one state."""
     app = state.conveyor()
     infos = app.inspect.list(queue, task_state, offset=offset, limit=limit)
+    total = next((q.counts.get(task_state, 0) for q in app.inspect.queues() if q.name == queue), 0)
     now = app.now()
 
     def render(c: Console) -> None:
-        table = Table(title=f"{queue} · {task_state} · {offset + 1}-{offset + len(infos)}", title_justify="left")
+        if not infos:
+            past = f" at offset {offset} (there are {total})" if total else ""
+            c.print(f"no {task_state} tasks in queue {queue!r}{past}")
+            return
+        last = offset + len(infos)
+        table = Table(title=f"{queue} · {task_state} · {offset + 1}-{last} of {total}", title_justify="left")
         for column in ("id", "name", "state", "attempts", "priority", "when", "last error"):
             table.add_column(column, no_wrap=column == "id")
         for info in infos:
             table.add_row(*task_row(info, now))
-        c.print(table if infos else f"no {task_state} tasks in queue {queue!r}")
+        c.print(table)
+        if last < total:
+            c.print(f"more: --offset {last}")
 
     emit(state.json, infos, render)
 

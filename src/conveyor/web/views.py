@@ -131,13 +131,15 @@ async def queue(request: Request) -> Response:
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, str(exc), 400)
     info = next((q for q in dash.conveyor.inspect.queues() if q.name == name), None)
-    counts = info.counts if info else {s: 0 for s in [*STATES, "total"]}
+    if info is None:
+        return message(request, f"queue not found: {name!r}", 404)
+    counts = info.counts
     return render(
         request,
         "queue.html",
         {
             "queue": name,
-            "paused": bool(info and info.settings.paused),
+            "paused": info.settings.paused,
             "counts": counts,
             "state": state,
             "tasks": tasks,

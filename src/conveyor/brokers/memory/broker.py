@@ -298,6 +298,13 @@ class MemoryBroker(MemoryStore):
         with self._lock:
             return [info for wid, (info, until) in sorted(self._workers.items()) if until > now]
 
+    def forget_queue(self, queue: str) -> int | None:
+        with self._lock:
+            held = sum(1 for r in self._tasks.values() if r.queue == queue)
+            if held:
+                return held
+            return None if self._settings.pop(queue, None) is None else 0
+
     def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
         with self._lock:
             self._declared.update((d.name, d) for d in declarations)

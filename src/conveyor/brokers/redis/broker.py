@@ -290,6 +290,10 @@ class RedisBroker:
             pipe.hset(self.keys.settings(queue), "pa", "1" if paused else "0")
             pipe.execute()
 
+    def forget_queue(self, queue: str) -> int | None:
+        answer = str(self._call("forget_queue", 0.0, queue))
+        return None if answer == "unknown" else 0 if answer == "forgotten" else int(answer)
+
     # -- admin ---------------------------------------------------------------------------------
 
     def _admin(self, name: str, verb: str, task_id: str, now: float) -> Any:

@@ -46,6 +46,7 @@ OPERATIONS = (
     "delete",
     "enqueue",
     "extend",
+    "forget_queue",
     "list",
     "promote",
     "purge",

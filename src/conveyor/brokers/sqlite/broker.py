@@ -198,6 +198,15 @@ class SQLiteBroker:
     def set_paused(self, queue: str, paused: bool) -> None:
         self._write(lambda tx: admin.set_paused(tx, queue, paused))
 
+    def forget_queue(self, queue: str) -> int | None:
+        def forget(tx: Tx) -> int | None:
+            held = int(tx.execute("SELECT count(*) FROM tasks WHERE queue = ?", (queue,)).fetchone()[0])
+            if held:
+                return held
+            return 0 if tx.execute("DELETE FROM queues WHERE name = ?", (queue,)).rowcount else None
+
+        return self._write(forget)
+
     # -- admin ---------------------------------------------------------------------------------
 
     def run_now(self, task_id: str, now: float) -> None:

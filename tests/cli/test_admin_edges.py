@@ -1,0 +1,97 @@
+"""Admin edges: unknown queues are not made by accident and can be deleted; paging says where it is."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from click.testing import Result
+
+from conveyor import Conveyor, InvalidTransition, QueueNotFound
+
+Invoke = Callable[..., Result]
+
+
+def test_pause_of_an_unknown_queue_creates_nothing(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("job")
+    result = cli("pause", "nosuchqueue")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: queue not found: 'nosuchqueue' (known: default)\n"
+    assert [q.name for q in app.inspect.queues()] == ["default"]
+
+
+def test_pause_and_resume_a_known_queue(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("job", queue="mail")
+    assert cli("pause", "mail").stdout == "paused mail\n"
+    assert app.inspect.queue("mail").settings.paused
+    assert cli("resume", "mail").stdout == "resumed mail\n"
+
+
+def test_queues_delete_forgets_an_empty_queue_and_its_settings(cli: Invoke, app: Conveyor) -> None:
+    app.configure_queue("typo", max_size=5)
+    app.enqueue("job")
+    result = cli("queues", "delete", "typo")
+    assert (result.exit_code, result.stdout) == (0, "deleted queue typo\n")
+    assert [q.name for q in app.inspect.queues()] == ["default"]
+    app.enqueue("job", queue="typo")  # a new queue of that name starts with no settings
+    assert app.inspect.queue("typo").settings.max_size is None
+
+
+def test_queues_delete_refuses_a_queue_with_tasks(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("job", queue="busy")
+    result = cli("queues", "delete", "busy")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: queue 'busy' still holds 1 task(s); purge them first\n"
+    assert cli("purge", "busy", "-s", "pending", "-y").exit_code == 0
+    assert cli("queues", "delete", "busy").exit_code == 0
+
+
+def test_queues_delete_of_an_unknown_queue(cli: Invoke, app: Conveyor) -> None:
+    result = cli("queues", "delete", "nope")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: queue not found: 'nope'\n"
+
+
+def test_inspector_delete_queue_errors(app: Conveyor) -> None:
+    with pytest.raises(QueueNotFound):
+        app.inspect.delete_queue("nope")
+    app.enqueue("job")
+    with pytest.raises(InvalidTransition):
+        app.inspect.delete_queue("default")
+
+
+def test_ls_shows_the_total_and_the_next_page(cli: Invoke, app: Conveyor) -> None:
+    for _ in range(3):
+        app.enqueue("job")
+    out = cli("ls", "-n", "2").stdout
+    assert "default · pending · 1-2 of 3" in out
+    assert out.endswith("more: --offset 2\n")
+    last = cli("ls", "-n", "2", "--offset", "2").stdout
+    assert "3-3 of 3" in last and "more:" not in last
+
+
+def test_ls_past_the_end_says_how_many_there_are(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("job")
+    assert cli("ls", "--offset", "10").stdout == "no pending tasks in queue 'default' at offset 10 (there are 1)\n"
+    assert cli("ls", "-s", "retry").stdout == "no retry tasks in queue 'default'\n"
+
+
+def test_ls_json_is_still_the_list_of_tasks(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("job", task_id="t1")
+    assert [t["id"] for t in json.loads(cli("ls", "--json").stdout)] == ["t1"]
+
+
+def test_dashboard_refuses_a_short_token(cli: Invoke) -> None:
+    result = cli("dashboard", "--token", "short")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (
+        "Error: Invalid value for --token: must be at least 16 characters; make one with:"
+        " python -c 'import secrets; print(secrets.token_urlsafe())'"
+    )
+
+
+def test_stats_watch_refuses_a_zero_interval(cli: Invoke) -> None:
+    result = cli("stats", "--watch", "--interval", "0")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == ("Error: Invalid value for '--interval': 0.0 is not in the range x>=0.1.")
