@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -109,3 +110,38 @@ def test_next_outside_the_dashboard_is_ignored(client: TestClient, app: Conveyor
         done = client.post(f"/tasks/{other}/archive", data={"csrf": csrf(client), "next": target})
         assert done.headers["location"].startswith(f"/tasks/{other}?"), target
     assert app.get(task_id).state == TaskState.PENDING
+
+
+def test_bulk_failures_say_why(client: TestClient, app: Conveyor, csrf: Csrf) -> None:
+    task_id = app.enqueue("job").id
+    form = {"csrf": csrf(client), "action": "archive", "ids": [task_id, "missing"]}
+    done = client.post("/queues/default/bulk", data=form)
+    page = client.get(done.headers["location"])
+    assert "archived: 1 task(s); 1 could not be changed (task not found: &#39;missing&#39;)" in page.text
+
+
+@pytest.mark.parametrize(
+    ("state", "buttons"),
+    [
+        ("pending", ["archive", "cancel", "delete"]),
+        ("scheduled", ["run-now", "archive", "cancel", "delete"]),
+        ("active", ["cancel"]),
+        ("completed", ["delete"]),
+        ("archived", ["run-now", "delete"]),
+    ],
+)
+def test_bulk_buttons_are_only_those_that_apply_to_the_state(
+    client: TestClient, app: Conveyor, state: str, buttons: list[str]
+) -> None:
+    @app.task
+    def job() -> None: ...
+
+    app.enqueue("job", delay=60 if state == "scheduled" else None)
+    if state == "active":
+        app.claim()
+    elif state == "completed":
+        app.worker().run_until_idle()
+    elif state == "archived":
+        app.inspect.archive(app.inspect.list("default", "pending")[0].id)
+    page = client.get(f"/queues/default?state={state}").text
+    assert re.findall(r'name="action" value="([a-z-]+)"', page) == buttons

@@ -48,7 +48,7 @@ def _back(request: Request, form: dict[str, list[str]], default: str, **flash: A
     if not target.startswith(base + "/") or target.startswith("//") or "\\" in target:
         target = default
     path, _, query = target.partition("?")
-    params = [(k, v) for k, v in parse_qsl(query) if k not in ("done", "n", "failed")]
+    params = [(k, v) for k, v in parse_qsl(query) if k not in ("done", "n", "failed", "why")]
     params += [(k, str(v)) for k, v in flash.items()]
     return RedirectResponse(f"{path}?{urlencode(params)}", status_code=303)
 
@@ -108,10 +108,15 @@ async def bulk_action(request: Request) -> Response:
         return message(request, f"unknown action {action!r}", 400)
     inspector = dashboard_of(request).conveyor.inspect
     done = failed = 0
+    why = ""  # the first failure's reason: the flash says why, not only how many
     for task_id in form.get("ids", []):
         try:
             TASK_ACTIONS[action](inspector, task_id)
             done += 1
-        except (ConveyorError, ValueError, TypeError):
+        except (ConveyorError, ValueError, TypeError) as exc:
             failed += 1
-    return _back(request, form, f"{base_path(request)}/queues/{name}", done=action, n=done, failed=failed)
+            why = why or str(exc)
+    flash: dict[str, Any] = {"done": action, "n": done, "failed": failed}
+    if why:
+        flash["why"] = why[:200]
+    return _back(request, form, f"{base_path(request)}/queues/{name}", **flash)

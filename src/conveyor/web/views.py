@@ -54,7 +54,8 @@ def render(request: Request, template: str, context: dict[str, Any], status_code
     if done in DONE:
         flash = DONE[done] + (f": {int(count)} task(s)" if count and count.isdigit() else "")
         if failed and failed.isdigit() and int(failed):
-            flash += f"; {int(failed)} could not be changed"
+            why = request.query_params.get("why", "")[:200]
+            flash += f"; {int(failed)} could not be changed" + (f" ({why})" if why else "")
     full = {
         "base": base_path(request),
         "csrf": dash.csrf.token(request),
