@@ -2,12 +2,16 @@
 
 It creates a fresh SQLite file, enqueues a mix of tasks (fast, CPU, async, flaky with retries,
 permanently failing, delayed, prioritised), starts two real worker processes, shows live progress,
-stops the workers with SIGTERM once every task is finished, and prints a summary. It ends by itself.
+stops the workers with SIGTERM once every task is finished, and prints a summary. It ends by itself,
+with the command that opens the dashboard on its database. That database lives in one directory per
+user (``$TMPDIR/conveyor-demo-<user>``), emptied at the start of each run, so runs leave nothing else.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,10 +100,21 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
     return codes
 
 
+def demo_dir() -> Path:
+    """Where the demo keeps its database and worker log: the same directory every run."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name (some containers)
+        user = str(os.getuid())
+    return Path(tempfile.gettempdir()) / f"conveyor-demo-{user}"
+
+
 def main(timeout: float = 120.0, workers: int = 2) -> int:
     """Run the demo; returns a process exit code (0 when every task finished as expected)."""
-    console = Console()
-    workdir = Path(tempfile.mkdtemp(prefix="conveyor-demo-"))
+    console = Console(soft_wrap=True)  # piped output keeps its lines whole (URLs, commands)
+    workdir = demo_dir()
+    shutil.rmtree(workdir, ignore_errors=True)  # the last run's database: each run starts empty
+    workdir.mkdir(mode=0o700)
     url = f"sqlite:///{workdir / 'demo.db'}"
     env = {**os.environ, "CONVEYOR_URL": url}
     os.environ["CONVEYOR_URL"] = url  # the demo tasks module builds its app from it
@@ -151,16 +166,26 @@ def _summary(
     console.print()
     console.print(
         f"[bold]Summary[/]: {completed} completed, {archived} archived of {total} in {elapsed:.1f} s "
-        f"({completed / elapsed if elapsed else 0:.0f} tasks/s with 2 worker processes)"
+        f"({completed / elapsed if elapsed else 0:.0f} tasks/s with {len(codes)} worker processes)"
     )
-    console.print(f"  {retried} tasks succeeded after retries; archived by reason: {dict(reasons) or '{}'}")
+    why = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items())) or "none"
+    console.print(f"  {retried} tasks succeeded after retries; archived by reason: {why}")
     console.print(f"  workers stopped gracefully with exit codes {codes}; their logs: {log_path}")
     if not finished:
         console.print("[red]demo did not finish in time[/]")
         console.print(log_path.read_text(errors="replace")[-3000:], markup=False)
         return 1
     app.close()
+    _next_steps(console, str(app.url))
     return 0
+
+
+def _next_steps(console: Console, url: str) -> None:
+    command = shutil.which("conveyor") or str(Path(sys.executable).with_name("conveyor"))
+    console.print()
+    console.print("[bold]Next[/]: look around the demo's tasks in the dashboard (Ctrl-C stops it):")
+    console.print(f"  {command} --url {url} dashboard", markup=False)
+    console.print("  then read README.md (your own tasks), docs/cli.md (every command) and docs/operations.md")
 
 
 if __name__ == "__main__":
