@@ -88,11 +88,12 @@ class Inspector:
         raise QueueNotFound(name, tuple(q.name for q in queues))
 
     def pause(self, queue: str) -> None:
-        """Pause a known queue (QueueNotFound otherwise: a typo must not make a new, paused queue)."""
-        self.app.broker.set_paused(self.queue(queue).name, True)
+        """Pause ``queue``, known or not yet (a queue may be paused ahead of its first task; the CLI
+        asks for ``--create`` then, so a typo does not make a new, paused queue)."""
+        self.app.broker.set_paused(check_queue(queue), True)
 
     def resume(self, queue: str) -> None:
-        self.app.broker.set_paused(self.queue(queue).name, False)
+        self.app.broker.set_paused(check_queue(queue), False)
 
     def delete_queue(self, queue: str) -> None:
         """Forget an empty queue: its settings and its place in ``queues()``. Raises QueueNotFound, or

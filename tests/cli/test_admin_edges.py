@@ -95,3 +95,8 @@ def test_stats_watch_refuses_a_zero_interval(cli: Invoke) -> None:
     result = cli("stats", "--watch", "--interval", "0")
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1] == ("Error: Invalid value for '--interval': 0.0 is not in the range x>=0.1.")
+
+
+def test_pause_create_pauses_a_queue_ahead_of_its_first_task(cli: Invoke, app: Conveyor) -> None:
+    assert cli("pause", "later", "--create").stdout == "paused later\n"
+    assert app.inspect.queue("later").settings.paused

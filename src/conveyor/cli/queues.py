@@ -65,11 +65,15 @@ def stats(state: CliState, watch: bool, interval: float, iterations: int | None)
 
 @click.command()
 @click.argument("queue")
+@click.option("--create", is_flag=True, help="Pause QUEUE even if it has no task yet (ahead of its first).")
 @json_option
 @pass_state
-def pause(state: CliState, queue: str) -> None:
-    """Pause QUEUE (a known one): workers stop claiming from it (enqueueing goes on)."""
-    state.conveyor().inspect.pause(queue)
+def pause(state: CliState, queue: str, create: bool) -> None:
+    """Pause QUEUE: workers stop claiming from it (enqueueing goes on)."""
+    inspector = state.conveyor().inspect
+    if not create:
+        inspector.queue(queue)  # QueueNotFound: a typo must not make a new, paused queue
+    inspector.pause(queue)
     emit(state.json, {"queue": queue, "paused": True}, lambda c: c.print(f"paused {queue}"))
 
 
@@ -79,7 +83,9 @@ def pause(state: CliState, queue: str) -> None:
 @pass_state
 def resume(state: CliState, queue: str) -> None:
     """Resume a paused QUEUE."""
-    state.conveyor().inspect.resume(queue)
+    inspector = state.conveyor().inspect
+    inspector.queue(queue)  # QueueNotFound rather than a new queue
+    inspector.resume(queue)
     emit(state.json, {"queue": queue, "paused": False}, lambda c: c.print(f"resumed {queue}"))
 
 

@@ -87,6 +87,7 @@ async def queue_action(request: Request) -> Response:
     flash: dict[str, Any] = {"done": action}
     try:
         if action == "pause":
+            inspector.queue(name)  # QueueNotFound: never a new queue from a forged form
             inspector.pause(name)
         elif action == "resume":
             inspector.resume(name)
