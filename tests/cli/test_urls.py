@@ -66,12 +66,17 @@ def test_a_sqlite_url_with_too_few_slashes_is_an_error(empty_dir: Path, url: str
     assert list(empty_dir.iterdir()) == []
 
 
-def test_an_empty_url_is_a_usage_error(empty_dir: Path) -> None:
-    result = run("--url", "", "stats")
-    assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == (
-        "Error: Invalid value for --url: empty broker URL; expected memory://, sqlite:///path.db or redis://host:6379/0"
+def test_an_empty_url_is_a_usage_error(empty_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = (
+        "Error: Invalid value for --url / CONVEYOR_URL: empty broker URL;"
+        " expected memory://, sqlite:///path.db or redis://host:6379/0"
     )
+    result = run("--url", "", "stats")
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (2, expected)
+    monkeypatch.setenv("CONVEYOR_URL", "")
+    result = run("stats")
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (2, expected)
+    assert list(empty_dir.iterdir()) == []
 
 
 def test_an_unknown_scheme_names_the_known_ones(empty_dir: Path) -> None:

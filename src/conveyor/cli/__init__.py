@@ -7,6 +7,7 @@ The broker comes from ``--url`` or ``CONVEYOR_URL``. Output is a rich table on a
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -43,9 +44,12 @@ class ConveyorGroup(click.Group):
 def cli(ctx: click.Context, url: str | None, as_json: bool, verbose: int) -> None:
     """Conveyor: run workers, inspect and operate queues, serve the dashboard."""
     state = ctx.ensure_object(CliState)
+    if url is None and os.environ.get("CONVEYOR_URL") == "":
+        url = ""  # set but empty (a template left unfilled): as wrong as --url ''
     if url is not None and not url.strip():
         raise click.BadParameter(
-            "empty broker URL; expected memory://, sqlite:///path.db or redis://host:6379/0", param_hint="--url"
+            "empty broker URL; expected memory://, sqlite:///path.db or redis://host:6379/0",
+            param_hint="--url / CONVEYOR_URL",
         )
     if url:
         state.url = url

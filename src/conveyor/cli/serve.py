@@ -63,6 +63,8 @@ def worker(
     logging.getLogger("conveyor").setLevel(log_level.upper())
     if state.url:  # --url or CONVEYOR_URL wins over the app's own broker, here and in child processes
         os.environ[URL_ENV] = state.url
+        ctx = click.get_current_context()
+        ctx.call_on_close(lambda: os.environ.pop(URL_ENV, None))  # an embedding process goes on unchanged
     app = load_app(app_path)
     overrides: dict[str, Any] = {}
     if queues:
