@@ -266,9 +266,16 @@ class Conveyor:
         stored, default_limit, options_error = describe_stored(
             record.options, registered.options if registered else None
         )
+        # The limit a worker recorded, else one given at enqueue, else what the workers serving the name
+        # declared, else this process's registration; else unknown (never the library default).
         limit = record.max_retries
-        if limit is None and (registered is not None or (options_error is None and "max_retries" in stored)):
-            limit = default_limit  # else only a worker knows it: unknown until one records it
+        if limit is None:
+            if options_error is None and "max_retries" in stored:
+                limit = default_limit
+            elif (declaration := self.declared.get(record.name)) is not None:
+                limit = declaration.max_retries
+            elif registered is not None:
+                limit = default_limit
         result = None
         if record.result is not None:
             try:

@@ -1,15 +1,17 @@
 """The retry limit a task runs with, as readers see it (``TaskInfo.max_retries`` / ``retries_left``).
 
 The limit is resolved where the task runs: from the enqueue's options, else the worker's registration.
-A reader without the handler cannot resolve it, so a worker records the limit on the task when an
-execution fails; until then such a reader shows it as unknown (None), never the library default.
+A reader without the handler learns it from the worker: a starting worker declares its tasks (their
+limits included, ``conveyor.declared``), and a worker records the limit on the task when an execution
+fails. Before either, such a reader shows it as unknown (None), never the library default.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from conveyor import ArchiveReason, Conveyor, FakeClock, TaskState, Worker
+from conveyor import ArchiveReason, Conveyor, FakeClock, TaskState, Worker, WorkerConfig
+from conveyor.worker.registry import Registry
 
 
 class Flaky(Exception):
@@ -95,3 +97,11 @@ def test_a_completed_task_without_failures_has_no_recorded_limit(producer: Conve
     lease.complete("ok")
     assert producer.get(task_id).state is TaskState.COMPLETED
     assert limits(producer, task_id) == (None, None)
+
+
+def test_a_reader_without_the_handler_learns_the_limit_once_a_worker_serving_it_starts(
+    producer: Conveyor, worker_side: Worker, app: Conveyor
+) -> None:
+    Registry(app, WorkerConfig(), "w1", running=lambda: (), counts=lambda: (0, 0)).tick()  # a worker's first beat
+    task_id = producer.enqueue("flaky").id
+    assert limits(producer, task_id) == (1, 1)  # the worker's limit before any execution, not the library's 3
