@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.brokers.base import ready_key, records_limit
-from conveyor.brokers.sqlite.rows import Stored
-from conveyor.brokers.sqlite.tx import EXPIRED_ERROR, Tx, with_error
+from conveyor.brokers.sqlite.rows import COLUMNS, Stored, from_row
+from conveyor.brokers.sqlite.tx import Tx, with_error
 from conveyor.errors import QueueFull
 from conveyor.history import KEEP_MINUTES, Tally, window
 from conveyor.model import (
@@ -27,7 +27,7 @@ from conveyor.model import (
 __all__ = ["claim", "clean", "enqueue", "extend", "settle"]
 
 _S = TaskState
-_PENDING, _SCHEDULED = _S.PENDING.value, _S.SCHEDULED.value
+_PENDING, _SCHEDULED, _ACTIVE, _COMPLETED = _S.PENDING.value, _S.SCHEDULED.value, _S.ACTIVE.value, _S.COMPLETED.value
 _CHUNK = 500  # ids per ``IN (...)`` list, well under SQLite's variable limit
 _COUNT = (
     "INSERT INTO history (minute, queue, completed, retried, archived) VALUES (?, ?, ?, ?, ?)"
@@ -38,6 +38,21 @@ _COUNT = (
 _INSERT_TASK = (
     "INSERT INTO tasks (id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
     " next_run_at, expires_at, unique_key, ready_at, sort_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+#: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
+_READY = "SELECT seq FROM tasks WHERE queue = ? AND state = 'pending' ORDER BY sort_key, seq LIMIT ?"
+_CLAIM_BY_COUNT: dict[int, str] = {}
+
+#: The lease of each active task among some ids: ``seq, id, queue, lease_token`` (append ``(?, ...)``).
+_FENCES = "SELECT seq, id, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
+
+#: A completion, the columns ``Tx.finish`` would write: ``(now, keep_until, result, seq)``.
+_COMPLETE = (
+    "UPDATE tasks SET state = 'completed', finished_at = ?1, sort_key = ?1, keep_until = ?2, result = ?3,"
+    " last_error = NULL, next_run_at = NULL, lease_token = NULL, lease_expires_at = NULL, cancel_requested = 0"
+    " WHERE seq = ?4"
 )
 
 
@@ -139,62 +154,94 @@ def _duplicate_of(
 
 
 def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: int) -> list[TaskRecord]:
+    """Claim up to ``limit`` tasks, queue by queue, each in its pending order.
+
+    The sweep first archives every pending task past ``expires_at`` (``reap``), so what is pending
+    after it can be claimed as it is: one index read picks a queue's tasks and one ``UPDATE ...
+    RETURNING`` activates them all. The returned rows come in no particular order; they are put back
+    in the order the index gave. A lease token is a random base (``os.urandom``, fork-safe) plus the
+    row's ``seq``, as on Redis.
+    """
     if tx.anything_due(now):
         tx.promote(now, None)
         tx.reap(now, None)
     claimed: list[TaskRecord] = []
+    conn = tx.conn
+    events = tx.events
+    base = ""
     for queue in queues:
         if len(claimed) >= limit:
             break
         settings = tx.settings(queue)
         if settings.paused:
             continue
-        active = None if settings.concurrency is None else tx.count(queue, (_S.ACTIVE,))
-        while len(claimed) < limit:
-            need = limit - len(claimed)
-            if active is not None:
-                need = min(need, (settings.concurrency or 0) - active)
-                if need <= 0:
-                    break
-            ready = tx.rows("WHERE queue = ? AND state = 'pending' ORDER BY sort_key, seq LIMIT ?", (queue, need))
-            if not ready:
-                break
-            for stored in ready:
-                rec = stored.rec
-                if rec.expires_at is not None and rec.expires_at <= now:
-                    tx.archive(stored, ArchiveReason.EXPIRED, now, EXPIRED_ERROR)
-                    continue
-                rec = replace(
-                    rec,
-                    state=_S.ACTIVE,
-                    attempts=rec.attempts + 1,
-                    started_at=now,
-                    lease_token=secrets.token_hex(16),
-                    lease_expires_at=now + lease_for,
-                    cancel_requested=False,
-                )
-                claimed.append(tx.put(replace(stored, rec=rec), _S.PENDING, now).rec)
-                if active is not None:
-                    active += 1
+        need = limit - len(claimed)
+        if settings.concurrency is not None:
+            need = min(need, settings.concurrency - tx.count(queue, (_S.ACTIVE,)))
+            if need <= 0:
+                continue
+        tx.flush()
+        seqs = [row[0] for row in conn.execute(_READY, (queue, need))]
+        if not seqs:
+            continue
+        base = base or secrets.token_hex(12) + "-"
+        order = {seq: i for i, seq in enumerate(seqs)}
+        rows = conn.execute(_claim_sql(len(seqs)), (now, now + lease_for, base, *seqs)).fetchall()
+        rows.sort(key=lambda row: order[row[0]])
+        for row in rows:
+            rec = from_row(row).rec
+            claimed.append(rec)
+            events.append(Event(rec.id, _PENDING, _ACTIVE, queue, now))
     return claimed
 
 
+def _claim_sql(count: int) -> str:
+    sql = _CLAIM_BY_COUNT.get(count)
+    if sql is None:
+        sql = _CLAIM_BY_COUNT[count] = (
+            "UPDATE tasks SET state = 'active', attempts = attempts + 1, started_at = ?1, sort_key = ?1,"
+            " lease_token = ?3 || seq, lease_expires_at = ?2, cancel_requested = 0"
+            f" WHERE seq IN ({','.join('?' * count)}) RETURNING {COLUMNS}"
+        )
+    return sql
+
+
 def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
-    current: dict[str, Stored] = {}
+    """Apply ``outcomes`` (each fenced by its lease token) in order; True for each one applied.
+
+    One read fetches the fence of every task in the batch; completions (nearly every outcome) are
+    then written by one prepared ``UPDATE`` executed for the whole batch, with no record built. The
+    other kinds go through the record transitions of :class:`Tx`.
+    """
+    fences: dict[str, tuple[int, str, str | None]] = {}
     for chunk in _chunks(list({o.task_id for o in outcomes})):
-        current.update((s.rec.id, s) for s in tx.rows(f"WHERE id IN ({_marks(chunk)})", chunk))
+        cursor = tx.execute(f"{_FENCES} ({_marks(chunk)})", chunk)
+        fences.update((row[1], (row[0], row[2], row[3])) for row in cursor)
     applied: list[bool] = []
     tally = Tally()
+    completed: list[tuple[Any, ...]] = []
+    events = tx.events
     for outcome in outcomes:
-        stored = current.get(outcome.task_id)
-        if stored is None or stored.rec.state is not _S.ACTIVE or stored.rec.lease_token != outcome.token:
+        fence = fences.get(outcome.task_id)
+        if fence is None or fence[2] != outcome.token:
             applied.append(False)
             continue
-        if outcome.max_retries is not None and records_limit(outcome):
-            stored = replace(stored, rec=replace(stored.rec, max_retries=outcome.max_retries))
-        current[outcome.task_id] = _apply(tx, stored, outcome, now)
-        tally.add(stored.rec.queue, outcome.kind, now)
+        del fences[outcome.task_id]  # settled: a second outcome for it in this batch finds no lease
+        seq, queue, _ = fence
+        if outcome.kind == "complete":
+            keep = tx.policy.archive_retention if outcome.keep_for is None else outcome.keep_for
+            completed.append((now, now + keep, outcome.result, seq))
+            events.append(Event(outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
+        else:
+            stored = tx.rows("WHERE seq = ?", (seq,))[0]
+            if outcome.max_retries is not None and records_limit(outcome):
+                stored = replace(stored, rec=replace(stored.rec, max_retries=outcome.max_retries))
+            _apply(tx, stored, outcome, now)
+        tally.add(queue, outcome.kind, now)
         applied.append(True)
+    if completed:
+        tx.flush()
+        tx.conn.executemany(_COMPLETE, completed)
     for row in tally.rows():
         tx.execute(_COUNT, (row.minute, row.queue, row.completed, row.retried, row.archived))
     return applied

@@ -10,17 +10,17 @@ from conveyor._frozen import fast_init
 from conveyor.brokers.base import ready_key
 from conveyor.model import ArchiveReason, ErrorEntry, TaskRecord, TaskState
 
-__all__ = ["SELECT_TASK", "UPDATE_TASK", "Stored", "encode_errors", "from_row", "sort_key", "update_params"]
+__all__ = ["COLUMNS", "SELECT_TASK", "UPDATE_TASK", "Stored", "encode_errors", "from_row", "sort_key", "update_params"]
 
 _S = TaskState
 
 #: Every column a :class:`Stored` is built from, in :func:`from_row` order.
-SELECT_TASK = (
-    "SELECT seq, ready_at, id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
+COLUMNS = (
+    "seq, ready_at, id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
     " next_run_at, attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until,"
     " last_error, archive_reason, result, errors, lease_token, lease_expires_at, cancel_requested, max_retries"
-    " FROM tasks"
 )
+SELECT_TASK = f"SELECT {COLUMNS} FROM tasks"
 
 #: Writes every mutable column of a task (parameters from :func:`update_params`).
 UPDATE_TASK = (
@@ -42,35 +42,16 @@ class Stored:
 
 
 def from_row(row: tuple[Any, ...]) -> Stored:
+    """A row in :data:`SELECT_TASK` column order (or any statement returning the same columns)."""
     reason = row[21]
+    errors = row[23]
+    # positional: TaskRecord's field order; keywords cost more to match, and claims build one per task
     rec = TaskRecord(
-        id=row[2],
-        name=row[3],
-        queue=row[4],
-        state=_S(row[5]),
-        payload=row[6],
-        options=row[7],
-        priority=row[8],
-        enqueued_at=row[9],
-        first_due_at=row[10],
-        next_run_at=row[11],
-        attempts=row[12],
-        retries=row[13],
-        stalls=row[14],
-        expires_at=row[15],
-        unique_key=row[16],
-        started_at=row[17],
-        finished_at=row[18],
-        keep_until=row[19],
-        last_error=row[20],
-        archive_reason=None if reason is None else ArchiveReason(reason),
-        result=row[22],
-        errors=decode_errors(row[23]),
-        lease_token=row[24],
-        lease_expires_at=row[25],
-        cancel_requested=bool(row[26]),
-        max_retries=row[27],
-    )
+        row[2], row[3], row[4], _S(row[5]), row[6], row[7], row[8], row[9], row[10], row[11], row[12],
+        row[13], row[14], row[15], row[16], row[17], row[18], row[19], row[20],
+        None if reason is None else ArchiveReason(reason), row[22],
+        () if errors == "[]" else decode_errors(errors), row[24], row[25], bool(row[26]), row[27],
+    )  # fmt: skip
     return Stored(rec, row[0], row[1])
 
 
