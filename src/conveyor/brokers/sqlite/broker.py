@@ -23,6 +23,7 @@ from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.tx import Tx
+from conveyor.brokers.sqlite.wake import Doorbell
 from conveyor.declared import decode_declaration, encode_declaration
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
@@ -43,8 +44,12 @@ __all__ = ["SQLiteBroker"]
 
 T = TypeVar("T")
 
-#: How often an idle consumer checks the file for commits by other connections (``wait_for_work``).
+_PENDING = TaskState.PENDING.value
+
+#: How often an idle consumer checks the file for commits by other connections (``wait_for_work``):
+#: without a usable wake-up FIFO, and with one (then only for writers that do not ring it).
 _WAKE_CHECK = 0.002
+_WAKE_CHECK_RUNG = 0.02
 
 #: A broker trims the events table after writing this many events.
 _TRIM_EVERY = 10_000
@@ -66,6 +71,7 @@ class SQLiteBroker:
         self._db = Database(config)
         self._origin = secrets.token_hex(8)
         self._events = EventHub(self._db, self._origin, config.poll_interval)
+        self._bell = Doorbell(config.path)
         self._written_since_trim = 0
         self._seen = threading.local()  # data_version before each thread's last claim
 
@@ -102,7 +108,10 @@ class SQLiteBroker:
             return result
 
         outcome = self._db.write(attempt)
-        self._events.deliver(last[0].events)
+        events = last[0].events
+        if any(event.new_state == _PENDING for event in events):
+            self._bell.ring()  # after the commit: a consumer it wakes sees the task
+        self._events.deliver(events)
         if isinstance(outcome, _Failed):
             raise outcome.error
         return outcome
@@ -129,10 +138,13 @@ class SQLiteBroker:
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Block up to ``timeout`` s until another connection (any process) commits to the file.
 
-        Compares ``PRAGMA data_version`` (a read of shared memory, no I/O, no lock) with its value
-        before this thread's last claim, every ``_WAKE_CHECK`` seconds: an idle worker wakes within
-        about 2 ms of an enqueue. True is a hint (the commit may have been anything).
+        Sleeps on the file's wake-up FIFO (``wake``), which a broker rings after a commit that made
+        a task pending, so an idle worker wakes within a scheduler hop of an enqueue; and compares
+        ``PRAGMA data_version`` (a read of shared memory, no I/O, no lock) with its value before
+        this thread's last claim, every ``_WAKE_CHECK_RUNG`` s, or every ``_WAKE_CHECK`` s where
+        there is no FIFO. True is a hint (the commit may have been anything).
         """
+        rung = self._bell.listen()  # before the check: a ring after it is not lost
         seen = getattr(self._seen, "version", None)
         if seen is None:
             seen = self._db.data_version()
@@ -143,7 +155,10 @@ class SQLiteBroker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            time.sleep(min(_WAKE_CHECK, remaining))
+            if not rung:
+                time.sleep(min(_WAKE_CHECK, remaining))
+            elif self._bell.wait(min(_WAKE_CHECK_RUNG, remaining)):
+                return True
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         batch = list(outcomes)
@@ -280,6 +295,7 @@ class SQLiteBroker:
     def close(self) -> None:
         """Stop the event poller and close every connection. Idempotent; a later call reopens lazily."""
         self._events.close()
+        self._bell.close()
         self._db.close()
 
 

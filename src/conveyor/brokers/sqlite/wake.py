@@ -1,0 +1,127 @@
+"""Waking idle consumers of other processes at once: a FIFO beside the database file (``<path>-wake``).
+
+A consumer waiting for work (``SQLiteBroker.wait_for_work``) holds the FIFO open for reading and
+sleeps in ``select`` on it; a broker that has just committed a transaction that made a task pending
+writes one byte to it. The writer opens it without blocking, so with no reader (nobody idle, or
+no consumer yet) a ring costs one failed ``open`` and nothing waits; a full pipe (readers busy) just
+drops the byte. The byte is a hint: the consumer still claims, and it still checks ``PRAGMA
+data_version`` on a longer interval for writers that do not ring (older versions, other tools).
+
+Where FIFOs do not exist (Windows) or the path is taken by something that is not a FIFO, both
+sides turn themselves off and the consumer falls back to polling ``data_version`` alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import stat
+import threading
+
+__all__ = ["Doorbell"]
+
+log = logging.getLogger("conveyor.brokers.sqlite")
+
+
+class Doorbell:
+    """The FIFO of one database file: ``ring`` after a commit, ``wait`` while idle. Thread-safe."""
+
+    def __init__(self, db_path: str) -> None:
+        self.path = f"{db_path}-wake"
+        self._mode = 0o600
+        with contextlib.suppress(OSError):
+            self._mode = os.stat(db_path).st_mode & 0o666  # whoever may write the database may ring
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._reader: int | None = None
+        self._writer: int | None = None
+        self._holder: int | None = None  # a write end the reader keeps: without any, it reads end-of-file
+        self.usable = hasattr(os, "mkfifo")
+
+    def ring(self) -> None:
+        """Wake the consumers waiting on this file, if any (never blocks, never raises)."""
+        if not self.usable:
+            return
+        with self._lock:
+            self._forget_inherited()
+            fd = self._writer
+            if fd is None:
+                try:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                except OSError:  # ENXIO: no reader (nobody idle); ENOENT: no consumer ever waited
+                    return
+                if not self._is_fifo(fd):
+                    return
+                self._writer = fd
+            try:
+                os.write(fd, b"\0")
+            except BlockingIOError:  # full: plenty of wake-ups are pending already
+                pass
+            except OSError:  # EPIPE: every reader went away; open again next time
+                self._writer = None
+                os.close(fd)
+
+    def listen(self) -> bool:
+        """Start receiving rings (before checking for work, so none between the check and ``wait`` is lost)."""
+        return self._reading() is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s or until a ring; True if rung. False at once when not usable."""
+        fd = self._reading()
+        if fd is None:
+            return False
+        ready, _, _ = select.select([fd], [], [], max(timeout, 0.0))
+        if not ready:
+            return False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
+                pass
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._forget_inherited()
+            self._close_all()
+
+    def _reading(self) -> int | None:
+        with self._lock:
+            self._forget_inherited()
+            if self._reader is not None or not self.usable:
+                return self._reader
+            try:
+                with contextlib.suppress(FileExistsError):
+                    os.mkfifo(self.path, self._mode)
+                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as exc:
+                log.debug("cannot use %s for wake-ups (%s); polling instead", self.path, exc)
+                self.usable = False
+                return None
+            if not self._is_fifo(fd):
+                return None
+            # select() reports a FIFO with no writer left readable (end of file) until one opens it again
+            self._holder = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._reader = fd
+            return fd
+
+    def _close_all(self) -> None:
+        for fd in (self._reader, self._writer, self._holder):
+            if fd is not None:
+                os.close(fd)
+        self._reader = self._writer = self._holder = None
+
+    def _is_fifo(self, fd: int) -> bool:
+        """Keep ``fd`` only if it is a FIFO: never write into, or spin on, a file that happens to be there."""
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return True
+        os.close(fd)
+        log.debug("%s is not a FIFO; polling for wake-ups instead", self.path)
+        self.usable = False
+        return False
+
+    def _forget_inherited(self) -> None:
+        """After a fork, the child opens its own ends (an inherited reader would share its wake-ups)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._close_all()  # the child's copies only

@@ -1,0 +1,122 @@
+"""The SQLite broker's wake-up FIFO (``<path>-wake``): idle consumers woken by a commit, not a poll."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor.brokers.sqlite import SQLiteBroker
+from conveyor.brokers.sqlite.wake import Doorbell
+from conveyor.model import BrokerPolicy, NewTask
+
+NOW = 1_000_000.0
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "conveyor.db"
+
+
+@pytest.fixture
+def open_sqlite(db_path: Path) -> Iterator[Callable[[], SQLiteBroker]]:
+    opened: list[SQLiteBroker] = []
+
+    def factory() -> SQLiteBroker:
+        broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
+        opened.append(broker)
+        return broker
+
+    yield factory
+    for broker in opened:
+        broker.close()
+
+
+def _fifo_reader(path: Path) -> int:
+    assert stat.S_ISFIFO(os.stat(path).st_mode)
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def test_a_ring_wakes_a_waiting_consumer_with_nothing_committed(
+    open_sqlite: Callable[[], SQLiteBroker], db_path: Path
+) -> None:
+    consumer = open_sqlite()
+    assert consumer.claim(["default"], NOW, 30.0) == []
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(consumer.wait_for_work(["default"], 30.0)))
+    waiter.start()
+    bell = Doorbell(str(db_path))
+    deadline = time.monotonic() + 10.0
+    while waiter.is_alive() and time.monotonic() < deadline:
+        bell.ring()  # until the waiter holds the FIFO open: a ring before that reaches nobody
+        waiter.join(0.01)
+    bell.close()
+    assert woke == [True]  # only the FIFO can have woken it: data_version never moved
+
+
+def test_a_consumer_sleeps_after_a_ringing_process_has_gone(
+    open_sqlite: Callable[[], SQLiteBroker], db_path: Path
+) -> None:
+    consumer = open_sqlite()
+    assert consumer.claim(["default"], NOW, 30.0) == []
+    assert consumer.wait_for_work(["default"], 0.0) is False  # listening
+    bell = Doorbell(str(db_path))
+    bell.ring()
+    bell.close()  # the last foreign write end goes: the FIFO must not read as end-of-file forever
+    assert consumer.wait_for_work(["default"], 1.0) is True
+    started = time.monotonic()
+    assert consumer.wait_for_work(["default"], 0.1) is False
+    assert time.monotonic() - started >= 0.1
+
+
+def test_an_enqueue_in_another_process_rings_once_a_consumer_listens(
+    open_sqlite: Callable[[], SQLiteBroker], db_path: Path
+) -> None:
+    consumer = open_sqlite()
+    assert consumer.wait_for_work(["default"], 0.0) is False  # creates the FIFO and starts listening
+    reader = _fifo_reader(db_path.with_name(db_path.name + "-wake"))
+    try:
+        script = (
+            "import sys\n"
+            "from conveyor.brokers.sqlite import SQLiteBroker\n"
+            "from conveyor.model import BrokerPolicy, NewTask\n"
+            "broker = SQLiteBroker.from_url(sys.argv[1], BrokerPolicy())\n"
+            f"broker.enqueue([NewTask(sys.argv[2], 'job', 'default', '[]', run_at=float(sys.argv[3]))], {NOW})\n"
+            "broker.close()\n"
+        )
+
+        def enqueue(task_id: str, run_at: float) -> None:
+            url = f"sqlite:///{db_path}"
+            subprocess.run([sys.executable, "-c", script, url, task_id, repr(run_at)], check=True, timeout=60)
+
+        enqueue("later", NOW + 3600)  # scheduled: nothing to wake for
+        with pytest.raises(BlockingIOError):  # (not end-of-file: the consumer keeps a write end open)
+            os.read(reader, 16)
+        enqueue("now", NOW)
+        assert os.read(reader, 16) == b"\0"
+    finally:
+        os.close(reader)
+
+
+def test_a_file_in_the_fifos_place_is_never_written_and_polling_still_wakes(
+    open_sqlite: Callable[[], SQLiteBroker], db_path: Path
+) -> None:
+    squatter = db_path.with_name(db_path.name + "-wake")
+    squatter.write_bytes(b"not ours")
+    consumer, producer = open_sqlite(), open_sqlite()
+    assert consumer.claim(["default"], NOW, 30.0) == []
+    started = time.monotonic()
+    assert consumer.wait_for_work(["default"], 0.05) is False  # no spinning on an always-readable file
+    assert time.monotonic() - started >= 0.05
+    producer.enqueue([NewTask("t", "job", "default", "[]")], NOW)
+    assert consumer.wait_for_work(["default"], 10.0) is True  # PRAGMA data_version
+    assert squatter.read_bytes() == b"not ours"
