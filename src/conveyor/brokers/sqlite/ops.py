@@ -39,6 +39,7 @@ _INSERT_TASK = (
     "INSERT INTO tasks (id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
     " next_run_at, expires_at, unique_key, ready_at, sort_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_NEW_TASK = f"{_INSERT_TASK} ON CONFLICT (id) DO NOTHING"
 
 
 #: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
@@ -70,6 +71,8 @@ def _marks(items: Sequence[Any]) -> str:
 def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
     """Insert ``tasks`` (duplicates skipped); raises QueueFull before writing any of them."""
     tx.clean_retained(now, None)  # like the reference: expired-retention ids and unique keys are free again
+    if len(tasks) == 1 and tasks[0].unique_key is None and tx.settings(tasks[0].queue).max_size is None:
+        return [_enqueue_one(tx, tasks[0], now)]
     existing: set[str] = set()
     for chunk in _chunks(list({t.id for t in tasks})):
         cursor = tx.execute(f"SELECT id FROM tasks WHERE id IN ({_marks(chunk)})", chunk)
@@ -107,24 +110,44 @@ def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
     for task, dup in zip(tasks, results, strict=True):
         if dup is not None:
             continue
-        due = task.run_at if task.run_at is not None and task.run_at > now else None
-        if due is None:
-            state, key = _PENDING, ready_key(task.priority, now, aging[task.queue])
-        else:
-            state, key = _SCHEDULED, due
-        rows.append((
-            task.id, task.name, task.queue, state, task.payload, task.options, task.priority, now,
-            now if due is None else due, due, task.expires_at, task.unique_key, now, key,
-        ))  # fmt: skip
+        row = _row(task, now, aging[task.queue])
+        rows.append(row)
         if task.unique_key is not None and task.unique_until is not None:
             uniques.append((task.unique_key, task.id, task.unique_until))
-        events.append(Event(task.id, None, state, task.queue, now))
+        events.append(Event(task.id, None, row[3], task.queue, now))
     if rows:
-        tx.conn.executemany("INSERT OR IGNORE INTO queues (name) VALUES (?)", [(q,) for q in adding])
+        new_queues = [(queue,) for queue in adding if not tx.queue_known(queue)]
+        if new_queues:
+            tx.conn.executemany("INSERT OR IGNORE INTO queues (name) VALUES (?)", new_queues)
         tx.conn.executemany(_INSERT_TASK, rows)
         if uniques:
             tx.conn.executemany("INSERT OR REPLACE INTO uniques (key, task_id, until) VALUES (?, ?, ?)", uniques)
     return results
+
+
+def _enqueue_one(tx: Tx, task: NewTask, now: float) -> str | None:
+    """One task without a unique key into an unbounded queue: the insert itself detects a duplicate id."""
+    row = _row(task, now, tx.settings(task.queue).aging)
+    tx.flush()
+    if tx.conn.execute(_INSERT_NEW_TASK, row).rowcount == 0:
+        return task.id
+    if not tx.queue_known(task.queue):
+        tx.conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (task.queue,))
+    tx.events.append(Event(task.id, None, row[3], task.queue, now))
+    return None
+
+
+def _row(task: NewTask, now: float, aging: float | None) -> tuple[Any, ...]:
+    """The ``_INSERT_TASK`` parameters of a new task (its state is the fourth)."""
+    due = task.run_at if task.run_at is not None and task.run_at > now else None
+    if due is None:
+        state, key = _PENDING, ready_key(task.priority, now, aging)
+    else:
+        state, key = _SCHEDULED, due
+    return (
+        task.id, task.name, task.queue, state, task.payload, task.options, task.priority, now,
+        now if due is None else due, due, task.expires_at, task.unique_key, now, key,
+    )  # fmt: skip
 
 
 def _duplicate_of(

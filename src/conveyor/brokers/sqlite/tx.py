@@ -24,6 +24,7 @@ __all__ = ["EXPIRED_ERROR", "Tx", "load_settings", "with_error"]
 _S = TaskState
 EXPIRED_ERROR = "Expired: not started before its deadline"
 
+_SETTINGS = "SELECT max_size, concurrency, aging, paused FROM queues WHERE name = ?"
 _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queue, at) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -36,6 +37,7 @@ class Tx:
         self.events: list[Event] = []
         self._writes: dict[int, tuple[Any, ...]] = {}
         self._settings: dict[str, QueueSettings] = {}
+        self._known: set[str] = set()  # queues with a row in ``queues``
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -56,9 +58,15 @@ class Tx:
     def settings(self, queue: str) -> QueueSettings:
         cached = self._settings.get(queue)
         if cached is None:
-            cached = load_settings(self.conn, queue)
-            self._settings[queue] = cached
+            row = self.conn.execute(_SETTINGS, (queue,)).fetchone()
+            cached = self._settings[queue] = _settings(queue, row)
+            if row is not None:
+                self._known.add(queue)
         return cached
+
+    def queue_known(self, queue: str) -> bool:
+        """Whether ``queue`` has its row in ``queues`` (read by :meth:`settings` in this transaction)."""
+        return queue in self._known
 
     def save_events(self, origin: str) -> int:
         """Write the collected events if another broker object listens (once, just before commit).
@@ -196,7 +204,10 @@ class Tx:
 
 
 def load_settings(conn: sqlite3.Connection, queue: str) -> QueueSettings:
-    row = conn.execute("SELECT max_size, concurrency, aging, paused FROM queues WHERE name = ?", (queue,)).fetchone()
+    return _settings(queue, conn.execute(_SETTINGS, (queue,)).fetchone())
+
+
+def _settings(queue: str, row: tuple[Any, ...] | None) -> QueueSettings:
     if row is None:
         return QueueSettings(name=queue)
     return QueueSettings(name=queue, max_size=row[0], concurrency=row[1], aging=row[2], paused=bool(row[3]))

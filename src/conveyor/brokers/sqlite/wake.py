@@ -19,10 +19,14 @@ import os
 import select
 import stat
 import threading
+import time
 
 __all__ = ["Doorbell"]
 
 log = logging.getLogger("conveyor.brokers.sqlite")
+
+#: After finding no consumer, a producer tries again this much later (seconds), not at every commit.
+_QUIET = 0.01
 
 
 class Doorbell:
@@ -39,6 +43,7 @@ class Doorbell:
         self._writer: int | None = None
         self._holder: int | None = None  # a write end the reader keeps: without any, it reads end-of-file
         self.usable = hasattr(os, "mkfifo")
+        self._quiet_until = 0.0  # no reader was there: no new attempt before then (monotonic)
 
     def ring(self) -> None:
         """Wake the consumers waiting on this file, if any (never blocks, never raises)."""
@@ -48,9 +53,13 @@ class Doorbell:
             self._forget_inherited()
             fd = self._writer
             if fd is None:
+                if time.monotonic() < self._quiet_until:
+                    return
                 try:
                     fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-                except OSError:  # ENXIO: no reader (nobody idle); ENOENT: no consumer ever waited
+                except OSError:  # ENXIO: no reader (no consumer); ENOENT: no consumer ever waited
+                    # a consumer that starts listening meanwhile still sees the commit by its data_version check
+                    self._quiet_until = time.monotonic() + _QUIET
                     return
                 if not self._is_fifo(fd):
                     return
