@@ -33,7 +33,7 @@ def _rate(count: int, fn: Callable[[], object]) -> float:
     return count / (time.perf_counter() - start)
 
 
-def measure(broker: Broker, tasks: int, batch: int) -> dict[str, float]:
+def measure(broker: Broker, tasks: int, batch: int, claim: int) -> dict[str, float]:
     now = time.time()
     singles = _tasks("s", SINGLE)
 
@@ -49,7 +49,7 @@ def measure(broker: Broker, tasks: int, batch: int) -> dict[str, float]:
 
     def drain() -> None:
         while True:
-            claimed = broker.claim(["default"], now, 60.0, limit=batch)
+            claimed = broker.claim(["default"], now, 60.0, limit=claim)
             if not claimed:
                 return
             broker.settle([Outcome(r.id, r.lease_token or "", "complete", result="null") for r in claimed], now)
@@ -65,18 +65,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--claim", type=int, default=None)
     parser.add_argument("--synchronous", default="NORMAL")
     args = parser.parse_args()
+    claim = args.claim or args.batch
     results: dict[str, dict[str, float]] = {}
-    results["memory"] = measure(MemoryBroker(BrokerPolicy()), args.tasks, args.batch)
+    results["memory"] = measure(MemoryBroker(BrokerPolicy()), args.tasks, args.batch, claim)
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}?synchronous={args.synchronous}"
         broker = SQLiteBroker.from_url(url, BrokerPolicy())
         try:
-            results["sqlite"] = measure(broker, args.tasks, args.batch)
+            results["sqlite"] = measure(broker, args.tasks, args.batch, claim)
         finally:
             broker.close()
-    print(f"{args.tasks} tasks, batch {args.batch}, sqlite synchronous={args.synchronous}")
+    print(f"{args.tasks} tasks, batch {args.batch}, claim {claim}, sqlite synchronous={args.synchronous}")
     print(f"{'tasks/s':<16}{'memory':>12}{'sqlite':>12}{'sqlite/memory':>15}")
     for metric in results["memory"]:
         mem, lite = results["memory"][metric], results["sqlite"][metric]
