@@ -256,18 +256,32 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
             completed.append((now, now + keep, outcome.result, seq))
             events.append(Event(outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
         else:
+            _complete(tx, completed)  # first: an outcome _apply refuses still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]
             if outcome.max_retries is not None and records_limit(outcome):
                 stored = replace(stored, rec=replace(stored.rec, max_retries=outcome.max_retries))
-            _apply(tx, stored, outcome, now)
+            try:
+                _apply(tx, stored, outcome, now)
+            except ValueError:
+                _count(tx, tally)  # and the earlier ones stay counted
+                raise
         tally.add(queue, outcome.kind, now)
         applied.append(True)
+    _complete(tx, completed)
+    _count(tx, tally)
+    return applied
+
+
+def _complete(tx: Tx, completed: list[tuple[Any, ...]]) -> None:
     if completed:
         tx.flush()
         tx.conn.executemany(_COMPLETE, completed)
+        completed.clear()
+
+
+def _count(tx: Tx, tally: Tally) -> None:
     for row in tally.rows():
         tx.execute(_COUNT, (row.minute, row.queue, row.completed, row.retried, row.archived))
-    return applied
 
 
 def _apply(tx: Tx, stored: Stored, outcome: Outcome, now: float) -> Stored:
