@@ -81,12 +81,15 @@ class Doorbell:
         fd = self._reading()
         if fd is None:
             return False
-        ready, _, _ = select.select([fd], [], [], max(timeout, 0.0))
-        if not ready:
+        try:
+            ready, _, _ = select.select([fd], [], [], max(timeout, 0.0))
+            if not ready:
+                return False
+            with contextlib.suppress(BlockingIOError):
+                while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
+                    pass
+        except (OSError, ValueError):  # closed by close() meanwhile: the caller checks its data_version
             return False
-        with contextlib.suppress(BlockingIOError):
-            while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
-                pass
         return True
 
     def close(self) -> None:
