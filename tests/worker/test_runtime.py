@@ -215,6 +215,42 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
         thread.join(10)
 
 
+def test_async_handler_is_cancelled_when_its_own_worker_claims_its_task_again() -> None:
+    """The worker may claim a reclaimed task again before its heartbeat finds the old lease lost: then
+    ``Inflight.add`` is what cancels the old handler, and the pool's done callback on its future runs in
+    the fetcher's thread. The heartbeat is kept out (its first tick is long past the test) so that the
+    claim is always first: it once deadlocked there, and the old handler was never cancelled."""
+    clock = FakeClock(1000.0)
+    app = Conveyor("memory://", clock=clock)
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @app.task
+    async def waits(ctx: TaskContext) -> str:
+        if ctx.attempt > 1:
+            return "second"
+        await sleep_until_cancelled(started, cancelled)
+        return "first"
+
+    handle = waits.enqueue()
+    worker = app.worker(lease_for=100.0, heartbeat_interval=60.0, poll_interval=0.02, shutdown_grace=1.0)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(5)
+        assert isinstance(app.broker, MemoryBroker)
+        with app.broker._lock:  # the worker's reaper may not take it first
+            clock.advance(101.0)
+            assert app.broker.reap(clock.now()) == 1
+        assert cancelled.wait(5), "the old handler kept running"
+        result: Any = handle.result(timeout=5)
+        assert result == "second"
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive(), "the worker did not stop"
+
+
 def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

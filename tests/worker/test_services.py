@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 import threading
 import time
@@ -243,6 +244,26 @@ def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
     # when lease_for leaves no margin for a skipped tick, every lease is extended every tick
     Heartbeat(app, inflight, interval=4.0, lease_for=8.0).tick()
     assert fresh_handle.status().lease_expires_at == 1008.5
+
+
+def test_a_task_claimed_again_cancels_its_old_handler_whose_done_callback_updates_the_inflight() -> None:
+    """``add`` cancels the old async handler's future; its done callbacks (the pool's calls ``remove``)
+    run in the claiming thread then, so the lock must be free by that time."""
+    app = app_with_jobs(1)
+    inflight = Inflight()
+    (old,) = inflight.add(app.broker.claim(["default"], 0.0, 5.0, limit=1))
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    old.run_async(future)
+    future.add_done_callback(lambda _: inflight.remove([old]))
+    assert app.broker.reap(6.0) == 1
+    records = app.broker.claim(["default"], 6.0, 5.0, limit=1)
+    claimer = threading.Thread(target=inflight.add, args=(records,), daemon=True)
+    claimer.start()
+    claimer.join(5)
+    assert not claimer.is_alive(), "add() deadlocked on its own lock"
+    assert old.lost and future.cancelled()
+    (new,) = inflight.snapshot()
+    assert new.token == records[0].lease_token and not new.lost
 
 
 def app_with_jobs(count: int) -> Conveyor:

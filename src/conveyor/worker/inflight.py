@@ -106,15 +106,21 @@ class Inflight:
             added.append(Held(record, record.lease_token, renewed))
         # built before taking the lock: an executor finishing a task waits for this lock, and one held
         # across a batch's constructions is one a GIL switch can leave held for milliseconds
+        displaced: list[Held] = []  # claimed again: the broker reclaimed a lease we still held
         with self._cond:
             self._reserved -= reserved
             for held in added:
                 previous = self._held.get(held.id)
-                if previous is not None and not previous.lost:
-                    previous.mark_lost()  # claimed again: the broker reclaimed the lease we held
+                if previous is not None:
+                    displaced.append(previous)
                 self._held[held.id] = held
             if len(added) < reserved:  # room the claim did not use is free again
                 self._cond.notify_all()
+        # Marked lost once the lock is released: cancelling an async handler's future runs its done
+        # callbacks in this thread, and the pool's calls remove(), which takes this lock.
+        for previous in displaced:
+            if not previous.lost:
+                previous.mark_lost()
         return added
 
     def get(self, task_id: str) -> Held | None:
