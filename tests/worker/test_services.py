@@ -266,6 +266,24 @@ def test_a_task_claimed_again_cancels_its_old_handler_whose_done_callback_update
     assert new.token == records[0].lease_token and not new.lost
 
 
+def test_a_finished_task_claimed_again_before_its_acker_removed_it_counts_as_busy_again() -> None:
+    """Its outcome was with the acker when the lease was reclaimed (a settle slower than the lease):
+    the new execution occupies a slot, and the old one's late ``remove`` changes no count."""
+    app = app_with_jobs(1)
+    inflight = Inflight()
+    (old,) = inflight.add(app.broker.claim(["default"], 0.0, 5.0, limit=1))
+    inflight.finish(old)
+    assert inflight.busy() == 0
+    assert app.broker.reap(6.0) == 1
+    (new,) = inflight.add(app.broker.claim(["default"], 6.0, 5.0, limit=1))
+    assert inflight.busy() == 1
+    inflight.remove([old])  # the acker, once its fenced settle returned
+    assert inflight.busy() == 1
+    inflight.finish(new)
+    inflight.remove([new])
+    assert (inflight.busy(), len(inflight)) == (0, 0)
+
+
 def app_with_jobs(count: int) -> Conveyor:
     """A memory app on a FakeClock at 0 with ``count`` pending no-op tasks in queue ``default``."""
     app = Conveyor("memory://", clock=FakeClock(0.0))

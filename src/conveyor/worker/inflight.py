@@ -112,6 +112,7 @@ class Inflight:
             for held in added:
                 previous = self._held.get(held.id)
                 if previous is not None:
+                    self._finished -= previous.finished  # its remove() will not find it any more
                     displaced.append(previous)
                 self._held[held.id] = held
             if len(added) < reserved:  # room the claim did not use is free again
