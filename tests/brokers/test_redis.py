@@ -549,7 +549,8 @@ def sockets_to(port: int) -> set[str]:
 def test_close_closes_every_connection_the_broker_opened(redis_server: RedisServer, redis_url: str) -> None:
     before = sockets_to(redis_server.port)
     broker = RedisBroker.from_url(redis_url, BrokerPolicy())
-    broker.subscribe(lambda event: None)  # the listener's pub/sub connection
+    broker.subscribe(lambda event: None)  # the listeners' pub/sub connections
+    broker.watch_cancels(lambda task_id: None)
     broker.server_clock()
     broker.preflight()
     busy = threading.Barrier(4)
@@ -565,10 +566,11 @@ def test_close_closes_every_connection_the_broker_opened(redis_server: RedisServ
     for thread in threads:
         thread.join()
     assert len(sockets_to(redis_server.port) - before) >= 3
-    listener = broker._events._thread
+    listeners = [broker._events._listener._thread, broker._cancels._listener._thread]
     broker.close()
     assert sockets_to(redis_server.port) - before == set()
-    assert listener is not None and not listener.is_alive()  # it would reconnect
+    for listener in listeners:
+        assert listener is not None and not listener.is_alive()  # it would reconnect
 
 
 def test_events_reach_other_broker_objects_through_pub_sub(redis_url: str) -> None:

@@ -24,6 +24,7 @@ import redis
 
 from conveyor.brokers.base import EventCallback, deliver
 from conveyor.brokers.redis.codec import decode_events
+from conveyor.brokers.redis.listener import Listener
 from conveyor.model import Event
 
 __all__ = ["LISTENING_REFRESH", "LISTENING_TTL", "EventHub"]
@@ -40,15 +41,14 @@ class EventHub:
 
     def __init__(self, client: redis.Redis, channel: str, listening: str, origin: str, ready_timeout: float) -> None:
         self._client = client
-        self._channel = channel
         self._listening = listening
         self._origin = origin
-        self._ready_timeout = ready_timeout
         self._lock = threading.Lock()
         self._subscribers: list[EventCallback] = []
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._ready = threading.Event()
+        self._renew_at = 0.0
+        self._listener = Listener(
+            client, channel, ready_timeout, self._on_message, what="events", tick=self._keep_listening
+        )
 
     @property
     def active(self) -> bool:
@@ -58,10 +58,7 @@ class EventHub:
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         with self._lock:
             self._subscribers.append(callback)
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._listen, name="conveyor-redis-events", daemon=True)
-                self._thread.start()
-        if not self._ready.wait(self._ready_timeout):
+        if not self._listener.start():
             log.warning("event listener not subscribed yet; other processes' events may be missed meanwhile")
 
         def unsubscribe() -> None:
@@ -78,51 +75,15 @@ class EventHub:
         deliver(events, subscribers)
 
     def close(self) -> None:
-        with self._lock:
-            self._stop.set()
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout=5.0)
+        self._listener.close()
 
-    def _listen(self) -> None:
-        backoff = 0.05
-        pubsub = None
-        renew_at = 0.0
-        while not self._stop.is_set():
-            try:
-                if pubsub is None:
-                    pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-                    pubsub.subscribe(self._channel)
-                    pubsub.get_message(timeout=self._ready_timeout)  # the subscribe confirmation
-                    renew_at = 0.0
-                if time.monotonic() >= renew_at:
-                    self._client.set(self._listening, self._origin, px=int(LISTENING_TTL * 1000))
-                    renew_at = time.monotonic() + LISTENING_REFRESH
-                    self._ready.set()
-                message = pubsub.get_message(timeout=0.1)
-                if message is not None and message.get("type") == "message":
-                    self._on_message(message["data"])
-                backoff = 0.05
-            except redis.RedisError as exc:
-                log.warning("event listener lost its connection (%s); reconnecting in %.2fs", exc, backoff)
-                if pubsub is not None:
-                    _close_quietly(pubsub)
-                pubsub = None
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except Exception:
-                log.exception("event listener failed on a message; going on")
-        if pubsub is not None:
-            _close_quietly(pubsub)
+    def _keep_listening(self, subscribed: bool) -> None:
+        """Set the ``listening`` key on (re)connecting, then every :data:`LISTENING_REFRESH` seconds."""
+        if subscribed or time.monotonic() >= self._renew_at:
+            self._client.set(self._listening, self._origin, px=int(LISTENING_TTL * 1000))
+            self._renew_at = time.monotonic() + LISTENING_REFRESH
 
     def _on_message(self, data: str) -> None:
         origin, at, blob = data.split("\n", 2)
         if origin != self._origin:
             self.deliver(decode_events(blob, float(at)))
-
-
-def _close_quietly(pubsub: redis.client.PubSub) -> None:
-    try:
-        pubsub.close()
-    except Exception:
-        log.debug("closing the pub/sub connection failed", exc_info=True)

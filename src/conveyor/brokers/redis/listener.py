@@ -1,0 +1,102 @@
+"""One pub/sub channel listened to by a thread of its own, started by the first callback that needs it.
+
+Events (``events.py``) and cancel announcements (``cancels.py``) both need the same machinery: a
+thread with its own pub/sub connection, reconnecting with backoff after a ``RedisError`` (pub/sub is
+at-most-once: what is published meanwhile is missed), a caller that waits until it is subscribed,
+and a ``close`` that stops the thread. They differ only in what a message means, and events also
+keep a key alive while they listen (``tick``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import redis
+
+__all__ = ["Listener"]
+
+log = logging.getLogger("conveyor.brokers.redis")
+
+
+class Listener:
+    """A thread that calls ``on_message(data)`` for every message on ``channel``.
+
+    ``tick(subscribed)``, if given, runs before every wait for a message (``subscribed``: the
+    connection was just made); a ``RedisError`` from it reconnects like one from the connection. The
+    listener reports itself ready after the first subscription and, if given, the first tick.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        channel: str,
+        ready_timeout: float,
+        on_message: Callable[[str], None],
+        *,
+        what: str,
+        tick: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._channel = channel
+        self._ready_timeout = ready_timeout
+        self._on_message = on_message
+        self._what = what  # names the thread and the log lines: "events", "cancels"
+        self._tick = tick
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+
+    def start(self) -> bool:
+        """Start the thread if it is not running (and the listener not closed); wait until it is
+        subscribed, at most ``ready_timeout`` seconds. False if it was not ready by then."""
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._listen, name=f"conveyor-redis-{self._what}", daemon=True)
+                self._thread.start()
+        return self._ready.wait(self._ready_timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=5.0)
+
+    def _listen(self) -> None:
+        backoff = 0.05
+        pubsub = None
+        while not self._stop.is_set():
+            try:
+                subscribed = pubsub is None
+                if pubsub is None:
+                    pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                    pubsub.subscribe(self._channel)
+                    pubsub.get_message(timeout=self._ready_timeout)  # the subscribe confirmation
+                if self._tick is not None:
+                    self._tick(subscribed)
+                self._ready.set()
+                message = pubsub.get_message(timeout=0.1)
+                if message is not None and message.get("type") == "message":
+                    self._on_message(message["data"])
+                backoff = 0.05
+            except redis.RedisError as exc:
+                log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
+                _close_quietly(pubsub)
+                pubsub = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except Exception:
+                log.exception("%s listener failed on a message; going on", self._what)
+        _close_quietly(pubsub)
+
+
+def _close_quietly(pubsub: redis.client.PubSub | None) -> None:
+    if pubsub is None:
+        return
+    try:
+        pubsub.close()
+    except Exception:
+        log.debug("closing the pub/sub connection failed", exc_info=True)
