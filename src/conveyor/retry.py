@@ -143,12 +143,7 @@ def backoff_from_dict(data: Any) -> Backoff:
         return Fixed(seconds=data["seconds"])
     if not isinstance(kind, str):
         raise ValueError(f"a stored backoff names no kind: {data!r}")
-    cls = _KINDS.get(kind)
-    if cls is None:
-        raise UnknownBackoff(
-            f"no backoff policy is registered under kind {kind!r} in this process; "
-            f"decorate its class with @register_backoff({kind!r}) in a module this process imports"
-        )
+    cls = _registered(kind, f"no backoff policy is registered under kind {kind!r} in this process", "this process")
     params = {key: value for key, value in data.items() if key != "kind"}
     from_dict = getattr(cls, "from_dict", None)
     try:
@@ -158,6 +153,16 @@ def backoff_from_dict(data: Any) -> Backoff:
     if not isinstance(policy, Backoff):
         raise TypeError(f"backoff {kind!r} rebuilt as {policy!r}, which is not a Backoff")
     return policy
+
+
+def _registered(kind: str, problem: str, importer: str) -> type:
+    """The class registered under ``kind``; else ``UnknownBackoff`` saying ``problem`` and the fix."""
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise UnknownBackoff(
+            f"{problem}; decorate its class with @register_backoff({kind!r}) in a module {importer} imports"
+        )
+    return cls
 
 
 def check_backoff(value: object) -> Backoff:
@@ -179,13 +184,11 @@ def check_travelling_backoff(value: object) -> Backoff:
     kind = data.get("kind") if isinstance(data, dict) else None
     if not isinstance(kind, str):
         raise TypeError(f"{type(policy).__name__}.to_dict() must return a dict with a str 'kind', not {data!r}")
-    cls = _KINDS.get(kind)
-    if cls is None:
-        raise UnknownBackoff(
-            f"backoff {type(policy).__name__} (kind {kind!r}) is not registered, so a worker could not "
-            f"rebuild it; decorate its class with @register_backoff({kind!r}) in a module every producer "
-            "and worker imports"
-        )
+    cls = _registered(
+        kind,
+        f"backoff {type(policy).__name__} (kind {kind!r}) is not registered, so a worker could not rebuild it",
+        "every producer and worker",
+    )
     if not isinstance(policy, cls):
         raise ConfigurationError(
             f"backoff kind {kind!r} is registered to {_qualname(cls)}, not {_qualname(type(policy))}"
