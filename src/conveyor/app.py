@@ -16,10 +16,11 @@ from conveyor.brokers import default_url, open_broker
 from conveyor.brokers.base import Broker
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
-from conveyor.errors import ConfigurationError, DuplicateTask, SerializationError, TaskNotFound
+from conveyor.errors import ConfigurationError, DuplicateTask, TaskNotFound
+from conveyor.info import task_info
 from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
-from conveyor.options import TaskOptions, check_enqueue_options, describe_stored, encode_travelling
-from conveyor.serializers import decode, decode_payload, encode, encode_payload
+from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling
+from conveyor.serializers import encode, encode_payload
 from conveyor.task import Task, TaskHandle
 
 if TYPE_CHECKING:
@@ -257,59 +258,8 @@ class Conveyor:
 
     def to_info(self, record: TaskRecord) -> TaskInfo:
         """Decode a stored record for users (arguments, result, resolved retry budget)."""
-        payload_error = None
-        try:
-            args, kwargs = decode_payload(record.payload)
-        except SerializationError as exc:
-            args, kwargs, payload_error = [], {}, str(exc)
         registered = self.registry.get(record.name)
-        stored, default_limit, options_error = describe_stored(
-            record.options, registered.options if registered else None
-        )
-        # The limit a worker recorded, else one given at enqueue, else what the workers serving the name
-        # declared, else this process's registration; else unknown (never the library default).
-        limit = record.max_retries
-        if limit is None:
-            if options_error is None and "max_retries" in stored:
-                limit = default_limit
-            elif (declaration := self.declared.get(record.name)) is not None:
-                limit = declaration.max_retries
-            elif registered is not None:
-                limit = default_limit
-        result = None
-        if record.result is not None:
-            try:
-                result = decode(record.result)
-            except SerializationError:
-                result = record.result
-        return TaskInfo(
-            id=record.id,
-            name=record.name,
-            queue=record.queue,
-            state=record.state,
-            args=args,
-            kwargs=kwargs,
-            attempts=record.attempts,
-            max_retries=limit,
-            retries_left=None if limit is None else max(0, limit - record.retries),
-            next_run_at=record.next_run_at,
-            last_error=record.last_error,
-            archive_reason=record.archive_reason,
-            result=result,
-            priority=record.priority,
-            enqueued_at=record.enqueued_at,
-            started_at=record.started_at,
-            completed_at=record.finished_at,
-            expires_at=record.expires_at,
-            keep_until=record.keep_until,
-            stalls=record.stalls,
-            errors=record.errors,
-            lease_expires_at=record.lease_expires_at,
-            cancel_requested=record.cancel_requested,
-            options=stored,
-            payload_error=payload_error,
-            options_error=options_error,
-        )
+        return task_info(record, registered.options if registered else None, self.declared.get)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Task counts per queue and state: ``{"default": {"scheduled": 0, ..., "total": 1}}``."""
