@@ -15,22 +15,15 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
+from conveyor.brokers.redis import admin
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
 from conveyor.brokers.redis.cancels import CancelWatch
-from conveyor.brokers.redis.codec import (
-    decode_claimed,
-    decode_events,
-    decode_history,
-    decode_record,
-    decode_worker,
-    encode_worker,
-)
+from conveyor.brokers.redis.codec import decode_claimed, decode_events, decode_record
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
@@ -39,8 +32,7 @@ from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.clock import Clock
-from conveyor.declared import decode_declaration, encode_declaration
-from conveyor.errors import BrokerError, InvalidTransition, QueueFull, TaskNotFound
+from conveyor.errors import InvalidTransition, QueueFull, TaskNotFound
 from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
@@ -233,14 +225,7 @@ class RedisBroker:
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, task_id: str, now: float) -> TaskRecord | None:
-        with translate_errors():
-            pipe = self._client.pipeline(transaction=False)
-            for key in (self.keys.rows, self.keys.results, self.keys.lasterr):
-                pipe.hget(key, task_id)
-            pipe.lrange(self.keys.errors(task_id), 0, -1)
-            pipe.hget(self.keys.limits, task_id)
-            item = pipe.execute()
-        records = self._records([item])
+        records = self._records([admin.task_item(self._client, self.keys, task_id)])
         if not records:
             return None
         record = records[0]
@@ -255,23 +240,7 @@ class RedisBroker:
         return self._records(self._call("list", now, queue, state.value, max(0, offset), max(0, limit)))
 
     def queues(self, now: float) -> list[QueueInfo]:
-        infos = []
-        for row in self._call("stats", now):
-            name, max_size, concurrency, aging, paused = row[:5]
-            settings = QueueSettings(
-                name=name,
-                max_size=int(float(max_size)) if max_size else None,
-                concurrency=int(float(concurrency)) if concurrency else None,
-                aging=float(aging) if aging else None,
-                paused=paused == "1",
-            )
-            counts = dict(
-                zip(("scheduled", "pending", "active", "retry", "completed", "archived"), row[5:11], strict=True)
-            )
-            counts = {state.value: int(counts[state.value]) for state in TaskState}
-            counts["total"] = sum(counts.values())
-            infos.append(QueueInfo(settings, counts, float(row[11]) if row[11] else None))
-        return sorted(infos, key=lambda info: info.name)
+        return admin.queue_infos(self._call("stats", now))
 
     # -- queue settings ------------------------------------------------------------------------
 
@@ -284,11 +253,7 @@ class RedisBroker:
         )
 
     def set_paused(self, queue: str, paused: bool) -> None:
-        with translate_errors():
-            pipe = self._client.pipeline(transaction=True)
-            pipe.sadd(self.keys.queues, queue)
-            pipe.hset(self.keys.settings(queue), "pa", "1" if paused else "0")
-            pipe.execute()
+        admin.set_paused(self._client, self.keys, queue, paused)
 
     def forget_queue(self, queue: str) -> int | None:
         answer = str(self._call("forget_queue", 0.0, queue))
@@ -327,54 +292,22 @@ class RedisBroker:
     # -- workers and events ----------------------------------------------------------------------
 
     def register_worker(self, info: WorkerInfo, now: float, ttl: float) -> None:
-        with translate_errors():
-            dead = self._client.zrangebyscore(self.keys.worker_ttl, "-inf", repr(float(now)), start=0, num=100)
-            pipe = self._client.pipeline(transaction=True)
-            if dead:
-                pipe.zrem(self.keys.worker_ttl, *dead)
-                pipe.hdel(self.keys.workers, *dead)
-            pipe.hset(self.keys.workers, info.id, encode_worker(replace(info, last_seen=now)))
-            pipe.zadd(self.keys.worker_ttl, {info.id: now + ttl})
-            pipe.execute()
+        admin.register_worker(self._client, self.keys, info, now, ttl)
 
     def unregister_worker(self, worker_id: str) -> None:
-        with translate_errors():
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hdel(self.keys.workers, worker_id)
-            pipe.zrem(self.keys.worker_ttl, worker_id)
-            pipe.execute()
+        admin.unregister_worker(self._client, self.keys, worker_id)
 
     def history(self, first: int, last: int) -> list[QueueMinute]:
-        minutes = range(first, last + 1)
-        with translate_errors():
-            pipe = self._client.pipeline(transaction=False)
-            for minute in minutes:
-                pipe.hgetall(self.keys.history(minute))
-            replies = cast("list[dict[str, str]]", pipe.execute())
-        return [row for minute, fields in zip(minutes, replies, strict=True) for row in decode_history(minute, fields)]
+        return admin.history(self._client, self.keys, first, last)
 
     def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
-        if declarations:
-            with translate_errors():
-                self._client.hset(self.keys.declared, mapping={d.name: encode_declaration(d) for d in declarations})
+        admin.declare_tasks(self._client, self.keys, declarations)
 
     def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
-        with translate_errors():
-            texts: list[str | None]
-            if names is None:
-                texts = list(cast("dict[str, str]", self._client.hgetall(self.keys.declared)).values())
-            else:
-                texts = cast("list[str | None]", self._client.hmget(self.keys.declared, list(names)) if names else [])
-        found = [decode_declaration(text) for text in texts if text is not None]
-        return {d.name: d for d in sorted(found, key=lambda d: d.name)}
+        return admin.declared_tasks(self._client, self.keys, names)
 
     def workers(self, now: float) -> list[WorkerInfo]:
-        with translate_errors():
-            ids = sorted(
-                cast("list[str]", self._client.zrangebyscore(self.keys.worker_ttl, f"({float(now)!r}", "+inf"))
-            )
-            texts = cast("list[str | None]", self._client.hmget(self.keys.workers, ids) if ids else [])
-        return [decode_worker(text) for text in texts if text is not None]
+        return admin.workers(self._client, self.keys, now)
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         return self._events.subscribe(callback)
@@ -415,20 +348,4 @@ class RedisBroker:
 
     def preflight(self) -> list[str]:
         """Warnings about server settings that can lose tasks; each is also logged."""
-        warnings: list[str] = []
-        try:
-            with translate_errors():
-                config = self._client.config_get("maxmemory-policy")
-                config.update(self._client.config_get("appendonly"))
-                config.update(self._client.config_get("save"))
-        except BrokerError as exc:
-            warnings.append(f"could not read the server configuration ({exc}); check persistence and eviction by hand")
-            config = {}
-        policy = config.get("maxmemory-policy")
-        if policy is not None and policy != "noeviction":
-            warnings.append(f"maxmemory-policy is {policy!r}: Redis may evict task data; set it to 'noeviction'")
-        if config and config.get("appendonly") != "yes" and not config.get("save"):
-            warnings.append("persistence is off (appendonly no, no save points): a restart loses every task")
-        for warning in warnings:
-            log.warning("preflight: %s", warning)
-        return warnings
+        return admin.preflight(self._client)

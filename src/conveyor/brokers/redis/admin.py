@@ -1,0 +1,154 @@
+"""The Redis broker's reads and bookkeeping made of plain commands, not scripts: a task's row and its
+side hashes, queue statistics decoded, pause flags, the worker registry, per-minute history, task
+declarations, and the preflight check of the server's settings.
+
+Each function takes the client and the namespace's ``Keys``; ``RedisBroker`` keeps the contract's
+methods and calls these. Every function raises ``conveyor.errors`` (``translate_errors``), never
+redis-py's errors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+import redis
+
+from conveyor.brokers.redis.codec import decode_history, decode_worker, encode_worker
+from conveyor.brokers.redis.faults import translate_errors
+from conveyor.brokers.redis.keys import Keys
+from conveyor.declared import decode_declaration, encode_declaration
+from conveyor.errors import BrokerError
+from conveyor.history import QueueMinute
+from conveyor.model import QueueInfo, QueueSettings, TaskDeclaration, TaskState, WorkerInfo
+
+__all__ = [
+    "declare_tasks",
+    "declared_tasks",
+    "history",
+    "preflight",
+    "queue_infos",
+    "register_worker",
+    "set_paused",
+    "task_item",
+    "unregister_worker",
+    "workers",
+]
+
+log = logging.getLogger("conveyor.brokers.redis")
+
+
+def task_item(client: redis.Redis, keys: Keys, task_id: str) -> list[Any]:
+    """What ``codec.decode_record`` reads for one task: its row, result, last error, failures and limit."""
+    with translate_errors():
+        pipe = client.pipeline(transaction=False)
+        for key in (keys.rows, keys.results, keys.lasterr):
+            pipe.hget(key, task_id)
+        pipe.lrange(keys.errors(task_id), 0, -1)
+        pipe.hget(keys.limits, task_id)
+        items: list[Any] = pipe.execute()
+        return items
+
+
+def queue_infos(rows: Sequence[Any]) -> list[QueueInfo]:
+    """``stats.lua``'s rows (settings, then counts by state, then the oldest pending's age), by name."""
+    infos = []
+    for row in rows:
+        name, max_size, concurrency, aging, paused = row[:5]
+        settings = QueueSettings(
+            name=name,
+            max_size=int(float(max_size)) if max_size else None,
+            concurrency=int(float(concurrency)) if concurrency else None,
+            aging=float(aging) if aging else None,
+            paused=paused == "1",
+        )
+        counts = dict(zip(("scheduled", "pending", "active", "retry", "completed", "archived"), row[5:11], strict=True))
+        counts = {state.value: int(counts[state.value]) for state in TaskState}
+        counts["total"] = sum(counts.values())
+        infos.append(QueueInfo(settings, counts, float(row[11]) if row[11] else None))
+    return sorted(infos, key=lambda info: info.name)
+
+
+def set_paused(client: redis.Redis, keys: Keys, queue: str, paused: bool) -> None:
+    with translate_errors():
+        pipe = client.pipeline(transaction=True)
+        pipe.sadd(keys.queues, queue)
+        pipe.hset(keys.settings(queue), "pa", "1" if paused else "0")
+        pipe.execute()
+
+
+def register_worker(client: redis.Redis, keys: Keys, info: WorkerInfo, now: float, ttl: float) -> None:
+    with translate_errors():
+        dead = client.zrangebyscore(keys.worker_ttl, "-inf", repr(float(now)), start=0, num=100)
+        pipe = client.pipeline(transaction=True)
+        if dead:
+            pipe.zrem(keys.worker_ttl, *dead)
+            pipe.hdel(keys.workers, *dead)
+        pipe.hset(keys.workers, info.id, encode_worker(replace(info, last_seen=now)))
+        pipe.zadd(keys.worker_ttl, {info.id: now + ttl})
+        pipe.execute()
+
+
+def unregister_worker(client: redis.Redis, keys: Keys, worker_id: str) -> None:
+    with translate_errors():
+        pipe = client.pipeline(transaction=True)
+        pipe.hdel(keys.workers, worker_id)
+        pipe.zrem(keys.worker_ttl, worker_id)
+        pipe.execute()
+
+
+def workers(client: redis.Redis, keys: Keys, now: float) -> list[WorkerInfo]:
+    with translate_errors():
+        ids = sorted(cast("list[str]", client.zrangebyscore(keys.worker_ttl, f"({float(now)!r}", "+inf")))
+        texts = cast("list[str | None]", client.hmget(keys.workers, ids) if ids else [])
+    return [decode_worker(text) for text in texts if text is not None]
+
+
+def history(client: redis.Redis, keys: Keys, first: int, last: int) -> list[QueueMinute]:
+    minutes = range(first, last + 1)
+    with translate_errors():
+        pipe = client.pipeline(transaction=False)
+        for minute in minutes:
+            pipe.hgetall(keys.history(minute))
+        replies = cast("list[dict[str, str]]", pipe.execute())
+    return [row for minute, fields in zip(minutes, replies, strict=True) for row in decode_history(minute, fields)]
+
+
+def declare_tasks(client: redis.Redis, keys: Keys, declarations: Sequence[TaskDeclaration]) -> None:
+    if declarations:
+        with translate_errors():
+            client.hset(keys.declared, mapping={d.name: encode_declaration(d) for d in declarations})
+
+
+def declared_tasks(client: redis.Redis, keys: Keys, names: Sequence[str] | None) -> dict[str, TaskDeclaration]:
+    with translate_errors():
+        texts: list[str | None]
+        if names is None:
+            texts = list(cast("dict[str, str]", client.hgetall(keys.declared)).values())
+        else:
+            texts = cast("list[str | None]", client.hmget(keys.declared, list(names)) if names else [])
+    found = [decode_declaration(text) for text in texts if text is not None]
+    return {d.name: d for d in sorted(found, key=lambda d: d.name)}
+
+
+def preflight(client: redis.Redis) -> list[str]:
+    """Warnings about server settings that can lose tasks; each is also logged."""
+    warnings: list[str] = []
+    try:
+        with translate_errors():
+            config = client.config_get("maxmemory-policy")
+            config.update(client.config_get("appendonly"))
+            config.update(client.config_get("save"))
+    except BrokerError as exc:
+        warnings.append(f"could not read the server configuration ({exc}); check persistence and eviction by hand")
+        config = {}
+    policy = config.get("maxmemory-policy")
+    if policy is not None and policy != "noeviction":
+        warnings.append(f"maxmemory-policy is {policy!r}: Redis may evict task data; set it to 'noeviction'")
+    if config and config.get("appendonly") != "yes" and not config.get("save"):
+        warnings.append("persistence is off (appendonly no, no save points): a restart loses every task")
+    for warning in warnings:
+        log.warning("preflight: %s", warning)
+    return warnings
