@@ -1,8 +1,11 @@
-"""Fixtures for CLI tests: ``cli(*args)`` runs a command in-process against the test's app (any broker)."""
+"""Fixtures for CLI tests: ``cli(*args)`` runs a command in-process against the test's app (any broker);
+``spawn(args, env=...)`` runs one as a real process, stopped at teardown."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Protocol
 
 import pytest
@@ -11,6 +14,8 @@ from click.testing import CliRunner, Result
 from conveyor import Conveyor
 from conveyor.cli import cli as cli_group
 from conveyor.cli.state import CliState
+
+from .procs import Spawn, popen_conveyor
 
 
 class Invoke(Protocol):
@@ -43,3 +48,21 @@ def failing_task(app: Conveyor) -> Callable[[], str]:
         return handle.id
 
     return make
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    """Start ``python -m conveyor <args>`` in the background (``procs.popen_conveyor``); every process
+    still running at teardown is killed, and every one is reaped."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(args: list[str], *, env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[str]:
+        proc = popen_conveyor(args, env=env, cwd=cwd)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)

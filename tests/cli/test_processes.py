@@ -4,14 +4,10 @@ a worker with its metrics port, the dashboard server, and the demo. Every proces
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -22,53 +18,18 @@ from conveyor import Conveyor, TaskState
 from conveyor.cli import cli as cli_group
 from conveyor.testing.redis_server import free_port
 
+from .procs import Spawn, clean_env, conveyor_argv, wait_for
+
 pytestmark = pytest.mark.slow
 
 
 def conveyor(*args: str, url: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CONVEYOR_URL": url}
-    return subprocess.run(
-        [sys.executable, "-m", "conveyor", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
-    )
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll ``condition`` until true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return subprocess.run(conveyor_argv(*args), capture_output=True, text=True, env=clean_env(url), cwd=cwd, timeout=60)
 
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cli.db'}"
-
-
-@pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start ``python -m conveyor ...`` in the background; every process is terminated at teardown."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str, url: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-        env = {**os.environ, "CONVEYOR_URL": url}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "conveyor", *args],
-            env=env,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=10)
 
 
 def test_enqueue_ls_show_across_processes(sqlite_url: str) -> None:
@@ -87,9 +48,7 @@ def test_user_mistake_exits_1_with_one_line_and_no_traceback(sqlite_url: str) ->
     assert done.stderr == "Error: task not found: 'missing'\n"
 
 
-def test_worker_runs_tasks_and_serves_metrics(
-    tmp_path: Path, sqlite_url: str, spawn: Callable[..., subprocess.Popen[str]]
-) -> None:
+def test_worker_runs_tasks_and_serves_metrics(tmp_path: Path, sqlite_url: str, spawn: Spawn) -> None:
     (tmp_path / "cli_tasks.py").write_text(
         textwrap.dedent(
             f"""
@@ -105,7 +64,9 @@ def test_worker_runs_tasks_and_serves_metrics(
     )
     assert conveyor("enqueue", "add", "--args", "[2, 3]", "--task-id", "sum", url=sqlite_url).returncode == 0
     port = free_port()
-    worker = spawn("worker", "cli_tasks:app", "-c", "2", "--metrics-port", str(port), url=sqlite_url, cwd=tmp_path)
+    worker = spawn(
+        ["worker", "cli_tasks:app", "-c", "2", "--metrics-port", str(port)], env=clean_env(sqlite_url), cwd=tmp_path
+    )
     app = Conveyor(sqlite_url)
     try:
         wait_for(lambda: app.get("sum").state == TaskState.COMPLETED, what="the task to complete")
@@ -134,9 +95,9 @@ def test_worker_with_a_bad_app_path_is_one_line_error(tmp_path: Path, sqlite_url
     assert "Traceback" not in done.stderr
 
 
-def test_dashboard_serves_until_terminated(sqlite_url: str, spawn: Callable[..., subprocess.Popen[str]]) -> None:
+def test_dashboard_serves_until_terminated(sqlite_url: str, spawn: Spawn) -> None:
     port = free_port()
-    server = spawn("dashboard", "--port", str(port), url=sqlite_url)
+    server = spawn(["dashboard", "--port", str(port)], env=clean_env(sqlite_url))
 
     def healthy() -> bool:
         try:
@@ -181,9 +142,7 @@ def series(text: str, name: str) -> dict[str, float]:
     return found
 
 
-def test_process_mode_exports_the_summed_counters_of_every_child(
-    tmp_path: Path, sqlite_url: str, spawn: Callable[..., subprocess.Popen[str]]
-) -> None:
+def test_process_mode_exports_the_summed_counters_of_every_child(tmp_path: Path, sqlite_url: str, spawn: Spawn) -> None:
     (tmp_path / "pm_tasks.py").write_text(
         textwrap.dedent(
             """
@@ -206,7 +165,9 @@ def test_process_mode_exports_the_summed_counters_of_every_child(
         producer.enqueue_many("fail", [([], {}) for _ in range(5)])
     port = free_port()
     worker = spawn(
-        "worker", "pm_tasks:app", "-p", "2", "-c", "2", "--metrics-port", str(port), url=sqlite_url, cwd=tmp_path
+        ["worker", "pm_tasks:app", "-p", "2", "-c", "2", "--metrics-port", str(port)],
+        env=clean_env(sqlite_url),
+        cwd=tmp_path,
     )
     processed = 'conveyor_tasks_processed_total{queue="default",task="add"} 40.0'
     failed = 'conveyor_tasks_processed_total{queue="default",task="fail"} 5.0'

@@ -4,19 +4,18 @@ periodic summary is, and so is each retry and each failure."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor import Conveyor, TaskState
+
+from .procs import clean_env, conveyor_argv, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -47,27 +46,16 @@ def flaky() -> str:
 SUMMARY = re.compile(r"INFO conveyor\.worker: worker \S+: (last )?[\d.]+ s: (\d+) done, (\d+) failed, (\d+) retried")
 
 
-def wait_for(condition: object, timeout: float, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def worker_log(tmp_path: Path, redis_url: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """``conveyor worker tasks_app:app`` with no option: only the broker URL, in ``CONVEYOR_URL``."""
     (tmp_path / "tasks_app.py").write_text(textwrap.dedent(APP))
     log = tmp_path / "worker.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    env["CONVEYOR_URL"] = redis_url
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "conveyor", "worker", "tasks_app:app"],
+            conveyor_argv("worker", "tasks_app:app"),
             cwd=tmp_path,
-            env=env,
+            env=clean_env(redis_url),
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor import Conveyor, TaskState
 
-from .test_processes import wait_for
+from .procs import Spawn, clean_env, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,44 +34,20 @@ def app_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=10)
-
-
-def start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "conveyor", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.mark.parametrize("processes", ["1", "2"])
 @pytest.mark.parametrize("via", ["--url", "CONVEYOR_URL"])
-def test_worker_serves_the_broker_the_url_names(
-    app_dir: Path, workers: list[subprocess.Popen[str]], processes: str, via: str
-) -> None:
+def test_worker_serves_the_broker_the_url_names(app_dir: Path, spawn: Spawn, processes: str, via: str) -> None:
     target = app_dir / "target.db"
     url = f"sqlite:///{target}"
     with Conveyor(url) as producer:
         producer.enqueue("add", [2, 3], task_id="sum")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env = clean_env()
     args = ["worker", "url_tasks:app", "-p", processes]
     if via == "--url":
         args = ["--url", url, *args]
     else:
         env["CONVEYOR_URL"] = url
-    proc = start(args, app_dir, env)
-    workers.append(proc)
+    proc = spawn(args, env=env, cwd=app_dir)
     with Conveyor(url) as app:
         wait_for(lambda: app.get("sum").state == TaskState.COMPLETED, what="the task to run on target.db")
         assert app.get("sum").result == 5
@@ -87,11 +59,9 @@ def test_worker_serves_the_broker_the_url_names(
         assert own.stats() == {}
 
 
-def test_worker_start_line_masks_the_password(app_dir: Path, workers: list[subprocess.Popen[str]]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+def test_worker_start_line_masks_the_password(app_dir: Path, spawn: Spawn) -> None:
     url = "redis://:s3cret@127.0.0.1:1/0"  # nothing listens on port 1: the worker keeps retrying
-    proc = start(["--url", url, "worker", "url_tasks:app"], app_dir, env)
-    workers.append(proc)
+    proc = spawn(["--url", url, "worker", "url_tasks:app"], env=clean_env(), cwd=app_dir)
     assert proc.stderr is not None
     lines = [proc.stderr.readline() for _ in range(2)]  # the other: the server clock cannot be read
     assert "worker url_tasks:app on redis://:***@127.0.0.1:1/0, queues default\n" in lines
