@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,16 @@ def poll_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.01)
+
+
+async def sleep_until_cancelled(started: threading.Event, cancelled: threading.Event) -> None:
+    """An async handler's body: sets ``started``, sleeps 30 s, sets ``cancelled`` if cancelled meanwhile."""
+    started.set()
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
 
 
 @pytest.fixture

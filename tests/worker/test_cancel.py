@@ -13,7 +13,7 @@ import pytest
 
 from conveyor import ArchiveReason, Conveyor, TaskContext, TaskState, Worker
 
-from .conftest import Start, Wait
+from .conftest import Start, Wait, sleep_until_cancelled
 
 #: Short leases so that a worker learns of a cancel fast: it does at its next heartbeat at the latest.
 HEARTBEAT = 0.1
@@ -159,12 +159,7 @@ def test_a_worker_stops_an_async_handler_at_once_when_the_broker_announces_the_c
 
     @app.task
     async def waits() -> None:
-        started.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+        await sleep_until_cancelled(started, cancelled)
 
     handle = waits.enqueue()
     start_worker(app, **SLOW_HEARTBEAT)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,8 +16,7 @@ from conveyor.serializers import decode
 from conveyor.worker.executor import Job
 from conveyor.worker.inflight import Held
 
-Start = Callable[..., Worker]
-Wait = Callable[..., None]
+from .conftest import Start, Wait, sleep_until_cancelled
 
 
 def test_sync_handlers_run_concurrently_up_to_concurrency(live_app: Conveyor, start_worker: Start) -> None:
@@ -172,16 +170,6 @@ def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
     finally:
         worker.stop()
         thread.join(10)
-
-
-async def sleep_until_cancelled(started: threading.Event, cancelled: threading.Event) -> None:
-    """An async handler's body: sets ``started``, sleeps 30 s, sets ``cancelled`` if cancelled meanwhile."""
-    started.set()
-    try:
-        await asyncio.sleep(30)
-    except asyncio.CancelledError:
-        cancelled.set()
-        raise
 
 
 def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
