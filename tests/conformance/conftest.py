@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conveyor import BrokerPolicy, Conveyor, FakeClock, Worker
+from conveyor import BrokerPolicy, Conveyor, FakeClock, TaskState, Worker
 
 AppFactory = Callable[..., Conveyor]
 Transition = tuple[str | None, str]
@@ -43,6 +43,19 @@ def make_app(broker_url: str, clock: FakeClock) -> Iterator[AppFactory]:
     yield make
     for application in opened:
         application.close()
+
+
+def retry_waits(app: Conveyor, clock: FakeClock, worker: Worker, task_id: str) -> list[float]:
+    """Run the task until it is no longer retried (the clock jumps to each retry); the wait the
+    worker set after each failure."""
+    waits: list[float] = []
+    worker.process_next()
+    while (info := app.get(task_id)).state is TaskState.RETRY:
+        assert info.next_run_at is not None
+        waits.append(info.next_run_at - clock.now())
+        clock.set(info.next_run_at)
+        assert worker.process_next()
+    return waits
 
 
 class Events:

@@ -24,6 +24,8 @@ from conveyor import (
 from conveyor.model import NewTask
 from conveyor.serializers import encode_payload
 
+from .conftest import retry_waits
+
 
 @register_backoff("test-linear")
 @dataclass(frozen=True)
@@ -93,23 +95,11 @@ def always_fails(app: Conveyor) -> str:
     return "always_fails"
 
 
-def _waits(app: Conveyor, clock: FakeClock, worker: Worker, task_id: str) -> list[float]:
-    """Run the task until it is no longer retried; the wait the worker set after each failure."""
-    waits: list[float] = []
-    worker.process_next()
-    while (info := app.get(task_id)).state is TaskState.RETRY:
-        assert info.next_run_at is not None
-        waits.append(info.next_run_at - clock.now())
-        clock.set(info.next_run_at)
-        assert worker.process_next()
-    return waits
-
-
-def test_registered_custom_backoff_given_at_enqueue_sets_the_waits(
+def test_registered_custom_backoff_given_at_enqueue_sets_theretry_waits(
     app: Conveyor, producer: Conveyor, clock: FakeClock, worker: Worker, always_fails: str
 ) -> None:
     handle = producer.enqueue(always_fails, backoff=Linear(step=3.0))
-    assert _waits(app, clock, worker, handle.id) == [3.0, 6.0, 9.0]
+    assert retry_waits(app, clock, worker, handle.id) == [3.0, 6.0, 9.0]
     info = producer.get(handle.id)
     assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.FAILED)
     assert info.options == {"backoff": {"kind": "test-linear", "step": 3.0}} and info.options_error is None
@@ -123,7 +113,7 @@ def test_custom_backoff_is_rebuilt_by_its_from_dict(
         raise ConnectionError("down")
 
     handle = bound.with_options(backoff=Steps(1.0, 5.0), max_retries=3).enqueue()
-    assert _waits(app, clock, worker, handle.id) == [1.0, 5.0, 5.0]
+    assert retry_waits(app, clock, worker, handle.id) == [1.0, 5.0, 5.0]
 
 
 def test_unregistered_custom_backoff_is_refused_at_enqueue_and_nothing_is_written(
@@ -154,7 +144,7 @@ def test_unregistered_policy_may_still_be_a_registration_default(
         raise ConnectionError("down")
 
     handle = local.enqueue()
-    assert _waits(app, clock, worker, handle.id) == [7.0]
+    assert retry_waits(app, clock, worker, handle.id) == [7.0]
 
 
 def _enqueue_with_kind_unknown_here(app: Conveyor, name: str) -> str:

@@ -10,6 +10,8 @@ import pytest
 
 from conveyor import ArchiveReason, Conveyor, Exponential, FakeClock, Fixed, PermanentError, Retry, TaskState, Worker
 
+from .conftest import retry_waits
+
 if TYPE_CHECKING:
     from conformance.conftest import AppFactory
 
@@ -48,18 +50,6 @@ def register(app: Conveyor, to_raise: list[BaseException]) -> Register:
     return register
 
 
-def _waits(app: Conveyor, clock: FakeClock, worker: Worker, task_id: str) -> list[float]:
-    """Run the task until it is no longer retried; the backoff waited after each failure."""
-    waits: list[float] = []
-    worker.process_next()
-    while (info := app.get(task_id)).state is TaskState.RETRY:
-        assert info.next_run_at is not None
-        waits.append(info.next_run_at - clock.now())
-        clock.set(info.next_run_at)
-        assert worker.process_next()
-    return waits
-
-
 def test_retryable_failure_moves_the_task_to_retry_and_uses_one_retry(
     app: Conveyor, clock: FakeClock, worker: Worker, register: Register, to_raise: list[BaseException]
 ) -> None:
@@ -90,7 +80,7 @@ def test_exponential_backoff_waits_initial_then_multiplies_by_factor(
 ) -> None:
     to_raise.extend(Unreachable(str(n)) for n in range(4))
     handle = app.enqueue(register(max_retries=4, backoff=Exponential(initial=2.0, factor=3.0, max=None)))
-    assert _waits(app, clock, worker, handle.id) == [2.0, 6.0, 18.0, 54.0]
+    assert retry_waits(app, clock, worker, handle.id) == [2.0, 6.0, 18.0, 54.0]
 
 
 def test_default_backoff_is_exponential_from_one_second_doubling(
@@ -98,7 +88,7 @@ def test_default_backoff_is_exponential_from_one_second_doubling(
 ) -> None:
     to_raise.extend(Unreachable(str(n)) for n in range(3))
     handle = app.enqueue(register())
-    assert _waits(app, clock, worker, handle.id) == [1.0, 2.0, 4.0]
+    assert retry_waits(app, clock, worker, handle.id) == [1.0, 2.0, 4.0]
 
 
 def test_exponential_backoff_is_capped_at_max(
@@ -106,7 +96,7 @@ def test_exponential_backoff_is_capped_at_max(
 ) -> None:
     to_raise.extend(Unreachable(str(n)) for n in range(4))
     handle = app.enqueue(register(max_retries=4, backoff=Exponential(initial=10.0, factor=10.0, max=500.0)))
-    assert _waits(app, clock, worker, handle.id) == [10.0, 100.0, 500.0, 500.0]
+    assert retry_waits(app, clock, worker, handle.id) == [10.0, 100.0, 500.0, 500.0]
 
 
 def test_fixed_backoff_waits_the_same_after_every_failure(
@@ -114,7 +104,7 @@ def test_fixed_backoff_waits_the_same_after_every_failure(
 ) -> None:
     to_raise.extend(Unreachable(str(n)) for n in range(3))
     handle = app.enqueue(register(backoff=Fixed(7.5)))
-    assert _waits(app, clock, worker, handle.id) == [7.5, 7.5, 7.5]
+    assert retry_waits(app, clock, worker, handle.id) == [7.5, 7.5, 7.5]
 
 
 def test_retries_exhausted_archive_the_task_as_failed(
@@ -122,7 +112,7 @@ def test_retries_exhausted_archive_the_task_as_failed(
 ) -> None:
     to_raise.extend(Unreachable(f"try {n}") for n in range(1, 4))
     handle = app.enqueue(register(max_retries=2))
-    assert len(_waits(app, clock, worker, handle.id)) == 2
+    assert len(retry_waits(app, clock, worker, handle.id)) == 2
     info = app.get(handle.id)
     assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.FAILED)
     assert (info.attempts, info.retries_left, info.last_error) == (3, 0, "Unreachable: try 3")
@@ -147,7 +137,7 @@ def test_jitter_randomises_the_wait_with_the_apps_seeded_rng(
         task_name = _register_flaky(app, to_raise, backoff=backoff, max_retries=3)
         to_raise.extend(Unreachable(str(n)) for n in range(3))
         handle = app.enqueue(task_name)
-        return _waits(app, clock, app.worker(), handle.id)
+        return retry_waits(app, clock, app.worker(), handle.id)
 
     first, again = waits_with_seed(1), waits_with_seed(1)
     assert first == again
