@@ -14,13 +14,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Task
 
 
-def drain(url: str, tasks: int, concurrency: int, prefetch: int) -> float:
-    """Tasks per second from starting the worker until the last handler ran."""
-    app = Conveyor(url)
+def counted_noop(app: Conveyor, tasks: int) -> tuple[Task[[], None], threading.Event]:
+    """Register ``noop``, a task that does nothing; the event is set once it has run ``tasks`` times."""
     done = threading.Event()
     lock = threading.Lock()
     count = [0]
@@ -32,8 +32,12 @@ def drain(url: str, tasks: int, concurrency: int, prefetch: int) -> float:
             if count[0] == tasks:
                 done.set()
 
-    noop.enqueue_many([((), {})] * tasks)
-    worker = app.worker(concurrency=concurrency, prefetch=prefetch)
+    return noop, done
+
+
+def run_worker_until(app: Conveyor, done: threading.Event, **settings: Any) -> float:
+    """Seconds from starting ``Worker.run()`` (on a thread) until ``done`` is set; the worker is then stopped."""
+    worker = app.worker(**settings)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     started = time.perf_counter()
     thread.start()
@@ -41,6 +45,15 @@ def drain(url: str, tasks: int, concurrency: int, prefetch: int) -> float:
     elapsed = time.perf_counter() - started
     worker.stop()
     thread.join()
+    return elapsed
+
+
+def drain(url: str, tasks: int, concurrency: int, prefetch: int) -> float:
+    """Tasks per second from starting the worker until the last handler ran."""
+    app = Conveyor(url)
+    noop, done = counted_noop(app, tasks)
+    noop.enqueue_many([((), {})] * tasks)
+    elapsed = run_worker_until(app, done, concurrency=concurrency, prefetch=prefetch)
     app.close()
     return tasks / elapsed
 

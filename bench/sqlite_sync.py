@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from bench.bench_runtime import counted_noop, run_worker_until
 from conveyor import Conveyor
 
 MODES = ("NORMAL", "FULL")
@@ -27,30 +27,13 @@ MODES = ("NORMAL", "FULL")
 def run_mode(path: Path, mode: str, tasks: int, concurrency: int) -> dict[str, float]:
     """Tasks per second for the three phases on a fresh file at ``path``."""
     app = Conveyor(f"sqlite:///{path}?synchronous={mode.lower()}")
-    done = threading.Event()
-    lock = threading.Lock()
-    count = [0]
-
-    @app.task
-    def noop() -> None:
-        with lock:
-            count[0] += 1
-            if count[0] == tasks:
-                done.set()
-
+    noop, done = counted_noop(app, tasks)
     try:
         started = time.perf_counter()
         for _ in range(tasks):
             noop.enqueue()
         enqueue = tasks / (time.perf_counter() - started)
-        worker = app.worker(concurrency=concurrency)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-        started = time.perf_counter()
-        thread.start()
-        done.wait()
-        drain = tasks / (time.perf_counter() - started)
-        worker.stop()
-        thread.join()
+        drain = tasks / run_worker_until(app, done, concurrency=concurrency)
         for _ in range(tasks):
             noop.enqueue()
         started = time.perf_counter()
