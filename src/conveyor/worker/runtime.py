@@ -1,11 +1,12 @@
 """The runtime: composes the services of one worker process and runs them until shutdown.
 
-Start order: registry, promoter, reaper, janitor, summary, acker, pool, heartbeat, cancel watcher, fetcher.
-Shutdown (first SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks buffered but
-not started are released at once; running tasks get ``shutdown_grace`` seconds to finish; then every lease still held
-is released back to pending in one ``settle`` (their handlers see ``ctx.lease_lost``; async ones are
-cancelled), the acker flushes, and the services stop. A second signal releases what is held and exits
-at once.
+Start order: acker, registry, promoter, reaper, janitor, summary, pool, heartbeat, cancel watcher,
+fetcher. Shutdown (first SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks
+buffered but not started are released at once; running tasks get ``shutdown_grace`` seconds to
+finish; then every lease still held is released back to pending in one ``settle`` (their handlers see
+``ctx.lease_lost``; async ones are cancelled), the acker flushes, and the services stop in the
+reverse order (so the summary's last line counts every outcome). A second signal releases what is
+held and exits at once.
 """
 
 from __future__ import annotations
