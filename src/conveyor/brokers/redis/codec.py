@@ -29,6 +29,7 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from conveyor.history import QueueMinute
@@ -365,20 +366,8 @@ def decode_events(blob: str, at: float) -> list[Event]:
 
 
 def encode_worker(info: WorkerInfo) -> str:
-    return json.dumps(
-        {
-            "id": info.id,
-            "host": info.host,
-            "pid": info.pid,
-            "queues": list(info.queues),
-            "concurrency": info.concurrency,
-            "started_at": info.started_at,
-            "last_seen": info.last_seen,
-            "running": list(info.running),
-            "processed": info.processed,
-            "failed": info.failed,
-        }
-    )
+    """Its fields as one JSON object, in field order (tuples as arrays)."""
+    return json.dumps(asdict(info))
 
 
 def decode_worker(text: str) -> WorkerInfo:
