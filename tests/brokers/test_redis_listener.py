@@ -1,0 +1,51 @@
+"""The pub/sub listener that Redis events and cancel announcements share (``brokers/redis/listener.py``),
+on a private server: it survives a message it fails on, and ``close`` ends its thread for good."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+
+import pytest
+
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.listener import Listener
+from conveyor.model import BrokerPolicy
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[RedisBroker]:
+    opened = RedisBroker.from_url(redis_url, BrokerPolicy())
+    yield opened
+    opened.close()
+
+
+def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: RedisBroker) -> None:
+    heard: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def on_message(data: str) -> None:
+        if data == "bad":
+            raise ValueError("cannot read this one")
+        heard.put(data)
+
+    channel = broker.keys.prefix + "test-listener"
+    listener = Listener(broker.client, channel, 2.0, on_message, what="test")
+    try:
+        assert listener.start()
+        broker.client.publish(channel, "bad")
+        broker.client.publish(channel, "good")
+        assert heard.get(timeout=5) == "good"
+    finally:
+        listener.close()
+
+
+def test_close_ends_the_thread_and_a_later_start_does_not_restart_it(broker: RedisBroker) -> None:
+    listener = Listener(broker.client, broker.keys.prefix + "test-listener", 2.0, lambda data: None, what="test")
+    assert listener.start()
+    thread = listener._thread
+    listener.close()
+    assert thread is not None and not thread.is_alive()
+    listener.start()
+    assert listener._thread is None
