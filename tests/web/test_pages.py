@@ -30,7 +30,7 @@ def test_overview_lists_queues_counts_and_paused_flag(client: TestClient, app: C
     data = client.get("/api/overview").json()
     queues = {q["name"]: q for q in data["queues"]}
     assert queues["mail"]["counts"]["pending"] == 1 and queues["reports"]["paused"] is True
-    assert set(data["series"]) == {"bucket", "t", "processed", "failed"}
+    assert set(data["series"]) == {"range", "bucket", "t", "processed", "failed", "current"}
 
 
 def test_overview_shows_workers_with_heartbeats_and_running_tasks(client: TestClient, app: Conveyor) -> None:
@@ -60,10 +60,41 @@ def test_charts_show_the_last_hour_settled_before_the_dashboard_started(
     ok.enqueue()
     app.worker().run_until_idle()
     series = make_client().get("/api/overview").json()["series"]  # a dashboard started only now
-    assert series["bucket"] == 60 and len(series["t"]) == 60
-    assert series["t"][-1] == 60 * (clock.now() // 60) and series["t"][-1] - series["t"][0] == 59 * 60
-    assert (series["processed"][-3:], series["failed"][-3:]) == ([2, 0, 1], [1, 0, 0])
-    assert sum(series["processed"]) == 3
+    # Finished minutes only: the one under way would dip (it has had only part of its seconds).
+    assert series["bucket"] == 60 and len(series["t"]) == 59
+    assert series["t"][-1] == 60 * (clock.now() // 60) - 60 and series["t"][-1] - series["t"][0] == 58 * 60
+    assert (series["processed"][-2:], series["failed"][-2:]) == ([2, 0], [1, 0])
+    assert sum(series["processed"]) == 2
+    # The headline figures cover the last finished minute and the one under way.
+    current = series["current"]
+    assert (current["processed"], current["failed"]) == (1, 0)
+    assert current["seconds"] == 60 + clock.now() % 60
+
+
+def test_the_day_range_draws_ten_minute_buckets_aligned_and_finished(
+    client: TestClient, app: Conveyor, clock: FakeClock
+) -> None:
+    @app.task
+    def ok() -> None:
+        pass
+
+    for _ in range(3):
+        ok.enqueue()
+        app.worker().run_until_idle()
+        clock.advance(7 * 60)  # settles fall in different 10-minute buckets
+    series = client.get("/api/overview?range=24h").json()["series"]
+    assert series["range"] == "24h" and series["bucket"] == 600
+    assert all(t % 600 == 0 for t in series["t"])
+    now = clock.now()
+    assert series["t"][-1] + 600 <= now < series["t"][-1] + 1200  # the bucket under way is left out
+    assert series["t"][0] >= now - 86400  # so is one that began before the window
+    assert 143 <= len(series["t"]) <= 144
+    done_before = sum(1 for t in (now - 21 * 60, now - 14 * 60, now - 7 * 60) if t < series["t"][-1] + 600)
+    assert sum(series["processed"]) == done_before
+    # The page shows the selector with the chosen range current; an unknown range falls back to 1 h.
+    page = client.get("/?range=24h")
+    assert 'class="tab current" href="/?range=24h"' in page.text and "last 24 hours" in page.text
+    assert client.get("/api/overview?range=7d").json()["series"]["range"] == "1h"
 
 
 class WithoutHistory:
@@ -157,6 +188,20 @@ def test_metrics_endpoint_serves_queue_gauges(client: TestClient, app: Conveyor)
     metrics = client.get("/metrics")
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     assert 'conveyor_queue_tasks{queue="default",state="pending"} 1.0' in metrics.text
+
+
+def test_metrics_link_opens_a_readable_page(client: TestClient, app: Conveyor) -> None:
+    app.enqueue("job", queue="mail")
+    page = client.get("/")
+    assert 'href="/metrics/view">Metrics</a>' in page.text
+    readable = client.get("/metrics/view")
+    assert readable.status_code == 200 and readable.headers["content-type"].startswith("text/html")
+    text = readable.text
+    assert "conveyor_queue_tasks" in text and "Tasks per queue and state" in text
+    assert "queue=&#34;mail&#34;, state=&#34;pending&#34;" in text  # labels, escaped, with the value
+    assert "_bucket" not in text and "_created" not in text  # histograms as count / sum / mean
+    assert '<th class="num">mean</th>' in text
+    assert client.get("/metrics").headers["content-type"].startswith("text/plain")  # the raw text stays
 
 
 def test_metrics_endpoint_counts_the_host_apps_enqueues(client: TestClient, app: Conveyor) -> None:

@@ -68,6 +68,7 @@ def create_app(
         Route("/tasks/{task_id}", views.task, name="task"),
         Route("/search", views.search, name="search"),
         Route("/metrics", views.metrics, name="metrics"),
+        Route("/metrics/view", views.metrics_page, name="metrics_page"),
         Route("/healthz", views.healthz, name="healthz"),
         Route("/tasks/{task_id}/{action}", actions.task_action, methods=["POST"], name="task_action"),
         Route("/queues/{queue}/bulk", actions.bulk_action, methods=["POST"], name="bulk_action"),

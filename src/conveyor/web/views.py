@@ -11,12 +11,13 @@ from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
 from conveyor.metrics import CONTENT_TYPE
 from conveyor.model import TaskState
-from conveyor.web.series import chart_series
+from conveyor.web.readable import families
+from conveyor.web.series import RANGES, chart_series
 
 if TYPE_CHECKING:
     from conveyor.web.app import Dashboard
 
-__all__ = ["healthz", "metrics", "overview", "overview_json", "queue", "render", "search", "task"]
+__all__ = ["healthz", "metrics", "metrics_page", "overview", "overview_json", "queue", "render", "search", "task"]
 
 STATES = [state.value for state in TaskState]
 PAGE_SIZES = (20, 50, 100, 200)
@@ -74,7 +75,13 @@ def message(request: Request, text: str, status_code: int, back: str | None = No
     return render(request, "message.html", {"message": text, "back": back}, status_code)
 
 
-def _overview_data(dash: Dashboard) -> dict[str, Any]:
+def _range(request: Request) -> str:
+    """The charts' range from ``?range=`` (an unknown one falls back to the default)."""
+    value = request.query_params.get("range", "1h")
+    return value if value in RANGES else "1h"
+
+
+def _overview_data(dash: Dashboard, range_name: str = "1h") -> dict[str, Any]:
     inspector = dash.conveyor.inspect
     now = dash.conveyor.now()
     queues = [
@@ -101,16 +108,24 @@ def _overview_data(dash: Dashboard) -> dict[str, Any]:
         }
         for w in inspector.workers()
     ]
-    series = chart_series(dash.conveyor)
-    return {"now": now, "states": STATES, "queues": queues, "workers": workers, "series": series}
+    series = chart_series(dash.conveyor, range_name)
+    return {
+        "now": now,
+        "states": STATES,
+        "queues": queues,
+        "workers": workers,
+        "series": series,
+        "range": range_name,
+        "ranges": list(RANGES),
+    }
 
 
 async def overview(request: Request) -> Response:
-    return render(request, "overview.html", _overview_data(dashboard_of(request)))
+    return render(request, "overview.html", _overview_data(dashboard_of(request), _range(request)))
 
 
 async def overview_json(request: Request) -> Response:
-    return JSONResponse(_overview_data(dashboard_of(request)))
+    return JSONResponse(_overview_data(dashboard_of(request), _range(request)))
 
 
 def _int_param(request: Request, name: str, default: int, minimum: int = 0) -> int:
@@ -178,6 +193,13 @@ async def metrics(request: Request) -> Response:
     dash = dashboard_of(request)
     assert dash.metrics is not None
     return Response(dash.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def metrics_page(request: Request) -> Response:
+    """The metrics as tables (the nav's "Metrics" link); ``/metrics`` stays the raw text."""
+    dash = dashboard_of(request)
+    assert dash.metrics is not None
+    return render(request, "metrics.html", {"families": families(dash.metrics.render().decode())})
 
 
 async def healthz(request: Request) -> Response:

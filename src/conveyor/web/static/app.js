@@ -42,37 +42,48 @@
   // -- overview: live tables and charts ----------------------------------------------------------
   if (body.dataset.page !== "overview") return;
 
-  function chart(svg, values, maxHint, format) {
+  // x: bucket start times (epoch s); the axis is labelled in local time below the SVG (an HTML row, so
+  // the stretched viewBox does not distort the text; positions are set through the CSSOM, which the CSP allows).
+  function chart(svg, axis, times, values, span, maxHint, format) {
     const W = 600, H = 140, top = 14, bottom = 4;
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     const max = Math.max(maxHint, ...values) || 1;
-    const step = values.length > 1 ? W / (values.length - 1) : W;
+    const t0 = times.length ? times[0] : 0, t1 = times.length ? times[times.length - 1] : 1;
+    const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * W : 0);
     const y = (v) => H - bottom - (v / max) * (H - top - bottom);
     svg.appendChild(el("svg:line", { x1: 0, x2: W, y1: H - bottom, y2: H - bottom, class: "axis" }));
     svg.appendChild(el("svg:line", { x1: 0, x2: W, y1: top, y2: top, class: "axis" }));
-    const points = values.map((v, i) => (i * step).toFixed(1) + "," + y(v).toFixed(1));
+    const points = values.map((v, i) => x(times[i]).toFixed(1) + "," + y(v).toFixed(1));
     svg.appendChild(el("svg:polygon", { points: "0," + (H - bottom) + " " + points.join(" ") + " " + W + "," + (H - bottom), class: "area" }));
     svg.appendChild(el("svg:polyline", { points: points.join(" "), class: "line" }));
     svg.appendChild(el("svg:text", { x: 4, y: 11, class: "label" }, "max " + format(max)));
+    axis.replaceChildren();
+    if (t1 <= t0) return;
+    const tick = span > 3600 ? 3 * 3600 : 10 * 60;
+    for (let t = Math.ceil(t0 / tick) * tick; t <= t1; t += tick) {
+      const d = new Date(t * 1000);
+      const label = el("span", { class: "tick" }, String(d.getHours()).padStart(2, "0") + ":" + String(d.getMinutes()).padStart(2, "0"));
+      label.style.left = ((100 * x(t)) / W).toFixed(2) + "%";
+      axis.appendChild(label);
+      svg.appendChild(el("svg:line", { x1: x(t), x2: x(t), y1: top, y2: H - bottom, class: "grid-line" }));
+    }
   }
 
-  // Per-minute counts from the broker, oldest first; the last minute is still going: its rate is over
-  // the seconds it has run (at least 15, so that its first seconds do not spike).
-  function drawCharts(series, now) {
+  // Finished buckets only (the server leaves out the one under way, which would dip); the headline
+  // figures cover the last finished minute and the one under way.
+  function drawCharts(series) {
     if (!series) {
       for (const id of ["rate-now", "fail-now"]) document.getElementById(id).textContent = "no history on this broker";
       return;
     }
-    const per = series.bucket, last = series.t.length - 1;
-    const elapsed = Math.max(0, Math.min(per, now - series.t[last]));
-    const rates = series.processed.map((n, i) => n / (i === last ? Math.max(15, elapsed) : per));
+    const per = series.bucket, span = series.range === "24h" ? 86400 : 3600;
+    const rates = series.processed.map((n) => n / per);
     const failures = series.processed.map((n, i) => (n ? (100 * series.failed[i]) / n : 0));
-    chart(document.getElementById("chart-throughput"), rates, 1, (v) => v.toFixed(1) + "/s");
-    chart(document.getElementById("chart-failures"), failures, 10, (v) => v.toFixed(0) + "%");
-    const recent = (arr) => arr[last] + (last > 0 ? arr[last - 1] : 0);  // the last full minute and this one
-    const done = recent(series.processed), failed = recent(series.failed);
-    document.getElementById("rate-now").textContent = (done / (per + Math.max(1, elapsed))).toFixed(1) + "/s";
-    document.getElementById("fail-now").textContent = done ? ((100 * failed) / done).toFixed(1) + "%" : "–";
+    chart(document.getElementById("chart-throughput"), document.getElementById("axis-throughput"), series.t, rates, span, 1, (v) => v.toFixed(1) + "/s");
+    chart(document.getElementById("chart-failures"), document.getElementById("axis-failures"), series.t, failures, span, 10, (v) => v.toFixed(0) + "%");
+    const cur = series.current;
+    document.getElementById("rate-now").textContent = (cur.processed / cur.seconds).toFixed(1) + "/s";
+    document.getElementById("fail-now").textContent = cur.processed ? ((100 * cur.failed) / cur.processed).toFixed(1) + "%" : "–";
   }
 
   function cell(text, cls) { return el("td", cls ? { class: cls } : {}, String(text)); }
@@ -139,10 +150,11 @@
 
   async function refresh() {
     try {
-      const response = await fetch(base + "/api/overview", { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      const range = document.querySelector(".charts").dataset.range || "1h";
+      const response = await fetch(base + "/api/overview?range=" + encodeURIComponent(range), { headers: { Accept: "application/json" }, credentials: "same-origin" });
       if (!response.ok) return;
       const data = await response.json();
-      drawCharts(data.series, data.now);
+      drawCharts(data.series);
       drawQueues(data);
       drawWorkers(data);
       body.dataset.refreshed = String(Date.now());
