@@ -11,6 +11,7 @@ from conveyor.brokers.base import ForgetsQueues, KeepsHistory
 from conveyor.errors import ConfigurationError, InvalidTransition, QueueNotFound
 from conveyor.history import KEEP_MINUTES, MinuteCounts, fold, window
 from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
+from conveyor.selection import MAX_SCAN, BulkResult, Selection, TaskFilter, apply_all, select
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -130,6 +131,16 @@ class Inspector:
             raise ConfigurationError(f"{type(broker).__name__} keeps no per-minute history")
         first, last = window(self.app.now(), minutes)
         return fold(broker.history(first, last), first, last, queue)
+
+    def select(self, flt: TaskFilter, max_scan: int = MAX_SCAN) -> Selection:
+        """Tasks across queues that ``flt`` keeps, among at most ``max_scan`` looked at (see
+        ``conveyor.selection``; ``Selection.cut_short`` says when the bound stopped the scan)."""
+        return select(self, flt, max_scan)
+
+    def apply_all(self, flt: TaskFilter, action: str, *, batch: int = 500, max_tasks: int | None = None) -> BulkResult:
+        """``retry`` or ``delete`` every task ``flt`` keeps, in batches of ``batch`` (see
+        ``conveyor.selection.apply_all``)."""
+        return apply_all(self, flt, action, batch=batch, max_tasks=max_tasks)
 
     @staticmethod
     def timeline(info: TaskInfo) -> builtins.list[TimelineEntry]:

@@ -14,7 +14,7 @@ from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
 from conveyor.web.views import base_path, dashboard_of, message
 
-__all__ = ["bulk_action", "queue_action", "task_action"]
+__all__ = ["back_to", "bulk_action", "queue_action", "read_form", "task_action"]
 
 TASK_ACTIONS: dict[str, Callable[[Inspector, str], Any]] = {
     "run-now": Inspector.run_now,
@@ -25,7 +25,7 @@ TASK_ACTIONS: dict[str, Callable[[Inspector, str], Any]] = {
 MAX_FORM = 1 << 20  # bytes
 
 
-async def _form(request: Request) -> dict[str, list[str]] | Response:
+async def read_form(request: Request) -> dict[str, list[str]] | Response:
     """The url-encoded form, after the read-only, size and CSRF checks (or the refusal)."""
     dash = dashboard_of(request)
     if dash.read_only:
@@ -41,7 +41,7 @@ async def _form(request: Request) -> dict[str, list[str]] | Response:
     return form
 
 
-def _back(request: Request, form: dict[str, list[str]], default: str, **flash: Any) -> Response:
+def back_to(request: Request, form: dict[str, list[str]], default: str, **flash: Any) -> Response:
     """Redirect to ``next`` if it is a path inside the dashboard, else ``default``; with a flash code."""
     base = base_path(request)
     target = (form.get("next") or [""])[0]
@@ -58,7 +58,7 @@ async def task_action(request: Request) -> Response:
     task_id = request.path_params["task_id"]
     if action not in TASK_ACTIONS:
         return message(request, f"unknown action {action!r}", 404)
-    form = await _form(request)
+    form = await read_form(request)
     if isinstance(form, Response):
         return form
     inspector = dashboard_of(request).conveyor.inspect
@@ -72,7 +72,7 @@ async def task_action(request: Request) -> Response:
         return message(request, f"{action}: {exc}", 409, back=f"{base}/tasks/{task_id}")
     if action == "delete" and (form.get("next") or [""])[0].split("?")[0] == f"{base}/tasks/{task_id}":
         form.pop("next")  # that page is gone
-    return _back(request, form, default, done=action, n=1)
+    return back_to(request, form, default, done=action, n=1)
 
 
 async def queue_action(request: Request) -> Response:
@@ -80,7 +80,7 @@ async def queue_action(request: Request) -> Response:
     name = request.path_params["queue"]
     if action not in ("pause", "resume", "purge"):
         return message(request, f"unknown action {action!r}", 404)
-    form = await _form(request)
+    form = await read_form(request)
     if isinstance(form, Response):
         return form
     inspector = dashboard_of(request).conveyor.inspect
@@ -95,13 +95,13 @@ async def queue_action(request: Request) -> Response:
             flash["n"] = inspector.purge(name, (form.get("state") or [""])[0])
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, f"{action}: {exc}", 409, back=f"{base_path(request)}/queues/{name}")
-    return _back(request, form, f"{base_path(request)}/queues/{name}", **flash)
+    return back_to(request, form, f"{base_path(request)}/queues/{name}", **flash)
 
 
 async def bulk_action(request: Request) -> Response:
     """Apply one task action to every selected id; report how many succeeded and failed."""
     name = request.path_params["queue"]
-    form = await _form(request)
+    form = await read_form(request)
     if isinstance(form, Response):
         return form
     action = (form.get("action") or [""])[0]
@@ -120,4 +120,4 @@ async def bulk_action(request: Request) -> Response:
     flash: dict[str, Any] = {"done": action, "n": done, "failed": failed}
     if why:
         flash["why"] = why[:200]
-    return _back(request, form, f"{base_path(request)}/queues/{name}", **flash)
+    return back_to(request, form, f"{base_path(request)}/queues/{name}", **flash)

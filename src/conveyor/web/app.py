@@ -14,8 +14,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from conveyor.metrics import Metrics
-from conveyor.web import actions, views
-from conveyor.web.format import age, iso, pretty_json, relative
+from conveyor.web import actions, failed, views
+from conveyor.web.format import age, call_args, duration, iso, pretty_json, relative
 from conveyor.web.security import Csrf, SecurityMiddleware
 
 if TYPE_CHECKING:
@@ -57,7 +57,9 @@ def create_app(
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(["html"], default=True),
     )
-    env.filters.update(iso=iso, age=age, relative=relative, pretty_json=pretty_json)
+    env.filters.update(
+        iso=iso, age=age, relative=relative, pretty_json=pretty_json, call_args=call_args, duration=duration
+    )
     templates = Jinja2Templates(env=env)
     dashboard = Dashboard(conveyor_app, templates, read_only=read_only, metrics=Metrics(conveyor_app))
 
@@ -66,7 +68,9 @@ def create_app(
         Route("/api/overview", views.overview_json, name="overview_json"),
         Route("/queues/{queue}", views.queue, name="queue"),
         Route("/tasks/{task_id}", views.task, name="task"),
-        Route("/search", views.search, name="search"),
+        Route("/search", failed.search, name="search"),
+        Route("/failed", failed.failed, name="failed"),
+        Route("/failed/bulk", failed.failed_bulk, methods=["POST"], name="failed_bulk"),
         Route("/metrics", views.metrics, name="metrics"),
         Route("/metrics/view", views.metrics_page, name="metrics_page"),
         Route("/healthz", views.healthz, name="healthz"),

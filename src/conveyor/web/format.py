@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["age", "iso", "pretty_json", "relative"]
+if TYPE_CHECKING:
+    from conveyor.model import TaskInfo
+
+__all__ = ["age", "call_args", "duration", "iso", "pretty_json", "relative"]
 
 
 def iso(ts: float | None) -> str:
@@ -36,3 +39,20 @@ def relative(ts: float | None, now: float) -> str:
 
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def call_args(info: TaskInfo, width: int = 80) -> str:
+    """The call's arguments in one line (``1, "x", width=640``), cut to ``width`` characters."""
+    parts = [json.dumps(a, ensure_ascii=False, default=str) for a in info.args]
+    parts += [f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in info.kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def duration(info: TaskInfo) -> str:
+    """How long the latest execution ran (start to finish, or to its failure); ``-`` if unknown."""
+    end = info.completed_at if info.completed_at is not None else (info.errors[-1].at if info.errors else None)
+    if info.started_at is None or end is None or end < info.started_at:
+        return "-"
+    seconds = end - info.started_at
+    return f"{seconds * 1000:.0f}ms" if seconds < 1 else age(seconds) if seconds >= 60 else f"{seconds:.1f}s"

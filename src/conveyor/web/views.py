@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
@@ -17,7 +17,7 @@ from conveyor.web.series import RANGES, chart_series
 if TYPE_CHECKING:
     from conveyor.web.app import Dashboard
 
-__all__ = ["healthz", "metrics", "metrics_page", "overview", "overview_json", "queue", "render", "search", "task"]
+__all__ = ["healthz", "metrics", "metrics_page", "overview", "overview_json", "queue", "render", "task"]
 
 STATES = [state.value for state in TaskState]
 PAGE_SIZES = (20, 50, 100, 200)
@@ -31,6 +31,8 @@ DONE = {
     "pause": "queue paused",
     "resume": "queue resumed",
     "purge": "deleted",
+    "retry-all": "queued to run now",
+    "delete-all": "deleted",
 }
 
 
@@ -174,19 +176,6 @@ async def task(request: Request) -> Response:
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, str(exc), 404)
     return render(request, "task.html", {"task": info, "timeline": Inspector.timeline(info)})
-
-
-async def search(request: Request) -> Response:
-    """Find a task by its exact id: go to its page, or say it was not found."""
-    dash = dashboard_of(request)
-    task_id = request.query_params.get("id", "").strip()
-    if not task_id:
-        return RedirectResponse(f"{base_path(request)}/", status_code=303)
-    try:
-        info = dash.conveyor.inspect.get(task_id)
-    except (ConveyorError, ValueError, TypeError):
-        return message(request, f"no task with id {task_id!r}", 404)
-    return RedirectResponse(f"{base_path(request)}/tasks/{info.id}", status_code=303)
 
 
 async def metrics(request: Request) -> Response:
