@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conveyor._validate import check_int, check_queue, check_task_id
-from conveyor.brokers.base import ForgetsQueues, KeepsHistory
+from conveyor.brokers.base import CommandsWorkers, ForgetsQueues, KeepsHistory
+from conveyor.commands import COMMAND_TTL, check_command, stronger
 from conveyor.errors import ConfigurationError, InvalidTransition, QueueNotFound
 from conveyor.history import KEEP_MINUTES, MinuteCounts, fold, window
 from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
@@ -116,6 +117,24 @@ class Inspector:
     def workers(self) -> builtins.list[WorkerInfo]:
         """Live workers and what they run."""
         return self.app.broker.workers(self.app.now())
+
+    def command_worker(self, worker_id: str, command: str) -> None:
+        """Send ``quiet`` or ``stop`` to a live worker (``conveyor.commands``): it obeys at its next
+        registry beat. Raises InvalidTransition for a worker that is not live or a broker without the
+        capability."""
+        check_command(command)
+        broker = self.app.broker
+        if not isinstance(broker, CommandsWorkers):
+            raise InvalidTransition(f"this broker ({type(broker).__name__}) cannot send commands to workers")
+        if worker_id not in {w.id for w in self.workers()}:
+            raise InvalidTransition(f"no live worker {worker_id!r}")
+        now = self.app.now()
+        broker.command_worker(worker_id, stronger(broker.worker_command(worker_id, now), command), now, COMMAND_TTL)
+
+    def worker_command(self, worker_id: str) -> str | None:
+        """The command a worker was sent and has not outlived (None: none, or no such capability)."""
+        broker = self.app.broker
+        return broker.worker_command(worker_id, self.app.now()) if isinstance(broker, CommandsWorkers) else None
 
     def history(self, queue: str | None = None, minutes: int = 60) -> builtins.list[MinuteCounts]:
         """Executions settled per minute over the last ``minutes`` (at most 24 h), oldest first, ending

@@ -72,6 +72,7 @@ __all__ = [
     "Broker",
     "ChecksServer",
     "ClaimsAfterWait",
+    "CommandsWorkers",
     "DeclaresTasks",
     "EventCallback",
     "ForgetsQueues",
@@ -324,6 +325,20 @@ class ClaimsAfterWait(Protocol):
         """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending,
         then ``claim(queues, now, lease_for, limit)`` with ``now`` read from ``clock`` when the claim
         runs. Returns the claimed tasks (empty when the timeout passed or another consumer won)."""
+        ...
+
+
+@runtime_checkable
+class CommandsWorkers(Protocol):
+    """Optional capability: an operator's command to one worker (``conveyor.commands``), kept until the
+    worker unregisters or ``ttl`` seconds pass; the worker's registry beat reads it."""
+
+    def command_worker(self, worker_id: str, command: str, now: float, ttl: float) -> None:
+        """Store ``command`` for ``worker_id`` (replacing an earlier one)."""
+        ...
+
+    def worker_command(self, worker_id: str, now: float) -> str | None:
+        """The command stored for ``worker_id`` and not expired, else None (reading keeps it)."""
         ...
 
 

@@ -14,7 +14,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from conveyor.metrics import Metrics
-from conveyor.web import actions, failed, views
+from conveyor.web import actions, failed, views, workers
 from conveyor.web.format import age, call_args, duration, iso, pretty_json, relative
 from conveyor.web.security import Csrf, SecurityMiddleware
 
@@ -70,6 +70,8 @@ def create_app(
         Route("/tasks/{task_id}", views.task, name="task"),
         Route("/search", failed.search, name="search"),
         Route("/failed", failed.failed, name="failed"),
+        Route("/workers", workers.workers, name="workers"),
+        Route("/workers/{worker_id}/{command}", workers.worker_command, methods=["POST"], name="worker_command"),
         Route("/failed/bulk", failed.failed_bulk, methods=["POST"], name="failed_bulk"),
         Route("/metrics", views.metrics, name="metrics"),
         Route("/metrics/view", views.metrics_page, name="metrics_page"),

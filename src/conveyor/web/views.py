@@ -33,6 +33,8 @@ DONE = {
     "purge": "deleted",
     "retry-all": "queued to run now",
     "delete-all": "deleted",
+    "quiet": "worker told to stop claiming (it obeys at its next beat)",
+    "stop": "worker told to shut down (it obeys at its next beat)",
 }
 
 

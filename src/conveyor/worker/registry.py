@@ -6,6 +6,9 @@ that enqueues one by name without its handler puts it in the queue this worker s
 The record lives ``3 * interval`` seconds past each beat, so a dead worker disappears on its own; a
 clean exit unregisters at once. Its first beat also runs the broker's ``preflight()`` when it has one
 (``ChecksServer``), so a worker on a server that may drop tasks says so in its log as it starts.
+
+Each beat also reads the operator's command for this worker (``CommandsWorkers``, ``conveyor.commands``)
+and passes a new one to ``obey`` once: a worker obeys ``quiet`` or ``stop`` within one beat.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from conveyor.brokers.base import ChecksServer
+from conveyor.brokers.base import ChecksServer, CommandsWorkers
 from conveyor.declared import declarations_of
 from conveyor.model import WorkerInfo
 from conveyor.worker.config import WorkerConfig
@@ -42,6 +45,7 @@ class Registry(Periodic):
         worker_id: str,
         running: Callable[[], tuple[str, ...]],
         counts: Callable[[], tuple[int, int]],
+        obey: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(config.registry_interval)
         self.app = app
@@ -50,6 +54,8 @@ class Registry(Periodic):
         self.running = running
         self.counts = counts
         self.started_at = app.now()
+        self.obey = obey
+        self.obeyed: str | None = None
         self._checked = False
         self._declared = False
 
@@ -75,6 +81,12 @@ class Registry(Periodic):
             failed=failed,
         )
         self.app.broker.register_worker(info, self.app.now(), 3 * self.interval)
+        broker = self.app.broker
+        if self.obey is not None and isinstance(broker, CommandsWorkers):
+            command = broker.worker_command(self.worker_id, self.app.now())
+            if command is not None and command != self.obeyed:
+                self.obeyed = command
+                self.obey(command)
 
     def stop(self) -> None:
         super().stop()

@@ -20,6 +20,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from conveyor.commands import QUIET, STOP
 from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
@@ -67,7 +68,7 @@ class Runtime:
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
         self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for, reporter)
         self.cancels = CancelWatcher(app, self.inflight, self.heartbeat)
-        self.registry = Registry(app, config, self.worker_id, self._running, self._counts)
+        self.registry = Registry(app, config, self.worker_id, self._running, self._counts, self._obey)
         self.maintenance: tuple[Service, ...] = (
             Promoter(app, config.promoter_interval),
             Reaper(app, config.reaper_interval),
@@ -91,6 +92,14 @@ class Runtime:
 
     def _counts(self) -> tuple[int, int]:
         return self.acker.processed, self.acker.failed
+
+    def _obey(self, command: str) -> None:
+        """An operator's command (``conveyor.commands``), from the registry's beat."""
+        log.warning("worker %s: %s requested by an operator", self.worker_id, command)
+        if command == QUIET:
+            self.fetcher.stop()  # running and buffered tasks carry on; nothing new is claimed
+        elif command == STOP:
+            self.request_stop()
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown (safe from any thread and from signal handlers)."""

@@ -293,6 +293,16 @@ class MemoryBroker(MemoryStore):
     def unregister_worker(self, worker_id: str) -> None:
         with self._lock:
             self._workers.pop(worker_id, None)
+            self._commands.pop(worker_id, None)
+
+    def command_worker(self, worker_id: str, command: str, now: float, ttl: float) -> None:
+        with self._lock:
+            self._commands[worker_id] = (command, now + ttl)
+
+    def worker_command(self, worker_id: str, now: float) -> str | None:
+        with self._lock:
+            command, until = self._commands.get(worker_id, (None, 0.0))
+            return command if until > now else None
 
     def workers(self, now: float) -> list[WorkerInfo]:
         with self._lock:

@@ -56,6 +56,7 @@ class MemoryStore:
         self._unique_until: dict[str, float] = {}
         self._settings: dict[str, QueueSettings] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
+        self._commands: dict[str, tuple[str, float]] = {}  # worker id -> (command, until)
         self._declared: dict[str, TaskDeclaration] = {}
         self._subscribers: list[EventCallback] = []
         self._cancel_watchers: list[Callable[[str], None]] = []  # see MemoryBroker.watch_cancels

@@ -86,6 +86,7 @@ def register_worker(client: redis.Redis, keys: Keys, info: WorkerInfo, now: floa
         if dead:
             pipe.zrem(keys.worker_ttl, *dead)
             pipe.hdel(keys.workers, *dead)
+            pipe.hdel(keys.worker_commands, *dead)
         pipe.hset(keys.workers, info.id, encode_worker(replace(info, last_seen=now)))
         pipe.zadd(keys.worker_ttl, {info.id: now + ttl})
         pipe.execute()
@@ -96,7 +97,22 @@ def unregister_worker(client: redis.Redis, keys: Keys, worker_id: str) -> None:
         pipe = client.pipeline(transaction=True)
         pipe.hdel(keys.workers, worker_id)
         pipe.zrem(keys.worker_ttl, worker_id)
+        pipe.hdel(keys.worker_commands, worker_id)
         pipe.execute()
+
+
+def command_worker(client: redis.Redis, keys: Keys, worker_id: str, command: str, now: float, ttl: float) -> None:
+    with translate_errors():
+        client.hset(keys.worker_commands, worker_id, f"{now + ttl!r} {command}")
+
+
+def worker_command(client: redis.Redis, keys: Keys, worker_id: str, now: float) -> str | None:
+    with translate_errors():
+        text = cast("str | None", client.hget(keys.worker_commands, worker_id))
+    if text is None:
+        return None
+    until, _, command = text.partition(" ")
+    return command if float(until) > now else None
 
 
 def workers(client: redis.Redis, keys: Keys, now: float) -> list[WorkerInfo]:

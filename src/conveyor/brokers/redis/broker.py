@@ -297,6 +297,12 @@ class RedisBroker:
     def unregister_worker(self, worker_id: str) -> None:
         admin.unregister_worker(self._client, self.keys, worker_id)
 
+    def command_worker(self, worker_id: str, command: str, now: float, ttl: float) -> None:
+        admin.command_worker(self._client, self.keys, worker_id, command, now, ttl)
+
+    def worker_command(self, worker_id: str, now: float) -> str | None:
+        return admin.worker_command(self._client, self.keys, worker_id, now)
+
     def history(self, first: int, last: int) -> list[QueueMinute]:
         return admin.history(self._client, self.keys, first, last)
 

@@ -141,6 +141,11 @@ class Keys:
         return self.prefix + "wttl"
 
     @property
+    def worker_commands(self) -> str:
+        """Hash: worker id -> ``command`` and its expiry, as ``"<until> <command>"``."""
+        return self.prefix + "wcmd"
+
+    @property
     def events(self) -> str:
         return self.prefix + "events"
 

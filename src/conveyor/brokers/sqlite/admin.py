@@ -13,6 +13,7 @@ from conveyor.model import ArchiveReason, QueueInfo, QueueSettings, TaskRecord, 
 __all__ = [
     "archive",
     "cancel",
+    "command_worker",
     "configure_queue",
     "delete",
     "get",
@@ -21,6 +22,7 @@ __all__ = [
     "queues",
     "run_now",
     "set_paused",
+    "worker_command",
 ]
 
 _S = TaskState
@@ -140,3 +142,16 @@ def purge(tx: Tx, queue: str, state: TaskState, now: float, limit: int | None) -
     for stored in doomed:
         tx.remove(stored, now, report=True)
     return len(doomed)
+
+
+# -- commands to workers ---------------------------------------------------------------------------
+
+
+def command_worker(tx: Tx, worker_id: str, command: str, until: float) -> None:
+    sql = "INSERT OR REPLACE INTO worker_commands (id, command, until) VALUES (?, ?, ?)"
+    tx.execute(sql, (worker_id, command, until))
+
+
+def worker_command(conn: sqlite3.Connection, worker_id: str, now: float) -> str | None:
+    row = conn.execute("SELECT command FROM worker_commands WHERE id = ? AND until > ?", (worker_id, now)).fetchone()
+    return None if row is None else str(row[0])

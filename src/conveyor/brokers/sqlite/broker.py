@@ -255,7 +255,17 @@ class SQLiteBroker:
         )
 
     def unregister_worker(self, worker_id: str) -> None:
-        self._write(lambda tx: tx.execute("DELETE FROM workers WHERE id = ?", (worker_id,)))
+        def forget(tx: Tx) -> None:
+            tx.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+            tx.execute("DELETE FROM worker_commands WHERE id = ?", (worker_id,))
+
+        self._write(forget)
+
+    def command_worker(self, worker_id: str, command: str, now: float, ttl: float) -> None:
+        self._write(lambda tx: admin.command_worker(tx, worker_id, command, now + ttl))
+
+    def worker_command(self, worker_id: str, now: float) -> str | None:
+        return self._db.read(lambda conn: admin.worker_command(conn, worker_id, now))
 
     def workers(self, now: float) -> list[WorkerInfo]:
         rows = self._db.read(

@@ -24,7 +24,7 @@ from conveyor.errors import ConfigurationError, SchemaError
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The layout this code reads and writes. A file with a higher ``user_version`` is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = (
     """
@@ -115,8 +115,11 @@ _V2 = (
 #: Version 3: the task declarations workers publish (``conveyor.declared``), JSON by task name.
 _V3 = ("CREATE TABLE declared (name TEXT PRIMARY KEY, declaration TEXT NOT NULL) WITHOUT ROWID",)
 
+#: Version 4: operators' commands to workers (``conveyor.commands``).
+_V4 = ("CREATE TABLE worker_commands (id TEXT PRIMARY KEY, command TEXT NOT NULL, until REAL NOT NULL) WITHOUT ROWID",)
+
 #: ``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
