@@ -5,7 +5,9 @@ an archived task, pauses a queue, and keeps a screenshot (``artifacts/dashboard.
 with ``CONVEYOR_UPDATE_DOCS_SCREENSHOT=1`` also ``docs/img/dashboard.png`` for the README). Every page is
 then opened at a desktop width and at a phone's (390 px): nothing may widen the page (wide tables scroll
 inside their card) and the header's search box stays on screen; screenshots of each go to
-``artifacts/layout/``.
+``artifacts/layout/``. A second test drives the 24 h chart range, the Metrics page, the cross-queue
+failed view with a filtered "retry all matching" over more than a screen of tasks, search, and a real
+worker told to quiet and then stop from the workers page (screenshots in ``artifacts/``).
 """
 
 from __future__ import annotations
@@ -185,6 +187,106 @@ def test_dashboard_in_chromium(served: tuple[str, Conveyor, dict[str, str]]) -> 
     assert errors == []  # no CSP violation, no script error
 
 
+def _imports(app: Conveyor) -> None:
+    """70 failed imports: 60 of one error (more than a screen's page of 50) and 10 of another."""
+
+    @app.task(queue="imports", max_retries=0)
+    def import_row(row: int) -> None:
+        raise PermanentError("bad row: missing column 'email'" if row < 60 else "disk full")
+
+    for row in range(70):
+        import_row.enqueue(row)
+    app.worker(queues=["imports"]).run_until_idle()
+
+
+def test_failed_view_search_and_worker_commands_in_chromium(served: tuple[str, Conveyor, dict[str, str]]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    url, app, _ids = served
+    _imports(app)
+    shots = ROOT / "artifacts"
+    shots.mkdir(exist_ok=True)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": DESKTOP, "height": 900})
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("dialog", lambda dialog: dialog.accept())  # the confirmations
+
+            # Charts: the day range redraws with its time axis.
+            page.goto(url + "/")
+            page.wait_for_selector("body[data-refreshed]", timeout=10_000)
+            expect(page.locator("#axis-throughput .tick").first).to_have_text(re.compile(r"^\d\d:\d0$"))
+            page.click('.ranges a[data-range="24h"]')
+            page.wait_for_selector("body[data-refreshed]", timeout=10_000)
+            expect(page.locator(".charts")).to_have_attribute("data-range", "24h")
+            expect(page.locator("#chart-throughput polyline")).to_have_count(1)
+            page.screenshot(path=str(shots / "overview-24h.png"), full_page=True)
+
+            # Metrics: a readable page behind the nav's link.
+            page.click('header nav a:has-text("Metrics")')
+            expect(page.locator("#m-conveyor_queue_tasks")).to_contain_text("Tasks per queue and state")
+            page.screenshot(path=str(shots / "metrics.png"), full_page=True)
+
+            # The failed view across queues, filtered by error text, then "retry all matching".
+            page.click('header nav a:has-text("Failed")')
+            expect(page.locator("#summary")).to_contain_text("72 matching")
+            page.fill('.filters input[name="error"]', "bad row")
+            page.click('.filters button:has-text("Filter")')
+            expect(page.locator("#summary")).to_contain_text("60 matching")
+            expect(page.locator("tr[data-task]")).to_have_count(50)  # one screen of a larger selection
+            expect(page.locator("table.tasks")).to_contain_text("permanent")
+            page.screenshot(path=str(shots / "failed.png"), full_page=True)
+            page.click('button:has-text("Retry all matching")')
+            expect(page.locator(".flash")).to_contain_text("queued to run now: 60 task(s)")
+            imports = app.inspect.queue("imports").counts
+            assert (imports["pending"], imports["archived"]) == (60, 10)
+
+            # Search by argument text and by error text.
+            page.fill("header .search input", "disk full")
+            page.press("header .search input", "Enter")
+            expect(page.locator("#summary")).to_contain_text("10 task(s)")
+            page.fill("header .search input", "2024-06")
+            page.press("header .search input", "Enter")
+            expect(page.locator("tr[data-task]")).to_have_count(1)
+            expect(page.locator("table.tasks")).to_contain_text("build_report")
+            page.screenshot(path=str(shots / "search.png"), full_page=True)
+
+            # A real worker, told to quiet and then to stop from the workers page.
+            worker = app.worker(queues=["maintenance"], registry_interval=0.1, poll_interval=0.05)
+            thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while worker.runtime is None or worker.runtime.worker_id not in {w.id for w in app.inspect.workers()}:
+                assert time.monotonic() < deadline, "worker did not register"
+                time.sleep(0.02)
+            runtime = worker.runtime
+            try:
+                page.click('header nav a:has-text("Workers")')
+                row = page.locator(f'article[data-worker="{runtime.worker_id}"]')
+                row.locator('button:has-text("Quiet")').click()
+                expect(page.locator(".flash")).to_contain_text("stop claiming")
+                expect(row.locator(".badge.cmd-quiet")).to_be_visible()
+                deadline = time.monotonic() + 5
+                while runtime.registry.obeyed != "quiet":
+                    assert time.monotonic() < deadline, "the worker did not obey quiet"
+                    time.sleep(0.02)
+                page.screenshot(path=str(shots / "workers.png"), full_page=True)
+                row.locator('button:has-text("Stop")').click()
+                expect(page.locator(".flash")).to_contain_text("shut down")
+                assert runtime.stopped.wait(5), "the worker did not obey stop"
+            finally:
+                worker.stop()
+                thread.join(timeout=15)
+            page.reload()
+            expect(page.locator(f'article[data-worker="{runtime.worker_id}"]')).to_have_count(0)
+        finally:
+            browser.close()
+    assert errors == []
+
+
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 def test_every_page_fits_the_viewport(served: tuple[str, Conveyor, dict[str, str]], width: int) -> None:
     from playwright.sync_api import sync_playwright
@@ -196,6 +298,10 @@ def test_every_page_fits_the_viewport(served: tuple[str, Conveyor, dict[str, str
         "queue-completed": "/queues/emails?state=completed",
         "task": f"/tasks/{ids['failed']}",
         "notice": "/search?id=no-such-task",
+        "failed": "/failed",
+        "search": "/search?q=report",
+        "workers": "/workers",
+        "metrics": "/metrics/view",
     }
     shots = ROOT / "artifacts" / "layout"
     shots.mkdir(parents=True, exist_ok=True)
