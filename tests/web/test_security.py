@@ -132,9 +132,38 @@ def test_worker_strings_render_inert(client: TestClient, app: Conveyor) -> None:
 def test_search_echo_renders_inert(client: TestClient) -> None:
     page = client.get("/search", params={"id": XSS[0]})
     assert XSS[0] not in page.text and "&lt;script&gt;" in page.text
+    _assert_inert(client.get("/search", params={"q": XSS[0] + XSS[1]}).text)
 
 
-@pytest.mark.parametrize("path", ["/", "/queues/default", "/tasks/missing", "/api/overview", "/static/app.js", "/x"])
+def test_new_pages_render_task_and_filter_strings_inert(client: TestClient, app: Conveyor) -> None:
+    @app.task(name="xss", max_retries=0)
+    def handler(a: str) -> None:
+        raise ValueError(XSS[0] + XSS[1])
+
+    handler.enqueue(XSS[1])
+    app.worker().run_until_idle()
+    worker = WorkerInfo(XSS[1], XSS[0], 1, ("default",), 1, app.now(), app.now())
+    app.broker.register_worker(worker, app.now(), ttl=60)
+    _assert_inert(client.get("/failed").text)
+    _assert_inert(client.get("/failed", params={"name": XSS[0], "error": XSS[1]}).text)
+    _assert_inert(client.get("/search", params={"q": "alert"}).text)
+    _assert_inert(client.get("/workers").text)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/queues/default",
+        "/tasks/missing",
+        "/api/overview",
+        "/static/app.js",
+        "/x",
+        "/failed",
+        "/workers",
+        "/metrics/view",
+    ],
+)
 def test_every_response_carries_a_strict_csp(client: TestClient, path: str) -> None:
     headers = client.get(path).headers
     csp = headers["content-security-policy"]
