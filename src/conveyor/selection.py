@@ -161,8 +161,8 @@ def apply_all(
     progress: Callable[[BulkResult], None] | None = None,
 ) -> BulkResult:
     """Apply ``action`` (``retry``: run now; ``delete``) to every task ``flt`` keeps, ``batch`` at a
-    time; ``progress`` is called after each batch. Ids are gathered before any change, so the listing
-    does not shift under the scan."""
+    time; ``progress`` is called once the matches are known, then after each batch. Ids are gathered
+    before any change, so the listing does not shift under the scan."""
     if action not in BULK_ACTIONS:
         raise ValueError(f"unknown bulk action {action!r}; one of: {', '.join(BULK_ACTIONS)}")
     if batch < 1:
@@ -176,6 +176,8 @@ def apply_all(
             ids = ids[:max_tasks]
             break
     result.matched = len(ids)
+    if progress is not None:
+        progress(result)
     act = BULK_ACTIONS[action]
     for start in range(0, len(ids), batch):
         for task_id in ids[start : start + batch]:

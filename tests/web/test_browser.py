@@ -240,7 +240,7 @@ def test_failed_view_search_and_worker_commands_in_chromium(served: tuple[str, C
             expect(page.locator("table.tasks")).to_contain_text("permanent")
             page.screenshot(path=str(shots / "failed.png"), full_page=True)
             page.click('button:has-text("Retry all matching")')
-            expect(page.locator(".flash")).to_contain_text("queued to run now: 60 task(s)")
+            expect(page.locator('#job[data-state="done"]')).to_have_text("queued to run now: 60 task(s)")
             imports = app.inspect.queue("imports").counts
             assert (imports["pending"], imports["archived"]) == (60, 10)
 

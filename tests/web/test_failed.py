@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -107,20 +108,41 @@ def test_retry_all_matching_covers_every_page_of_the_selection(client: TestClien
         data={"csrf": token, "next": "/failed?error=bad+row", "action": "retry", "error": "bad row"},
     )
     assert done.status_code == 303
-    assert done.headers["location"] == f"/failed?error=bad+row&done=retry-all&n={matching}&failed=0"
+    location = done.headers["location"]
+    job = re.fullmatch(r"/failed\?error=bad\+row&job=([0-9a-f]+)", location)
+    assert job, location
+    progress = _finished(client, job.group(1))
+    assert (progress["matched"], progress["done"], progress["failed"]) == (matching, matching, 0)
+    assert progress["batches"] == 1 and progress["text"] == f"queued to run now: {matching} task(s)"
     counts = {q.name: q.counts for q in app.inspect.queues()}
     assert counts["imports"]["pending"] == matching and counts["imports"]["archived"] == 0
     assert counts["exports"]["archived"] == 30 and counts["exports"]["pending"] == 0  # not matching: untouched
-    assert f"queued to run now: {matching} task(s)" in client.get(done.headers["location"]).text
+    page = client.get(location).text
+    assert 'data-state="done"' in page and f"queued to run now: {matching} task(s)" in page
+
+
+def _finished(client: TestClient, job_id: str) -> dict[str, Any]:
+    """Poll a bulk job's progress until it ends (deadline 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        progress: dict[str, Any] = client.get(f"/api/jobs/{job_id}").json()
+        if progress["state"] != "running":
+            assert progress["state"] == "done", progress
+            return progress
+        assert time.monotonic() < deadline, f"job still running: {progress}"
+        time.sleep(0.01)
 
 
 def test_delete_all_matching_deletes_only_the_selection(client: TestClient, app: Conveyor, csrf: Csrf) -> None:
     _many_archived(app, 12, "imports", "bad row")
     _many_archived(app, 5, "exports", "disk full")
     done = client.post("/failed/bulk", data={"csrf": csrf(client, "/failed"), "action": "delete", "queue": "exports"})
-    assert done.status_code == 303 and "done=delete-all&n=5&failed=0" in done.headers["location"]
+    assert done.status_code == 303
+    job_id = done.headers["location"].rpartition("job=")[2]
+    assert _finished(client, job_id)["text"] == "deleted: 5 task(s)"
     counts = {q.name: q.counts for q in app.inspect.queues()}
     assert counts["exports"]["archived"] == 0 and counts["imports"]["archived"] == 12
+    assert client.get("/api/jobs/nope").status_code == 404
 
 
 def test_bulk_needs_csrf_and_a_writable_dashboard(
@@ -145,7 +167,7 @@ def test_apply_all_reports_batches_and_tasks_changed_meanwhile(app: Conveyor) ->
 
     result = apply_all(app.inspect, flt, "retry", batch=3, progress=progress)
     assert (result.matched, result.done, result.failed, result.batches) == (7, 7, 0, 3)
-    assert seen == [(1, 3), (2, 6), (3, 7)]
+    assert seen == [(0, 0), (1, 3), (2, 6), (3, 7)]
     # A task that changed state between the scan and its turn is counted, not acted on twice.
     _many_archived(app, 4, "exports", "disk full")
     victim = app.inspect.list("exports", "archived", limit=4)[-1].id
@@ -189,3 +211,16 @@ def test_a_search_cut_short_says_so(
     monkeypatch.setattr(failed_module, "SEARCH_SCAN", 2)
     cut = client.get("/search", params={"q": "example"}).text
     assert "search cut short after looking at 2 tasks" in cut
+
+
+def test_a_jobs_progress_text_follows_its_batches() -> None:
+    from conveyor.web.jobs import Job
+
+    job = Job("j1", "retry")
+    assert job.text == "retry: finding the matching tasks…"
+    job.result = BulkResult(matched=1200, done=499, failed=1, batches=1)
+    assert job.text == "retry: 500 of 1200 matching task(s) so far…"
+    job.state, job.result = "done", BulkResult(matched=1200, done=1199, failed=1, batches=3, why="task x is active")
+    assert job.text == "queued to run now: 1199 task(s); 1 could not be changed (task x is active)"
+    job.state, job.error = "failed", "BrokerUnavailable: down"
+    assert job.text == "queued to run now: stopped by an error after 1199 task(s): BrokerUnavailable: down"

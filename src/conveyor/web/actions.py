@@ -48,7 +48,7 @@ def back_to(request: Request, form: dict[str, list[str]], default: str, **flash:
     if not target.startswith(base + "/") or target.startswith("//") or "\\" in target:
         target = default
     path, _, query = target.partition("?")
-    params = [(k, v) for k, v in parse_qsl(query) if k not in ("done", "n", "failed", "why")]
+    params = [(k, v) for k, v in parse_qsl(query) if k not in ("done", "n", "failed", "why", "job")]
     params += [(k, str(v)) for k, v in flash.items()]
     return RedirectResponse(f"{path}?{urlencode(params)}", status_code=303)
 

@@ -14,8 +14,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from conveyor.metrics import Metrics
-from conveyor.web import actions, failed, views, workers
+from conveyor.web import actions, failed, jobs, views, workers
 from conveyor.web.format import age, call_args, duration, iso, pretty_json, relative
+from conveyor.web.jobs import Jobs
 from conveyor.web.security import Csrf, SecurityMiddleware
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class Dashboard:
     read_only: bool = False
     csrf: Csrf = field(default_factory=Csrf)
     metrics: Metrics | None = None
+    jobs: Jobs = field(default_factory=Jobs)
 
 
 def create_app(
@@ -72,6 +74,7 @@ def create_app(
         Route("/failed", failed.failed, name="failed"),
         Route("/workers", workers.workers, name="workers"),
         Route("/workers/{worker_id}/{command}", workers.worker_command, methods=["POST"], name="worker_command"),
+        Route("/api/jobs/{job_id}", jobs.job_json, name="job_json"),
         Route("/failed/bulk", failed.failed_bulk, methods=["POST"], name="failed_bulk"),
         Route("/metrics", views.metrics, name="metrics"),
         Route("/metrics/view", views.metrics_page, name="metrics_page"),

@@ -72,7 +72,7 @@ async def failed(request: Request) -> Response:
     except (ConveyorError, ValueError) as exc:
         return message(request, str(exc), 400, back=f"{base_path(request)}/failed")
     offset, limit = _page(request)
-    query = urlencode({k: v for k, v in params.items() if v})
+    query = urlencode({k: v for k, v in params.items() if v})  # the pager's links (no job: it is shown once)
     return render(
         request,
         "failed.html",
@@ -83,6 +83,7 @@ async def failed(request: Request) -> Response:
             "kinds": list(KINDS),
             "reasons": [r.value for r in ArchiveReason],
             "periods": list(SINCE),
+            "job": dash.jobs.get(request.query_params.get("job", "")),
             "found": found,
             "tasks": found.tasks[offset : offset + limit],
             "offset": offset,
@@ -103,13 +104,11 @@ async def failed_bulk(request: Request) -> Response:
         return message(request, f"unknown action {action!r}", 400, back=back)
     try:
         flt = filter_of(_params(form), dash.conveyor.now())
-        result = await run_in_threadpool(apply_all, dash.conveyor.inspect, flt, action)
     except (ConveyorError, ValueError) as exc:
         return message(request, f"{action}: {exc}", 400, back=back)
-    flash: dict[str, Any] = {"done": f"{action}-all", "n": result.done, "failed": result.failed}
-    if result.why:
-        flash["why"] = result.why[:200]
-    return back_to(request, form, back, **flash)
+    inspector = dash.conveyor.inspect
+    job = dash.jobs.start(action, lambda progress: apply_all(inspector, flt, action, progress=progress))
+    return back_to(request, form, back, job=job.id)
 
 
 async def search(request: Request) -> Response:

@@ -39,6 +39,24 @@
     });
   }
 
+  // -- failed view: a bulk job's progress, polled until it ends -----------------------------------
+  const job = document.getElementById("job");
+  if (job && job.dataset.state === "running") {
+    const poll = async function () {
+      try {
+        const response = await fetch(base + "/api/jobs/" + encodeURIComponent(job.dataset.job), { credentials: "same-origin" });
+        if (response.ok) {
+          const data = await response.json();
+          job.textContent = data.text;
+          job.dataset.state = data.state;
+          if (data.state !== "running") return;
+        }
+      } catch (e) { /* try again */ }
+      window.setTimeout(poll, 500);
+    };
+    window.setTimeout(poll, 200);
+  }
+
   // -- overview: live tables and charts ----------------------------------------------------------
   if (body.dataset.page !== "overview") return;
 
