@@ -93,7 +93,8 @@ async def failed(request: Request) -> Response:
 
 
 async def failed_bulk(request: Request) -> Response:
-    """Retry or delete every task the posted filters select (all of them, server-side, in batches)."""
+    """Retry or delete every task the posted filters select (all of them, server-side, in batches): a
+    background job whose progress the failed view shows (``conveyor.web.jobs``)."""
     form = await read_form(request)
     if isinstance(form, Response):
         return form

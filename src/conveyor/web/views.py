@@ -1,4 +1,4 @@
-"""Read-only pages and endpoints: overview, queue, task, search, the JSON feed, /metrics, /healthz."""
+"""Read-only pages and endpoints: overview, queue, task, the JSON feed, /metrics (raw and readable), /healthz."""
 
 from __future__ import annotations
 
@@ -31,8 +31,6 @@ DONE = {
     "pause": "queue paused",
     "resume": "queue resumed",
     "purge": "deleted",
-    "retry-all": "queued to run now",
-    "delete-all": "deleted",
     "quiet": "worker told to stop claiming (it obeys at its next beat)",
     "stop": "worker told to shut down (it obeys at its next beat)",
 }
