@@ -23,7 +23,7 @@ from conveyor.brokers import open_broker
 from conveyor.brokers.base import WaitsForWork
 from conveyor.brokers.sqlite import SQLiteBroker, SQLiteConfig
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
-from conveyor.errors import BrokerUnavailable, ConfigurationError, SchemaError
+from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError, SchemaError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskState
 
 NOW = 1_000_000.0
@@ -370,6 +370,49 @@ def test_close_closes_the_connections_of_threads_still_running(
         thread.join()
     assert broker.get("t", NOW) is not None  # reopened lazily
     assert _open_connections(db_path) == 1
+
+
+def test_close_while_a_thread_opens_its_connection_closes_that_one_too(
+    open_sqlite: Callable[..., SQLiteBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = open_sqlite()
+    broker.enqueue([_task("t")], NOW)
+    connect = broker._db._connect
+    opened: list[sqlite3.Connection] = []
+    connected, closed, release = threading.Event(), threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def connect_then_let_close_run() -> sqlite3.Connection:
+        conn = connect()
+        opened.append(conn)
+        connected.set()
+        closed.wait()  # broker.close() runs here, between opening and registering
+        return conn
+
+    def get_then_stay_alive() -> None:
+        try:
+            outcome.append(broker.get("t", NOW))
+        except BrokerError as exc:
+            outcome.append(exc)
+        release.wait()  # a live thread keeps its thread-local connection
+
+    monkeypatch.setattr(broker._db, "_connect", connect_then_let_close_run)
+    thread = threading.Thread(target=get_then_stay_alive)
+    thread.start()
+    try:
+        assert connected.wait(5)
+        broker.close()
+        closed.set()
+        _wait_for(lambda: bool(outcome))
+        assert isinstance(outcome[0], BrokerError)
+        with pytest.raises(sqlite3.ProgrammingError):  # closed, although its thread still runs
+            opened[0].execute("SELECT 1")
+    finally:
+        closed.set()
+        release.set()
+        thread.join()
+    monkeypatch.undo()
+    assert broker.get("t", NOW) is not None  # a call after close() reopens
 
 
 def test_events_reach_another_broker_on_the_same_file_exactly_once(

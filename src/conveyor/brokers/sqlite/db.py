@@ -115,17 +115,28 @@ class Database:
     # -- connections ---------------------------------------------------------------------------
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (opened on first use, and again after :meth:`close`)."""
+        """This thread's connection (opened on first use, and again after :meth:`close`).
+
+        A call that overlaps :meth:`close` (it began opening before ``close`` took the connections) gets
+        ``BrokerError``, as a query running when ``close`` came would, and its new connection is closed at
+        once: once ``close`` returns, only connections opened by calls made after it are open.
+        """
         local = self._local
         slot: _Slot | None = getattr(local, "slot", None)
-        if slot is not None and slot.generation == self._generation:
+        generation = self._generation
+        if slot is not None and slot.generation == generation:
             return slot.conn
         conn = self._connect()
-        slot = _Slot(conn, self._generation)
+        with self._conns_lock:
+            current = self._generation == generation  # close() bumps it under this lock
+            if current:
+                self._conns.add(conn)
+        if not current:
+            _close(conn, self.path)
+            raise BrokerError(f"{self.path} was closed while this thread was opening a connection")
+        slot = _Slot(conn, generation)
         # When the thread ends, its thread-local values go, and with them the slot: close its connection.
         weakref.finalize(slot, _release, self._conns, self._conns_lock, conn, self.path)
-        with self._conns_lock:
-            self._conns.add(conn)
         local.slot = slot  # outside the lock: the slot this replaces may be finalized right here
         return conn
 
