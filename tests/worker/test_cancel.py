@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from conveyor import ArchiveReason, Conveyor, TaskContext, TaskState, Worker
+from conveyor.model import TaskRecord
+from conveyor.worker.inflight import Held
 
 from .conftest import Start, Wait, sleep_until_cancelled
 
@@ -198,3 +201,116 @@ def test_a_cancelled_task_waiting_in_the_workers_buffer_never_starts(
     wait_until(lambda: settled(worker), what="the first task done")
     assert ran == ["first"]
     assert_cancelled(app, waiting.id)
+
+
+class Reports:
+    """A ``Reporter`` (what a ``--processes`` child tells its supervisor) that records what it is told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.on_start: Callable[[Held], None] = lambda held: None
+
+    def started(self, held: Held) -> None:
+        self.events.append(("start", held.id))
+        self.on_start(held)
+
+    def cancelled(self, held: Held) -> None:
+        self.events.append(("cancel", held.id))
+
+    def finished(self, held: Held) -> None:
+        self.events.append(("end", held.id))
+
+
+@pytest.fixture
+def run_reporting(live_app: Conveyor) -> Iterator[Callable[[Worker, Reports], None]]:
+    """Run a worker of the memory ``live_app`` on a thread, reporting to ``Reports``; stopped at teardown."""
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def run(worker: Worker, reports: Reports) -> None:
+        kwargs = {"install_signals": False, "reporter": reports}
+        thread = threading.Thread(target=worker.run, kwargs=kwargs, daemon=True)
+        thread.start()
+        running.append((worker, thread))
+
+    yield run
+    for worker, thread in running:
+        worker.stop()
+        thread.join(10)
+
+
+def test_a_task_cancelled_while_the_pool_starts_it_never_runs(
+    live_app: Conveyor,
+    run_reporting: Callable[[Worker, Reports], None],
+    wait_until: Wait,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The heartbeat finds the lease gone while the pool prepares the task (forced: inside ``prepare``):
+    the task must not start then, for it would run outside the inflight and unreported."""
+    app = live_app
+    ran: list[str] = []
+
+    @app.task
+    def first() -> None:
+        ran.append("first")
+
+    @app.task
+    def second() -> None:
+        ran.append("second")
+
+    handle = first.enqueue()
+    worker = app.worker(concurrency=1, poll_interval=0.02, lease_for=60.0, heartbeat_interval=10.0)
+    prepare = worker.executor.prepare
+
+    def prepare_then_lose(record: TaskRecord) -> Any:
+        prepared = prepare(record)
+        if record.id == handle.id:
+            assert worker.runtime is not None
+            held = worker.runtime.inflight.get(record.id)
+            assert held is not None and held.job is None  # the window: taken by the pool, not started
+            handle.cancel()
+            worker.runtime.heartbeat.lost(held)  # what the heartbeat does once it finds the lease gone
+            second.enqueue()  # runs on this one executor thread once it is done with the first
+        return prepared
+
+    monkeypatch.setattr(worker.executor, "prepare", prepare_then_lose)
+    reports = Reports()
+    run_reporting(worker, reports)
+    wait_until(lambda: "second" in ran, what="the next task run")
+    assert ran == ["second"]
+    assert ("start", handle.id) not in reports.events
+    assert worker.runtime is not None and worker.runtime.inflight.get(handle.id) is None
+    assert_cancelled(app, handle.id)
+
+
+def test_a_task_cancelled_just_after_it_started_stays_held_and_its_cancel_is_reported(
+    live_app: Conveyor, run_reporting: Callable[[Worker, Reports], None], wait_until: Wait
+) -> None:
+    """The other order (forced: as the pool reports the start): the task stays held until it ends and its
+    cancel is reported, so a ``--processes`` supervisor stops a handler that does not return."""
+    app = live_app
+    release = threading.Event()
+    started = threading.Event()
+
+    @app.task
+    def stubborn() -> None:
+        started.set()
+        release.wait(10)  # never looks at its context
+
+    handle = stubborn.enqueue()
+    worker = app.worker(poll_interval=0.02, lease_for=60.0, heartbeat_interval=10.0)
+    reports = Reports()
+
+    def cancel_at_start(held: Held) -> None:
+        assert worker.runtime is not None
+        handle.cancel()
+        worker.runtime.heartbeat.lost(held)
+
+    reports.on_start = cancel_at_start
+    run_reporting(worker, reports)
+    assert started.wait(5)
+    assert reports.events == [("start", handle.id), ("cancel", handle.id)]
+    assert worker.runtime is not None and worker.runtime.inflight.get(handle.id) is not None
+    release.set()
+    wait_until(lambda: settled(worker), what="its late return settled (fenced)")
+    assert reports.events[-1] == ("end", handle.id)
+    assert_cancelled(app, handle.id)

@@ -276,11 +276,11 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_sta
         thread.join(10)
 
 
-def test_a_handler_sees_its_lease_lost_when_it_was_lost_while_the_handler_was_being_prepared(
+def test_a_task_whose_lease_is_lost_while_it_is_being_prepared_never_starts(
     monkeypatch: pytest.MonkeyPatch, wait_until: Wait
 ) -> None:
-    """The twin of the test above for ``ctx.lease_lost``: a lease marked lost after the pool took the task
-    and before the handler started (forced: right after ``prepare``) is lost from the handler's start."""
+    """The twin of the test above for a task not started yet: a lease marked lost after the pool took the
+    task and before it started (forced: right after ``prepare``) keeps it from starting, and it is dropped."""
     app = Conveyor("memory://", clock=FakeClock(1000.0))
     seen: list[bool] = []
 
@@ -291,23 +291,27 @@ def test_a_handler_sees_its_lease_lost_when_it_was_lost_while_the_handler_was_be
     looks.enqueue()
     worker = app.worker(lease_for=10.0, poll_interval=0.02)
     prepare = worker.executor.prepare
+    prepared_once = threading.Event()
 
     def prepare_then_lose(record: Any) -> Any:
         job = prepare(record)
         assert worker.runtime is not None
         (held,) = worker.runtime.inflight.snapshot()
         held.mark_lost()
+        prepared_once.set()
         return job
 
     monkeypatch.setattr(worker.executor, "prepare", prepare_then_lose)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: bool(seen), what="the handler's run")
-        assert seen == [True]
+        assert prepared_once.wait(5)
+        wait_until(lambda: worker.runtime is not None and len(worker.runtime.inflight) == 0, what="dropped")
+        assert seen == []
     finally:
         worker.stop()
         thread.join(10)
+    assert seen == []
 
 
 def test_async_handler_is_cancelled_at_its_timeout(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:

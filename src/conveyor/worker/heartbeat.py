@@ -83,16 +83,20 @@ class Heartbeat(Periodic):
             self._lose(held)
 
     def _lose(self, held: Held) -> None:
-        if lost_to_cancel(self.app, held.id):
+        cancelled = lost_to_cancel(self.app, held.id)
+        if cancelled:
             held.mark_cancelled()
             log_event(held.record, "cancelled")
-            if self.reporter is not None and held.job is not None and not held.finished:
-                self.reporter.cancelled(held)
         else:
             log_event(held.record, "lease-lost")
+        # Decided against the pool's start under the inflight's lock: one not started yet never starts
+        # (dropped now); one started stays held until it ends, and its cancel is reported.
+        started = self.inflight.lose(held)
         held.mark_lost()
-        if held.job is None or held.future is not None:
-            self.inflight.remove([held])  # not started, or async (cancelled): nothing will settle it
+        if started and cancelled and self.reporter is not None and not held.finished:
+            self.reporter.cancelled(held)
+        if started and held.future is not None:
+            self.inflight.remove([held])  # async (cancelled): nothing will settle it
 
     def _check_overdue(self, held: Held) -> None:
         job = held.job

@@ -47,8 +47,8 @@ class Held:
         return self.record.id
 
     def begin(self, job: Job) -> None:
-        """It starts running as ``job``; its handler sees ``ctx.lease_lost`` from the start if the lease
-        was lost meanwhile (``mark_lost`` on the heartbeat's thread found no job to tell then)."""
+        """It starts running as ``job`` (through ``Inflight.start``); its handler sees ``ctx.lease_lost``
+        from the start if the lease was lost meanwhile (``mark_lost`` found no job to tell then)."""
         self.job = job
         self.started = time.monotonic()
         if self.cancelled:
@@ -123,6 +123,26 @@ class Inflight:
             if not previous.lost:
                 previous.mark_lost()
         return added
+
+    def start(self, held: Held, job: Job) -> bool:
+        """``held`` starts running as ``job`` (``Held.begin``), unless it lost its lease or was claimed
+        again first: then False, and it must not run (``lose`` dropped it: nothing would report or settle
+        it). One lock decides which came first, so a task is either never started or stays held."""
+        with self._lock:
+            if held.lost or self._held.get(held.id) is not held:
+                return False
+            held.begin(job)
+            return True
+
+    def lose(self, held: Held) -> bool:
+        """``held`` lost its lease; True if it had started (its handler is told to stop and its end
+        removes it), False if not: then it is dropped here and ``start`` refuses it from now on."""
+        with self._lock:
+            held.lost = True
+            started = held.job is not None
+        if not started:
+            self.remove([held])
+        return started
 
     def get(self, task_id: str) -> Held | None:
         return self._held.get(task_id)  # one dict lookup: atomic, no lock needed

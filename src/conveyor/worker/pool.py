@@ -138,7 +138,10 @@ class Pool:
             self.inflight.finish(held)
             self.acker.submit(held, prepared)
             return
-        held.begin(prepared)
+        if not self.inflight.start(held, prepared):  # its lease was lost meanwhile: it must not run
+            self._slots.release()
+            self.inflight.remove([held])
+            return
         log_event(held.record, "started")
         if self.reporter is not None:
             self.reporter.started(held)
