@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.peer_runs import PEERS
+from bench.peer_runs import PEERS, sqlite_peers
 from bench.report import write_report
 from bench.server import Server, choose_placement, cpu_model
 
@@ -66,7 +66,9 @@ def main(argv: list[str]) -> int:
     n = args.n or (500 if args.smoke else 20_000)
     reps = args.reps or (1 if args.smoke else 3)
     wanted = {name for name in args.peers.split(",") if name}
-    peers = [] if args.smoke or args.no_peers else [p for p in PEERS if not wanted or p.module in wanted]
+    sqlite_dir = new_sqlite_dir()
+    everyone = PEERS + (sqlite_peers(sqlite_dir) if "sqlite" in args.conveyor.split(",") else [])
+    peers = [] if args.smoke or args.no_peers else [p for p in everyone if not wanted or p.module in wanted]
     plan = Plan(n=n, reps=reps, latency_n=100 if args.smoke else 600, time_cap=args.time_cap, peers=peers)
     plan.rss_tasks = n if args.smoke else min(100_000, 5 * n)
     if args.smoke:
@@ -106,7 +108,6 @@ def main(argv: list[str]) -> int:
         suite = Suite(server, plan, log_dir, say)
         say("floors")
         suite.figures += measure_floors(server, 300 if args.smoke else 10_000, reps)
-        sqlite_dir = new_sqlite_dir()
         for number in range(reps):  # interleaved: see Suite.run_pass
             say(f"pass {number + 1} of {reps}")
             suite.run_pass(sqlite_dir, python)

@@ -7,8 +7,12 @@ repetition one pass over every library (so a slow phase of the shared machine we
 Besides the rate it prints the worker's CPU per task (``/proc`` utime + stime of the worker's
 process tree, read at its first task and at its last). Each pass prints every row and Conveyor's
 ratio to the best peer of that pass; the end, each row's median and range and the ratios' range.
+Each backend's Conveyor rows are compared with that backend's peers: Redis with Dramatiq and Huey on
+Redis, SQLite with Huey's ``SqliteHuey`` (consumer with 1 and with 8 threads; issue 42: at least 3x the
+best of them); when both run, Conveyor SQLite's default row is also given as a ratio to Conveyor Redis's
+default row of the same pass (issue 42: at least 0.8x).
 
-    python -m bench.drain_ratio [--n 20000] [--reps 3] [--peers dramatiq,huey] [--conveyor default,tuned]
+    python -m bench.drain_ratio [--n 20000] [--reps 3] [--peers dramatiq,huey,huey_sqlite] [--conveyor default,tuned]
         [--backends redis,sqlite] [--env "NAME=VALUE;NAME=VALUE" ...]
 
 Each ``--env`` adds a row: the default ``conveyor worker`` with those ``CONVEYOR_WORKER_*`` settings.
@@ -25,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.peer_runs import PEERS, Peer, PeerRunner
+from bench.peer_runs import PEERS, Peer, PeerRunner, sqlite_peers
 from bench.procs import stop_group, wait_for_file
 from bench.server import Server, choose_placement, cpu_model
 
@@ -49,6 +53,7 @@ class Row:
     rates: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
     conveyor: bool = False
+    backend: str = "redis"
 
 
 def tree_cpu(pid: int) -> float:
@@ -95,11 +100,26 @@ def drain(row: Row, n: int) -> tuple[float, float]:
     return n / (float(result["last"]) - float(result["first"])), (cpu_end - cpu_start) / n * 1e6
 
 
+def pass_ratios(rows: list[Row]) -> list[tuple[str, str, float]]:
+    """This pass's ratios as (row, what it is compared with, ratio): each Conveyor row to the best peer
+    of its backend, then Conveyor SQLite's default row to Conveyor Redis's when both ran."""
+    found: list[tuple[str, str, float]] = []
+    for row in rows:
+        best = max((r.rates[-1] for r in rows if not r.conveyor and r.backend == row.backend), default=0.0)
+        if row.conveyor and best:
+            against = "the best SQLite peer" if row.backend == "sqlite" else "the best peer"
+            found.append((row.label, against, row.rates[-1] / best))
+    defaults = {r.backend: r.rates[-1] for r in rows if r.conveyor and r.label.endswith(") default")}
+    if defaults.get("redis") and defaults.get("sqlite"):
+        found.append(("Conveyor (sqlite) default", "Conveyor (redis) default", defaults["sqlite"] / defaults["redis"]))
+    return found
+
+
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.drain_ratio", description=__doc__)
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--peers", default="dramatiq,huey")
+    parser.add_argument("--peers", default="dramatiq,huey,huey_sqlite")
     parser.add_argument("--peer-variants", default="default,tuned")
     parser.add_argument("--conveyor", default="default,tuned")
     parser.add_argument("--backends", default="redis")
@@ -114,7 +134,11 @@ def main(argv: list[str]) -> int:
     log_dir = ROOT / "bench" / "results" / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     wanted = [name for name in args.peers.split(",") if name]
-    peers = [p for p in PEERS if p.module in wanted]
+    backends = [b for b in args.backends.split(",") if b]
+    sqlite_dir = Path(tempfile.mkdtemp(prefix="conveyor-drain-ratio-"))
+    # each backend's peers: the Redis ones when Redis runs, SqliteHuey when SQLite runs
+    peers = [(p, "redis") for p in PEERS if p.module in wanted and "redis" in backends]
+    peers += [(p, "sqlite") for p in sqlite_peers(sqlite_dir) if p.module in wanted and "sqlite" in backends]
     python = None
     if peers:
         from bench.peers_venv import ensure_peers_venv
@@ -124,8 +148,7 @@ def main(argv: list[str]) -> int:
     print(f"{cpu_model()}; {placement.describe()}; n={args.n}", flush=True)
     with Server(placement) as server:
         rows: list[Row] = []
-        sqlite_dir = Path(tempfile.mkdtemp(prefix="conveyor-drain-ratio-"))
-        for backend in [b for b in args.backends.split(",") if b]:
+        for backend in backends:
             url = server.url if backend == "redis" else f"sqlite:///{sqlite_dir / 'bench.db'}"
             peer = Peer(f"Conveyor ({backend})", "conveyor", (("BENCH_URL", url),))
             trials: list[tuple[str, str, dict[str, str]]] = [(v, v, {}) for v in args.conveyor.split(",") if v]
@@ -133,18 +156,18 @@ def main(argv: list[str]) -> int:
             for variant, label, settings in trials:
                 runner = PeerRunner(Path(sys.executable), server, peer, variant, log_dir)
                 runner.info = {"bulk": True}
-                rows.append(Row(f"{peer.label} {label}", runner, settings, conveyor=True))
-        for peer in peers:
+                rows.append(Row(f"{peer.label} {label}", runner, settings, conveyor=True, backend=backend))
+        for peer, backend in peers:
             assert python is not None
-            for variant in args.peer_variants.split(","):
+            for variant in [v for v in args.peer_variants.split(",") if v in peer.variants]:
                 runner = PeerRunner(python, server, peer, variant, log_dir)
                 runner.load_info()
-                rows.append(Row(f"{peer.label} {variant}", runner))
+                rows.append(Row(f"{peer.label} {variant}", runner, backend=backend))
             for label, trial in ISSUE_PEERS.get(peer.module, []):  # issue 32's settings
                 runner = PeerRunner(python, server, peer, "default", log_dir)
                 runner.load_info()
-                rows.append(Row(f"{peer.label} {label}", runner, trial))
-        ratios: dict[str, list[float]] = {}
+                rows.append(Row(f"{peer.label} {label}", runner, trial, backend=backend))
+        ratios: dict[tuple[str, str], list[float]] = {}
         for number in range(args.reps):
             print(f"pass {number + 1} of {args.reps}", flush=True)
             for row in rows:
@@ -153,11 +176,9 @@ def main(argv: list[str]) -> int:
                 row.rates.append(rate)
                 row.cpu_us.append(cpu)
                 print(f"  {row.label:40s} {rate:9.0f}/s {cpu:6.1f} µs/task", flush=True)
-            best = max((r.rates[-1] for r in rows if not r.conveyor), default=0.0)
-            for row in rows:
-                if row.conveyor and best:
-                    ratios.setdefault(row.label, []).append(row.rates[-1] / best)
-                    print(f"  {row.label}: {row.rates[-1] / best:.2f}x the best peer of this pass", flush=True)
+            for label, against, ratio in pass_ratios(rows):
+                ratios.setdefault((label, against), []).append(ratio)
+                print(f"  {label}: {ratio:.2f}x {against} of this pass", flush=True)
             time.sleep(0.1)
     print("medians (range):")
     for row in rows:
@@ -165,8 +186,8 @@ def main(argv: list[str]) -> int:
             f"  {row.label:40s} {statistics.median(row.rates):9.0f}/s ({min(row.rates):.0f}-{max(row.rates):.0f})"
             f"  {statistics.median(row.cpu_us):6.1f} µs/task ({min(row.cpu_us):.1f}-{max(row.cpu_us):.1f})"
         )
-    for label, values in ratios.items():
-        print(f"  {label}: {', '.join(f'{v:.2f}x' for v in values)} the best peer, pass by pass")
+    for (label, against), values in ratios.items():
+        print(f"  {label}: {', '.join(f'{v:.2f}x' for v in values)} {against}, pass by pass")
     return 0
 
 

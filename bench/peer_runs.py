@@ -14,7 +14,7 @@ from bench.measure import Figure, percentile
 from bench.procs import run_json, stop_group, tree_rss, wait_for_file
 from bench.server import Server
 
-__all__ = ["PEERS", "Peer", "PeerRunner"]
+__all__ = ["PEERS", "SQLITE_PEER", "Peer", "PeerRunner", "sqlite_peers"]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -28,6 +28,7 @@ class Peer:
     module: str
     env: tuple[tuple[str, str], ...] = ()
     scale: float = 1.0  # fraction of N used for slow libraries (the figures are rates)
+    variants: tuple[str, ...] = ("default", "tuned")
 
 
 PEERS = [
@@ -40,6 +41,26 @@ PEERS = [
     Peer("taskiq (taskiq-redis stream)", "taskiq", scale=0.5),
     Peer("SAQ", "saq", scale=0.5),
 ]
+
+
+#: How the SQLite peers' labels start (the report compares Conveyor on SQLite with them apart).
+SQLITE_PEER = "Huey (SqliteHuey"
+
+
+def sqlite_peers(sqlite_dir: Path) -> list[Peer]:
+    """The embedded peers of Conveyor's SQLite broker: Huey's ``SqliteHuey`` on a file of ``sqlite_dir``,
+    its consumer with 1 and with 8 threads, as a user starts it (the default settings only)."""
+    url = f"sqlite:///{sqlite_dir / 'huey.db'}"
+    return [
+        Peer(
+            f"{SQLITE_PEER}, {threads})",
+            "huey_sqlite",
+            (("BENCH_URL", url), ("BENCH_THREADS", count)),
+            0.5,
+            ("default",),
+        )
+        for threads, count in (("1 thread", "1"), ("8 threads", "8"))
+    ]
 
 
 class PeerRunner:
@@ -66,6 +87,11 @@ class PeerRunner:
         env.update(extra or {})
         return env
 
+    @property
+    def on_sqlite(self) -> bool:
+        """Whether the peer stores its queue in a SQLite file (no server involved)."""
+        return dict(self.peer.env).get("BENCH_URL", "").startswith("sqlite:///")
+
     def reset(self) -> None:
         """Empty the store: flush the server, or delete the SQLite database the peer uses."""
         self.server.flush()
@@ -88,6 +114,8 @@ class PeerRunner:
     def start_worker(self, workload: str, files: dict[str, str]) -> subprocess.Popen[bytes]:
         name = self.peer.label.split(" (")[0] if self.peer.module == "conveyor" else self.peer.module
         pool = dict(self.peer.env).get("BENCH_POOL", "")
+        threads = dict(self.peer.env).get("BENCH_THREADS", "")
+        pool = f"{pool}{threads}t" if threads else pool
         stem = "-".join(filter(None, [name.lower().replace(" ", "_"), pool, self.variant, workload]))
         log = open(self.log_dir / f"{stem}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -105,11 +133,13 @@ class PeerRunner:
 
     # -- workloads -------------------------------------------------------------------------------
 
-    def enqueue(self, n: int, single: Figure, bulk: Figure, mem: Figure) -> None:
+    def enqueue(self, n: int, single: Figure, bulk: Figure, mem: Figure | None) -> None:
+        """Enqueue rates; ``mem``: the server's bytes per queued task (None for a peer on a SQLite file)."""
         self.reset()
         before = self.server.used_memory()
         single.runs.append(n / self.produce("enqueue", n, "single"))
-        mem.runs.append((self.server.used_memory() - before) / n)
+        if mem is not None:
+            mem.runs.append((self.server.used_memory() - before) / n)
         if self.info.get("bulk"):
             self.reset()
             bulk.runs.append(n / self.produce("enqueue", n, "bulk"))

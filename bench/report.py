@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Figure
+from bench.peer_runs import SQLITE_PEER
 
 __all__ = ["write_report"]
 
@@ -43,14 +44,14 @@ def _rows(figures: list[Figure]) -> list[tuple[str, str]]:
 
 
 def _best(figures: list[Figure], workload: str, prefix: str | None) -> Figure | None:
-    """The best measured figure of libraries starting with ``prefix`` (None: the peers)."""
+    """The best measured figure of libraries starting with ``prefix`` (None: the peers on the server)."""
     candidates = [
         f
         for f in figures
         if f.workload == workload
         and f.value is not None
         and f.library != "server floor"
-        and (f.library.startswith(prefix) if prefix else not f.library.startswith("Conveyor"))
+        and (f.library.startswith(prefix) if prefix else not f.library.startswith(("Conveyor", SQLITE_PEER)))
     ]
     if not candidates:
         return None
@@ -75,6 +76,31 @@ def _merge_warning(meta: dict[str, Any], figures: list[Figure]) -> list[str]:
 
 def _cell(figure: Figure | None, missing: str) -> str:
     return f"{_fmt(figure.value)} ({figure.library}, {figure.variant})" if figure else missing
+
+
+def _sqlite_section(figures: list[Figure], by_key: dict[tuple[str, str, str], Figure]) -> list[str]:
+    """Conveyor on SQLite against the embedded peers (Huey's ``SqliteHuey``), when they ran."""
+    if not any(f.library.startswith(SQLITE_PEER) and f.value is not None for f in figures):
+        return []
+    lines = [
+        "",
+        "## Conveyor on SQLite against the best SQLite peer",
+        "",
+        "Conveyor on SQLite as a user starts it (`conveyor worker`, default settings) over the best of Huey's",
+        "`SqliteHuey` with a 1-thread and an 8-thread consumer, both on a file of the same directory.",
+        "",
+        "| workload | Conveyor (sqlite), default | best SQLite peer | ratio |",
+        "| --- | --- | --- | ---: |",
+    ]
+    for workload in RATIO_WORKLOADS:
+        mine = by_key.get(("Conveyor (sqlite)", "default", workload))
+        mine = mine if mine is not None and mine.value is not None else None
+        theirs = _best(figures, workload, SQLITE_PEER)
+        either = mine or theirs
+        metric = either.metric if either is not None else workload
+        ratio = f"{(mine.value or 0) / theirs.value:.2f}" if mine and theirs and theirs.value else "—"
+        lines.append(f"| {metric} | {_cell(mine, 'not available')} | {_cell(theirs, 'not measured')} | {ratio} |")
+    return lines
 
 
 def write_report(data: dict[str, Any], path: Path) -> None:
@@ -148,6 +174,7 @@ def write_report(data: dict[str, Any], path: Path) -> None:
             f"| {metric} | {_cell(mine, 'not available')} | {_cell(theirs, 'not measured')} | {ratio} "
             f"| {_cell(anywhere, 'not available')} |"
         )
+    lines += _sqlite_section(figures, by_key)
     if notes:
         lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
     lines += ["", "## Settings", ""]
@@ -205,7 +232,11 @@ _METHOD = """## Method
 - `python -m bench.drain_ratio --n 20000 --reps 3` checks the drain ratio alone in minutes: the same
   placement and harness, only the drain, the default and tuned `conveyor worker` against Dramatiq and Huey
   (their default and tuned settings and issue 32's: Dramatiq 8 threads with prefetch 100, Huey 8 threads),
-  with the worker's CPU per task, and Conveyor's ratio to the best peer of each pass.
+  with the worker's CPU per task, and Conveyor's ratio to the best peer of each pass. With
+  `--backends redis,sqlite` it also runs Conveyor on SQLite against Huey's `SqliteHuey` (1 and 8 consumer
+  threads) and prints, pass by pass, Conveyor SQLite's ratio to the best of them and to Conveyor Redis.
+- **SQLite peers**: Huey's `SqliteHuey` on a file beside Conveyor's (`bench/peers/huey_sqlite_peer.py`),
+  default settings, its consumer with 1 and with 8 threads, half of N; no server bytes (no server).
 - The Redis broker's own aims (issue 4) are measured apart: `docs/redis-aims.md`, written by
   `python -m bench.bench_redis --tasks 50000 --reps 5 --markdown docs/redis-aims.md` (every figure in
   five runs; its median, range, and in how many runs it met its aim).

@@ -173,7 +173,7 @@ class Suite:
 
     def peers(self, python: Path) -> None:
         for peer in self.plan.peers:
-            for variant in ("default", "tuned"):
+            for variant in peer.variants:
                 if self.over_time():
                     figure = self.fig(peer.label, variant, "drain")
                     if not figure.runs:
@@ -208,7 +208,7 @@ class Suite:
         n = max(100, int(plan.n * scale))
         if with_enqueue:
             single, bulk = self.fig(label, variant, "enqueue_single"), self.fig(label, variant, "enqueue_bulk")
-            server_bytes = self.fig(label, variant, "server_bytes")
+            server_bytes = None if runner.on_sqlite else self.fig(label, variant, "server_bytes")
             self._once([single], lambda: runner.enqueue(n, single, bulk, server_bytes))
             if not runner.info.get("bulk"):
                 bulk.note = "no bulk enqueue API"
