@@ -3,7 +3,8 @@
 Options: ``--smoke`` (N=500, one repetition, Conveyor only), ``--no-peers``, ``--out DIR`` (where
 ``benchmarks.md`` and ``results.json`` go; default ``docs/`` for a full run, ``bench/results/smoke``
 for smoke), ``--n`` (default ``$N`` or 20000), ``--reps``, ``--peers rq,huey,...``, ``--time-cap`` (s),
-``--report-only results.json`` (rewrite the report from saved figures).
+``--report-only results.json`` (rewrite the report from saved figures). When Conveyor runs on SQLite,
+the peers include ``huey_sqlite`` (Huey's ``SqliteHuey``, 1 and 8 consumer threads, on a file).
 """
 
 from __future__ import annotations
