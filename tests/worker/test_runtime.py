@@ -172,7 +172,27 @@ def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
         thread.join(10)
 
 
-def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
+@pytest.mark.parametrize(
+    ("settings", "advance"),
+    [
+        pytest.param(
+            {"lease_for": 10.0, "heartbeat_interval": 0.02, "reaper_interval": 0.02, "poll_interval": 0.02},
+            11.0,
+            id="heartbeat-or-claim-first",
+        ),
+        # The heartbeat kept out (its first tick is long past the test), so the claim is always first.
+        pytest.param(
+            {"lease_for": 100.0, "heartbeat_interval": 60.0, "poll_interval": 0.02, "shutdown_grace": 1.0},
+            101.0,
+            id="claimed-again-first",
+        ),
+    ],
+)
+def test_async_handler_is_cancelled_when_its_lease_is_lost(settings: dict[str, Any], advance: float) -> None:
+    """Whoever finds the lease lost first cancels the old handler: the heartbeat (its extend fails) or the
+    worker's own fetcher claiming the reclaimed task again (``Inflight.add``, whose pool done callback on
+    the old future then runs in the fetcher's thread: it once deadlocked there, and the old handler was
+    never cancelled)."""
     clock = FakeClock(1000.0)
     app = Conveyor("memory://", clock=clock)
     started = threading.Event()
@@ -186,49 +206,14 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost() -> None:
         return "first"
 
     handle = waits.enqueue()
-    worker = app.worker(lease_for=10.0, heartbeat_interval=0.02, reaper_interval=0.02, poll_interval=0.02)
+    worker = app.worker(**settings)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
         assert started.wait(5)
         assert isinstance(app.broker, MemoryBroker)
-        with app.broker._lock:  # expire and reclaim atomically (see the test above)
-            clock.advance(11.0)
-            assert app.broker.reap(clock.now()) == 1
-        assert cancelled.wait(5)
-        result: Any = handle.result(timeout=5)
-        assert result == "second"
-    finally:
-        worker.stop()
-        thread.join(10)
-
-
-def test_async_handler_is_cancelled_when_its_own_worker_claims_its_task_again() -> None:
-    """The worker may claim a reclaimed task again before its heartbeat finds the old lease lost: then
-    ``Inflight.add`` is what cancels the old handler, and the pool's done callback on its future runs in
-    the fetcher's thread. The heartbeat is kept out (its first tick is long past the test) so that the
-    claim is always first: it once deadlocked there, and the old handler was never cancelled."""
-    clock = FakeClock(1000.0)
-    app = Conveyor("memory://", clock=clock)
-    started = threading.Event()
-    cancelled = threading.Event()
-
-    @app.task
-    async def waits(ctx: TaskContext) -> str:
-        if ctx.attempt > 1:
-            return "second"
-        await sleep_until_cancelled(started, cancelled)
-        return "first"
-
-    handle = waits.enqueue()
-    worker = app.worker(lease_for=100.0, heartbeat_interval=60.0, poll_interval=0.02, shutdown_grace=1.0)
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
-        assert started.wait(5)
-        assert isinstance(app.broker, MemoryBroker)
-        with app.broker._lock:  # the worker's reaper may not take it first
-            clock.advance(101.0)
+        with app.broker._lock:  # expire and reclaim atomically: the worker's reaper may not take it first
+            clock.advance(advance)
             assert app.broker.reap(clock.now()) == 1
         assert cancelled.wait(5), "the old handler kept running"
         result: Any = handle.result(timeout=5)
