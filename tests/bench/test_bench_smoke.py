@@ -222,7 +222,17 @@ def test_the_ratio_to_the_best_peer_is_the_default_rows(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_drain_ratio_runs_conveyor_worker_and_reports_its_cpu_per_task() -> None:
     out = run_bench(
-        "bench.drain_ratio", "--n", "300", "--reps", "1", "--peers", "", "--conveyor", "default", timeout=110
+        # 5000 tasks: the CPU figure is read in clock ticks (10 ms); 300 drained in one tick read as 0.0 µs
+        "bench.drain_ratio",
+        "--n",
+        "5000",
+        "--reps",
+        "1",
+        "--peers",
+        "",
+        "--conveyor",
+        "default",
+        timeout=110,
     )
     rows = re.findall(r"Conveyor \(redis\) default +(\d+)/s +(?:\([\d-]+\) +)?([\d.]+) µs/task", out)
     assert len(rows) == 2, out  # the pass's line and the median's
