@@ -5,6 +5,7 @@ from __future__ import annotations
 from conveyor import outcomes
 from conveyor.model import Outcome, TaskRecord, TaskState
 from conveyor.options import TaskOptions, resolve
+from conveyor.outcomes import CUT_MARKER, MAX_TRACEBACK_CHARS, bound_traceback
 
 
 def test_complete_keeps_the_result_for_the_tasks_retention() -> None:
@@ -14,3 +15,37 @@ def test_complete_keeps_the_result_for_the_tasks_retention() -> None:
     assert outcomes.complete(record, "tok-1", '{"ok": 1}', options) == Outcome(
         task_id="t1", token="tok-1", kind="complete", result='{"ok": 1}', keep_for=120.0
     )
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+def test_a_traceback_is_formatted_whole_when_small_and_none_for_an_exception_never_raised() -> None:
+    text = bound_traceback(_raised(ValueError("small")))
+    assert text is not None and text.startswith("Traceback (most recent call last):")
+    assert "in _raised" in text and text.endswith("ValueError: small\n") and CUT_MARKER not in text
+    assert bound_traceback(ValueError("never raised")) is None
+
+
+def test_a_huge_traceback_keeps_its_head_and_its_end_with_a_marker_between() -> None:
+    text = bound_traceback(_raised(ValueError("y" * 50_000)))
+    assert text is not None and len(text) == MAX_TRACEBACK_CHARS
+    head, _, tail = text.partition(CUT_MARKER)
+    assert head.startswith("Traceback (most recent call last):") and tail.endswith("y" * 1000 + "\n")
+
+
+def test_chained_exceptions_are_shown_and_a_cycle_does_not_hang() -> None:
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise RuntimeError("outer") from inner
+    except RuntimeError as outer:
+        assert outer.__cause__ is not None
+        outer.__cause__.__context__ = outer  # a cycle
+        text = bound_traceback(outer)
+    assert text is not None and "KeyError: 'inner'" in text and "RuntimeError: outer" in text

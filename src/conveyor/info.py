@@ -73,4 +73,5 @@ def task_info(
         options=stored,
         payload_error=payload_error,
         options_error=options_error,
+        traceback=record.traceback,
     )

@@ -131,6 +131,8 @@ class TaskRecord:
     cancel_requested: bool = False  # set only by older versions: a cancel now archives a running task
     # the retry limit its latest failed execution ran with (``Outcome.max_retries``); None until one failed
     max_retries: int | None = None
+    # the bounded traceback of its latest failed execution (``Outcome.traceback``); None if it had none
+    traceback: str | None = None
 
 
 @fast_init
@@ -146,6 +148,8 @@ class Outcome:
     ``max_retries`` (``retry``, and ``archive`` with an ``error``): the retry limit the execution ran
     with, kept on the task with its failures (``TaskRecord.max_retries``) so that readers without the
     handler know it; None changes nothing.
+    ``traceback`` (failures only, bounded by ``outcomes.bound_traceback``): replaces the task's
+    ``TaskRecord.traceback`` wherever ``max_retries`` is kept; None clears it.
     """
 
     task_id: str
@@ -157,6 +161,7 @@ class Outcome:
     reason: ArchiveReason | None = None
     keep_for: float = 3600.0
     max_retries: int | None = None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,3 +298,4 @@ class TaskInfo:
     options: dict[str, Any] = field(default_factory=dict)
     payload_error: str | None = None  # set when the stored payload could not be decoded
     options_error: str | None = None  # set when the stored options could not be decoded (then defaults apply)
+    traceback: str | None = None  # the (bounded) traceback of its latest failed execution, if it had one

@@ -9,18 +9,74 @@ archived ``permanent``.
 from __future__ import annotations
 
 import random
+import traceback
 
 from conveyor.errors import PermanentError, Retry
 from conveyor.model import ArchiveReason, Outcome, TaskRecord
 from conveyor.options import EffectiveOptions
 
-__all__ = ["complete", "describe", "failure"]
+__all__ = [
+    "CUT_MARKER",
+    "MAX_TRACEBACK_CHARS",
+    "MAX_TRACEBACK_FRAMES",
+    "bound_traceback",
+    "complete",
+    "describe",
+    "failure",
+]
+
+#: A stored traceback's bounds: its innermost frames (where the error was raised) and its last
+#: characters are kept, so that a deep recursion or a huge message cannot bloat every failed task.
+MAX_TRACEBACK_FRAMES = 64
+MAX_TRACEBACK_CHARS = 8192
+#: What replaces the part of a traceback cut off by the bounds.
+CUT_MARKER = "[... traceback cut ...]\n"
 
 
 def describe(exc: BaseException) -> str:
     """``"ExcType: message"`` (just the type when there is no message)."""
     message = str(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def bound_traceback(exc: BaseException) -> str | None:
+    """``exc``'s formatted traceback (with its chained exceptions), bounded: at most
+    :data:`MAX_TRACEBACK_FRAMES` frames per exception (the innermost) and :data:`MAX_TRACEBACK_CHARS`
+    characters (its first quarter and its end), with :data:`CUT_MARKER` where something was cut. None
+    for an exception never raised."""
+    if exc.__traceback__ is None:
+        return None
+    lines = traceback.format_exception(exc, limit=-MAX_TRACEBACK_FRAMES)
+    text = "".join(lines)
+    cut = any(_frames(tb) > MAX_TRACEBACK_FRAMES for tb in _tracebacks(exc))
+    room = MAX_TRACEBACK_CHARS - len(CUT_MARKER)
+    if len(text) > room:  # its head (where it starts) and mostly its tail (where it was raised)
+        head = room // 4
+        return text[:head] + CUT_MARKER + text[len(text) - (room - head) :]
+    return CUT_MARKER + text if cut else text
+
+
+def _tracebacks(exc: BaseException) -> list[object]:
+    """The tracebacks ``format_exception`` shows: ``exc``'s and its chained exceptions' (cycles cut)."""
+    seen: set[int] = set()
+    found: list[object] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        found.append(current.__traceback__)
+        pending.extend((current.__cause__, current.__context__))
+    return found
+
+
+def _frames(tb: object) -> int:
+    count = 0
+    while tb is not None:
+        count += 1
+        tb = getattr(tb, "tb_next", None)
+    return count
 
 
 def complete(record: TaskRecord, token: str, result: str, options: EffectiveOptions) -> Outcome:
@@ -45,7 +101,7 @@ def failure(
     retryable: bool | None = None,
 ) -> Outcome:
     """The outcome of a failed execution (``exc`` may be a message for external consumers)."""
-    error = exc if isinstance(exc, str) else describe(exc)
+    error, trace = (exc, None) if isinstance(exc, str) else (describe(exc), bound_traceback(exc))
     delay: float | None = None
     if isinstance(exc, PermanentError):
         retryable = False
@@ -55,9 +111,25 @@ def failure(
         retryable = isinstance(exc, BaseException) and options.retryable(exc)
     limit = options.max_retries  # recorded on the task: readers without the handler cannot resolve it
     if not retryable:
-        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.PERMANENT, max_retries=limit)
+        return Outcome(
+            record.id,
+            token,
+            "archive",
+            error=error,
+            reason=ArchiveReason.PERMANENT,
+            max_retries=limit,
+            traceback=trace,
+        )
     if record.retries >= limit:
-        return Outcome(record.id, token, "archive", error=error, reason=ArchiveReason.FAILED, max_retries=limit)
+        return Outcome(
+            record.id,
+            token,
+            "archive",
+            error=error,
+            reason=ArchiveReason.FAILED,
+            max_retries=limit,
+            traceback=trace,
+        )
     if delay is None:
         delay = options.backoff.delay(record.retries + 1, rng)
-    return Outcome(record.id, token, "retry", error=error, run_at=now + delay, max_retries=limit)
+    return Outcome(record.id, token, "retry", error=error, run_at=now + delay, max_retries=limit, traceback=trace)

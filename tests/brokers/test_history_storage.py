@@ -11,7 +11,7 @@ import pytest
 from conveyor import Conveyor, FakeClock
 from conveyor.brokers.base import KeepsHistory
 from conveyor.brokers.redis import RedisBroker
-from conveyor.brokers.sqlite.schema import _V1, SCHEMA_VERSION
+from conveyor.brokers.sqlite.schema import _V1, MIGRATIONS, SCHEMA_VERSION
 from conveyor.history import KEEP_MINUTES, QueueMinute, minute_of
 
 
@@ -71,5 +71,31 @@ def test_a_version_1_sqlite_file_gains_the_history_table_and_keeps_its_tasks(tmp
     finally:
         app.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    conn.close()
+
+
+def test_a_version_4_sqlite_file_gains_the_traceback_column_and_keeps_its_tasks(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    with sqlite3.connect(path) as conn:
+        for step in MIGRATIONS[:4]:
+            for statement in step:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    app = Conveyor(f"sqlite:///{path}", clock=FakeClock(1_000_000.0))
+    try:
+        app.enqueue("job", task_id="after-upgrade", max_retries=0)
+        claimed = app.claim()
+        assert claimed is not None
+        try:
+            raise ValueError("boom")
+        except ValueError as exc:
+            claimed.fail(exc)
+        assert "ValueError: boom" in (app.get("after-upgrade").traceback or "")
+    finally:
+        app.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert "traceback" in [row[1] for row in conn.execute("PRAGMA table_info(tasks)")]
     conn.close()

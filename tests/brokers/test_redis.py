@@ -114,7 +114,7 @@ def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
     touched = [
         *(keys.due, keys.leases, keys.expiring, keys.seq, keys.queues, keys.uniq, keys.events, keys.wake),
         keys.listening,
-        *(keys.rows, keys.results, keys.lasterr, keys.limits),
+        *(keys.rows, keys.results, keys.lasterr, keys.limits, keys.tracebacks),
         keys.errors("t-1"),
         keys.settings("emails"),
         keys.history(29_000_000),
@@ -479,17 +479,28 @@ def test_a_claimed_task_is_returned_exactly_as_stored(broker: RedisBroker) -> No
 
 
 def test_a_recorded_retry_limit_goes_with_its_task(broker: RedisBroker) -> None:
-    """``limits`` holds an entry only for a task with failures, and loses it with the task."""
+    """``limits`` and ``tracebacks`` hold an entry only for a task with failures, and lose it with the task."""
     broker.enqueue([task("failed"), task("done")], NOW)
     first, second = broker.claim(["q"], NOW, 30.0, limit=2)
     outcomes = [
-        Outcome("failed", first.lease_token or "", "archive", error="Boom", reason=ArchiveReason.FAILED, max_retries=0),
+        Outcome(
+            "failed",
+            first.lease_token or "",
+            "archive",
+            error="Boom",
+            reason=ArchiveReason.FAILED,
+            max_retries=0,
+            traceback="Traceback:\n  boom\n",
+        ),
         Outcome("done", second.lease_token or "", "complete", result="1", keep_for=60),
     ]
     assert broker.settle(outcomes, NOW) == [True, True]
     assert broker.client.hgetall(broker.keys.limits) == {"failed": "0"}
+    assert broker.client.hgetall(broker.keys.tracebacks) == {"failed": "Traceback:\n  boom\n"}
+    assert broker.get("failed", NOW).traceback == "Traceback:\n  boom\n"  # type: ignore[union-attr]
     broker.delete("failed", NOW)
     assert not broker.client.exists(broker.keys.limits)
+    assert not broker.client.exists(broker.keys.tracebacks)
 
 
 def test_unique_keys_with_spaces_escapes_and_newlines_hold_their_tasks(broker: RedisBroker) -> None:

@@ -96,6 +96,19 @@ def test_show_prints_every_field_errors_and_timeline(cli: Invoke, failing_task: 
         assert heading in text
 
 
+def test_show_prints_the_latest_failures_traceback(cli: Invoke, failing_task: Callable[[], str]) -> None:
+    task_id = failing_task()
+    data = json.loads(cli("show", task_id, "--json").stdout)
+    assert "in explode" in data["traceback"] and data["traceback"].endswith("ValueError: boom 7\n")
+    text = cli("show", task_id).stdout
+    assert "Traceback of the latest failure" in text
+    assert 'raise ValueError(f"boom {x}")' in text  # markup-like text printed as it is
+    done = cli("enqueue", "later", "--json")
+    shown = json.loads(cli("show", json.loads(done.stdout)["id"], "--json").stdout)
+    assert shown["traceback"] is None
+    assert "Traceback of the latest failure" not in cli("show", json.loads(done.stdout)["id"]).stdout
+
+
 def test_show_unknown_task_is_one_line_error(cli: Invoke) -> None:
     result = cli("show", "nope")
     assert result.exit_code == 1

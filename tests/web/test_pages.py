@@ -171,6 +171,24 @@ def test_task_page_shows_args_result_errors_and_timeline(client: TestClient, app
     assert "&#34;answer&#34;: 42" in client.get(f"/tasks/{done.id}").text
 
 
+def test_task_page_shows_the_latest_failures_traceback_escaped(client: TestClient, app: Conveyor) -> None:
+    @app.task(max_retries=0)
+    def explode_markup() -> None:
+        raise ValueError("<b>boom</b>")
+
+    @app.task
+    def fine() -> None:
+        pass
+
+    failed = explode_markup.enqueue()
+    done = fine.enqueue()
+    app.worker().run_until_idle()
+    page = client.get(f"/tasks/{failed.id}").text
+    assert "Traceback of the latest failure" in page and "in explode_markup" in page
+    assert "ValueError: &lt;b&gt;boom&lt;/b&gt;" in page and "<b>boom</b>" not in page
+    assert "Traceback of the latest failure" not in client.get(f"/tasks/{done.id}").text
+
+
 def test_unknown_task_is_404(client: TestClient) -> None:
     assert client.get("/tasks/nope").status_code == 404
 

@@ -39,7 +39,9 @@ passes the whole suite unchanged. The rules, shared by all backends:
   raising subscriber is logged and never breaks the broker. Backends that several processes share
   deliver events made by other processes too (with a documented latency).
 * **Retry limits.** ``settle`` keeps an outcome's ``max_retries`` (when set) on its task where it
-  records a failure (:func:`records_limit`); reads return it as ``TaskRecord.max_retries``.
+  records a failure (:func:`records_limit`); reads return it as ``TaskRecord.max_retries``. The same
+  failures replace the task's ``TaskRecord.traceback`` with ``outcome.traceback`` (None clears it);
+  other outcomes leave it as it was.
 * **Errors.** Store faults raise ``BrokerUnavailable`` (or another ``BrokerError``), never a client
   library's exception; a failed call leaves no half-written task.
 """

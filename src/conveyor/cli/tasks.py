@@ -159,7 +159,7 @@ def ls(state: CliState, queue: str, task_state: str, limit: int, offset: int) ->
 @json_option
 @pass_state
 def show(state: CliState, task_id: str) -> None:
-    """Show every field of a task, its error history and its timeline."""
+    """Show every field of a task, its error history, its latest failure's traceback and its timeline."""
     app = state.conveyor()
     info = app.inspect.get(task_id)
     timeline = Inspector.timeline(info)
@@ -173,7 +173,7 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
     fields.add_column("value", overflow="fold")
     times = {"next_run_at", "enqueued_at", "started_at", "completed_at", "expires_at", "keep_until", "lease_expires_at"}
     for key, value in to_jsonable(info).items():
-        if key == "errors":
+        if key in ("errors", "traceback"):  # sections of their own, below
             continue
         if key in times:
             text = format_time(value, now)
@@ -192,6 +192,9 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
         for entry in info.errors:
             errors.add_row(str(entry.attempt), format_time(entry.at, now), entry.error)
         c.print(errors)
+    if info.traceback is not None:
+        c.print("[bold]Traceback of the latest failure[/bold]")
+        c.print(info.traceback.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
     timeline = Table(title="Timeline", title_justify="left")
     for column in ("at", "event", "detail"):
         timeline.add_column(column, overflow="fold")

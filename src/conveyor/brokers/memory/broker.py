@@ -113,8 +113,10 @@ class MemoryBroker(MemoryStore):
                 if rec is None or rec.state is not _S.ACTIVE or rec.lease_token != outcome.token:
                     applied.append(False)
                     continue
-                if outcome.max_retries is not None and records_limit(outcome):
-                    rec = replace(rec, max_retries=outcome.max_retries)
+                if records_limit(outcome):
+                    rec = replace(rec, traceback=outcome.traceback)
+                    if outcome.max_retries is not None:
+                        rec = replace(rec, max_retries=outcome.max_retries)
                 self._apply(rec, outcome, now)
                 self._history.add(rec.queue, outcome.kind, now)
                 applied.append(True)

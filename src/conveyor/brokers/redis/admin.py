@@ -41,13 +41,14 @@ log = logging.getLogger("conveyor.brokers.redis")
 
 
 def task_item(client: redis.Redis, keys: Keys, task_id: str) -> list[Any]:
-    """What ``codec.decode_record`` reads for one task: its row, result, last error, failures and limit."""
+    """What ``codec.decode_record`` reads for one task: its row, result, last error, failures, limit and traceback."""
     with translate_errors():
         pipe = client.pipeline(transaction=False)
         for key in (keys.rows, keys.results, keys.lasterr):
             pipe.hget(key, task_id)
         pipe.lrange(keys.errors(task_id), 0, -1)
         pipe.hget(keys.limits, task_id)
+        pipe.hget(keys.tracebacks, task_id)
         items: list[Any] = pipe.execute()
         return items
 

@@ -75,4 +75,4 @@ def settle_args(outcomes: Sequence[Outcome]) -> tuple[Arg, ...]:
     values: list[str] = []
     for outcome in outcomes:
         values.extend(encode_outcome(outcome))
-    return _batch_args(len(outcomes), values, (3, 4))  # long results and errors apart
+    return _batch_args(len(outcomes), values, (3, 4, 7))  # long results, errors and tracebacks apart

@@ -20,7 +20,8 @@ A pending task enqueued with others in one call holds its group's ``waiting`` me
 
 The body is what never changes, built here at enqueue (:func:`encode_body`) and never parsed by the
 scripts: name, options and payload. ``results``: the result of a task completed with one. ``lasterr``:
-the last error, while the task has one. Failures live in a list per task, ``attempt\\tat\\terror`` each.
+the last error, while the task has one. Failures live in a list per task, ``attempt\\tat\\terror`` each;
+``limits`` and ``tracebacks`` hold the latest failed execution's retry limit and traceback.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def encode_one_task(task: NewTask) -> list[str]:
 
 def encode_outcome(outcome: Outcome) -> list[str]:
     """The 8 ARGV values of one outcome for ``settle.lua``; the last is ``keep_for`` for ``complete``, the
-    retry limit for ``retry`` and ``archive`` ("" for none), "" for ``release``."""
+    retry limit for ``retry`` and ``archive`` ("" for none) followed by ``"\n"`` and the traceback when
+    the outcome has one, "" for ``release``."""
     kind = outcome.kind
     if kind == "complete" and outcome.error is None and outcome.run_at is None and outcome.reason is None:
         # the usual outcome (every task a worker runs to the end): only its result and keep_for vary
@@ -176,9 +178,10 @@ def encode_outcome(outcome: Outcome) -> list[str]:
 def _last_value(outcome: Outcome) -> str:
     if outcome.kind == "complete":
         return repr(float(outcome.keep_for))
-    if outcome.kind == "release" or outcome.max_retries is None:
+    if outcome.kind == "release":
         return ""
-    return str(int(outcome.max_retries))
+    limit = "" if outcome.max_retries is None else str(int(outcome.max_retries))
+    return limit if outcome.traceback is None else limit + "\n" + outcome.traceback
 
 
 #: A row's field names in order (see the module docstring); the last, the body, may hold spaces.
@@ -306,9 +309,10 @@ def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, ba
 
 
 def decode_record(item: Sequence[Any]) -> TaskRecord | None:
-    """``[row, result, lasterr, failures, retry limit]`` as scripts return it (or a pipeline does); None
-    when the row is missing (no such task)."""
-    row, result, last_error, failures, limit = item
+    """``[row, result, lasterr, failures, retry limit, traceback]`` as scripts return it (or a pipeline
+    does; the traceback may be left out); None when the row is missing (no such task)."""
+    row, result, last_error, failures, limit = item[:5]
+    trace = item[5] if len(item) > 5 else None
     if not _present(row):
         return None
     (s, m, queue, x, a, c, _l, _ne, tk, lx, sa, fa, ku, r, st, pr, ea, fd, _ra, nr, ar, _uu,
@@ -344,6 +348,7 @@ def decode_record(item: Sequence[Any]) -> TaskRecord | None:
         lease_expires_at=_float(lx) if active else None,
         cancel_requested=active and c == "1",
         max_retries=int(limit) if _present(limit) else None,
+        traceback=trace if _present(trace) else None,
     )
 
 

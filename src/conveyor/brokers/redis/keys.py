@@ -20,6 +20,7 @@ tie-break of the contract without packing two numbers into one double)::
     P results                hash    id → result, for a task completed with one
     P lasterr                hash    id → last error, while the task has one
     P limits                 hash    id → the retry limit its latest failed execution ran with
+    P tracebacks             hash    id → the traceback of its latest failed execution, if it had one
     P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
     P q:<queue>:pending      zset    member by ready_key (the claim order)
     P q:<queue>:waiting      zset    member by ready_at (oldest pending); tasks that one call enqueued
@@ -103,6 +104,10 @@ class Keys:
     @property
     def limits(self) -> str:
         return self.prefix + "limits"
+
+    @property
+    def tracebacks(self) -> str:
+        return self.prefix + "tracebacks"
 
     @property
     def due(self) -> str:

@@ -258,8 +258,9 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         else:
             _complete(tx, completed)  # first: an outcome _apply refuses still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]
-            if outcome.max_retries is not None and records_limit(outcome):
-                stored = replace(stored, rec=replace(stored.rec, max_retries=outcome.max_retries))
+            if records_limit(outcome):
+                limit = stored.rec.max_retries if outcome.max_retries is None else outcome.max_retries
+                stored = replace(stored, rec=replace(stored.rec, max_retries=limit, traceback=outcome.traceback))
             try:
                 _apply(tx, stored, outcome, now)
             except ValueError:

@@ -18,7 +18,8 @@ _S = TaskState
 COLUMNS = (
     "seq, ready_at, id, name, queue, state, payload, options, priority, enqueued_at, first_due_at,"
     " next_run_at, attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until,"
-    " last_error, archive_reason, result, errors, lease_token, lease_expires_at, cancel_requested, max_retries"
+    " last_error, archive_reason, result, errors, lease_token, lease_expires_at, cancel_requested, max_retries,"
+    " traceback"
 )
 SELECT_TASK = f"SELECT {COLUMNS} FROM tasks"
 
@@ -26,7 +27,8 @@ SELECT_TASK = f"SELECT {COLUMNS} FROM tasks"
 UPDATE_TASK = (
     "UPDATE tasks SET state = ?, next_run_at = ?, attempts = ?, retries = ?, stalls = ?, started_at = ?,"
     " finished_at = ?, keep_until = ?, last_error = ?, archive_reason = ?, result = ?, errors = ?,"
-    " lease_token = ?, lease_expires_at = ?, cancel_requested = ?, max_retries = ?, ready_at = ?, sort_key = ?"
+    " lease_token = ?, lease_expires_at = ?, cancel_requested = ?, max_retries = ?, traceback = ?,"
+    " ready_at = ?, sort_key = ?"
     " WHERE seq = ?"
 )
 
@@ -50,7 +52,7 @@ def from_row(row: tuple[Any, ...]) -> Stored:
         row[2], row[3], row[4], _S(row[5]), row[6], row[7], row[8], row[9], row[10], row[11], row[12],
         row[13], row[14], row[15], row[16], row[17], row[18], row[19], row[20],
         None if reason is None else ArchiveReason(reason), row[22],
-        () if errors == "[]" else decode_errors(errors), row[24], row[25], bool(row[26]), row[27],
+        () if errors == "[]" else decode_errors(errors), row[24], row[25], bool(row[26]), row[27], row[28],
     )  # fmt: skip
     return Stored(rec, row[0], row[1])
 
@@ -86,6 +88,7 @@ def update_params(stored: Stored, key: float) -> tuple[Any, ...]:
         rec.lease_expires_at,
         int(rec.cancel_requested),
         rec.max_retries,
+        rec.traceback,
         stored.ready_at,
         key,
         stored.seq,

@@ -12,7 +12,9 @@ refreshed by its poller with wall-clock liveness), so a file nobody watches pays
 entry when its holder row is deleted. ``queues`` rowids keep the order in which queues became known.
 ``history`` holds the per-minute counters of settled executions (``conveyor.history``; version 2), one
 row per minute and queue, written by ``settle`` in its transaction and pruned by ``clean``. Version 2
-also adds ``tasks.max_retries``: the retry limit the task's latest failed execution ran with.
+also adds ``tasks.max_retries``: the retry limit the task's latest failed execution ran with. Version 5
+adds ``tasks.traceback``: the bounded traceback of the task's latest failed execution (NULL for tasks
+that never failed, so a success writes nothing more).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from conveyor.errors import ConfigurationError, SchemaError
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The layout this code reads and writes. A file with a higher ``user_version`` is refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = (
     """
@@ -118,8 +120,11 @@ _V3 = ("CREATE TABLE declared (name TEXT PRIMARY KEY, declaration TEXT NOT NULL)
 #: Version 4: operators' commands to workers (``conveyor.commands``).
 _V4 = ("CREATE TABLE worker_commands (id TEXT PRIMARY KEY, command TEXT NOT NULL, until REAL NOT NULL) WITHOUT ROWID",)
 
+#: Version 5: the traceback of a task's latest failed execution (``TaskRecord.traceback``).
+_V5 = ("ALTER TABLE tasks ADD COLUMN traceback TEXT",)
+
 #: ``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -18,6 +18,8 @@
 --   LASTERR   task id -> last error                     LIMITS    task id -> the retry limit its latest
 --                                                                  failed execution ran with (only a task
 --                                                                  with failures, row field ne = "1")
+--   TRACEBACKS task id -> the traceback of its latest failed execution (only a task with failures whose
+--             latest failed execution had one)
 -- ARGV head (the same for every operation):
 --   ARGV[1] now (epoch seconds, from the caller's clock; "" = the server's TIME, for calls queued
 --           behind a blocking pop, which run later than they were sent)
@@ -39,7 +41,7 @@
 
 local KEYS, ARGV
 local P, NOW, ORIGIN, WANT, NOWS, POLICY
-local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS
+local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS
 
 -- the shared key names of a namespace, by its `due` key: built once per namespace, not per call (a
@@ -50,7 +52,8 @@ local function names(due)
   if not n then
     local p = string.sub(due, 1, -4) -- "{ns}:v4:due" -> "{ns}:v4:"
     n = {p, p .. 'leases', p .. 'expiring', p .. 'seq', p .. 'queues', p .. 'uniq', p .. 'events', p .. 'wake',
-      p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits'}
+      p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits',
+      p .. 'tracebacks'}
     NAMES[due] = n
   end
   return n
@@ -69,7 +72,7 @@ local function begin(keys, argv)
   end
   DUE = KEYS[1]
   local n = names(DUE)
-  P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS = unpack(n)
+  P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS = unpack(n)
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (measured: a one-task enqueue ~3% cheaper)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = EMIT and {} or nil, false, false, nil, nil, {}
@@ -352,6 +355,7 @@ local function remove_task(t, report)
   if t.ne then
     redis.call('DEL', ekey(t.id))
     redis.call('HDEL', LIMITS, t.id)
+    redis.call('HDEL', TRACEBACKS, t.id)
   end
   if t.uk and redis.call('HGET', UNIQ, t.uk) == t.id then redis.call('HDEL', UNIQ, t.uk) end
   if report then event(t.id, t.s, 'deleted', t.q) end
@@ -407,12 +411,12 @@ local function reap(n)
   return done
 end
 
--- a task as stored, {row, result, last error, failures, retry limit} (false: absent), or nil without a row
+-- a task as stored, {row, result, last error, failures, retry limit, traceback} (false: absent), or nil without a row
 local function dump(id)
   local row = redis.call('HGET', ROWS, id)
   if not row then return nil end
   return {row, redis.call('HGET', RESULTS, id), redis.call('HGET', LASTERR, id), redis.call('LRANGE', ekey(id), 0, -1),
-    redis.call('HGET', LIMITS, id)}
+    redis.call('HGET', LIMITS, id), redis.call('HGET', TRACEBACKS, id)}
 end
 
 -- admin calls: the visible task, or an error reply the caller maps to TaskNotFound

@@ -3,8 +3,10 @@
 -- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 8 strings, per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
 --       keep_for (complete) or the retry limit the execution ran with (retry, archive: "" none; kept in
---       LIMITS for a task with failures); long results and errors as arguments of their own, A(3) onwards
---       (batch_values() in _lib.lua).
+--       LIMITS for a task with failures), then for retry and archive optionally "\n" and the traceback of
+--       the failed execution (kept in TRACEBACKS; a failure without one deletes the task's entry: it
+--       belongs to the latest failure only); long results, errors and last values as arguments of their
+--       own, A(3) onwards (batch_values() in _lib.lua).
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
 --          holds it; also a second outcome for a task in the same call: the first one ended its lease).
 -- Counts: each applied outcome but `release` adds one to its minute's counters (conveyor/history.py):
@@ -44,6 +46,7 @@ local applied, done, writes, results, cleared = {}, {}, {}, {}, {}
 local KEEP, qk = {}, {} -- keep_until by keep_for, and per queue its sorted sets' writes (see below)
 local unleased, nu = {}, 0
 local limits = {} -- task id, retry limit: pairs for one HSET
+local traces, untraced = {}, {} -- task id, traceback: pairs for one HSET; ids for one HDEL
 -- the counters: the first outcome's kind and queue and how many share both, the others' by counter field
 -- in `more` (a table only when a call needs one: most calls count one kind of one queue)
 local kind1, q1, n1, more = nil, nil, 0, nil
@@ -105,9 +108,18 @@ for i = 0, n - 1 do
         make_pending(t, NOW, err)
       end
     end
-    if (kind == 'retry' or (kind == 'archive' and err)) and V[b + 7] ~= '' then -- kept with the failures
-      limits[#limits + 1] = id
-      limits[#limits + 1] = V[b + 7]
+    if kind == 'retry' or (kind == 'archive' and err) then -- kept with the failures
+      local limit, trace = string.match(V[b + 7], '^([^\n]*)\n?(.*)$')
+      if limit ~= '' then
+        limits[#limits + 1] = id
+        limits[#limits + 1] = limit
+      end
+      if trace ~= '' then
+        traces[#traces + 1] = id
+        traces[#traces + 1] = trace
+      else
+        untraced[#untraced + 1] = id
+      end
     end
     applied[i + 1] = '1'
   end
@@ -134,6 +146,8 @@ call_all('ZREM', LEASES, unleased, nu)
 if #results > 0 then redis.call('HSET', RESULTS, unpack(results)) end
 if #cleared > 0 then redis.call('HDEL', LASTERR, unpack(cleared)) end
 if #limits > 0 then redis.call('HSET', LIMITS, unpack(limits)) end
+if #traces > 0 then redis.call('HSET', TRACEBACKS, unpack(traces)) end
+if #untraced > 0 then redis.call('HDEL', TRACEBACKS, unpack(untraced)) end
 if kind1 then
   local key = minute_key(math.floor(NOW / 60))
   local fresh = redis.call('HINCRBY', key, COUNTER[kind1] .. q1, n1) == n1
