@@ -73,9 +73,7 @@ class Conveyor:
         #: The URL the broker was opened from (None for a broker given as an object).
         self.url: str | None = None if broker is not None else (url or default_url())
         self._clock_given = clock is not None
-        if clock is None and hasattr(self.broker, "server_clock"):
-            clock = self.broker.server_clock()
-        self.clock: Clock = check_clock(clock)
+        self.clock: Clock = check_clock(clock if clock is not None else _broker_clock(self.broker))
         self.rng = rng or random.Random()
         self.registry: dict[str, Task[Any, Any]] = {}
         self._wants_ctx: dict[str, bool] = {}
@@ -321,7 +319,7 @@ class Conveyor:
         self.broker.close()
         self.broker, self.url = broker, url
         if not self._clock_given:
-            self.clock = check_clock(broker.server_clock() if hasattr(broker, "server_clock") else None)
+            self.clock = check_clock(_broker_clock(broker))
         for name in ("inspect", "declared"):  # cached views of the old broker
             self.__dict__.pop(name, None)
 
@@ -364,6 +362,12 @@ def _check_queues(queues: Iterable[str]) -> list[str]:
     if not names:
         raise ValueError("give at least one queue")
     return names
+
+
+def _broker_clock(broker: Broker) -> Clock | None:
+    """The broker's own clock if it has one (Redis: the server's time, shared by every process), else None."""
+    server_clock = getattr(broker, "server_clock", None)
+    return server_clock() if server_clock is not None else None
 
 
 def _tell(hook: Callable[[list[NewTask]], None], tasks: list[NewTask]) -> None:
