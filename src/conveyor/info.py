@@ -63,7 +63,7 @@ def task_info(
         priority=record.priority,
         enqueued_at=record.enqueued_at,
         started_at=record.started_at,
-        completed_at=record.finished_at,
+        finished_at=record.finished_at,
         expires_at=record.expires_at,
         keep_until=record.keep_until,
         stalls=record.stalls,

@@ -172,10 +172,10 @@ class Inspector:
         if info.next_run_at is not None:
             detail = "retry due" if info.state == TaskState.RETRY else "due to run"
             entries.append(TimelineEntry(info.next_run_at, "due", detail))
-        if info.completed_at is not None:
+        if info.finished_at is not None:
             detail = f"reason {info.archive_reason.value}" if info.archive_reason is not None else ""
-            entries.append(TimelineEntry(info.completed_at, info.state.value, detail))
-        if info.expires_at is not None and info.completed_at is None:
+            entries.append(TimelineEntry(info.finished_at, info.state.value, detail))
+        if info.expires_at is not None and info.finished_at is None:
             entries.append(TimelineEntry(info.expires_at, "expires", "archived if not started by then"))
         if info.keep_until is not None:
             entries.append(TimelineEntry(info.keep_until, "forgotten", "retention ends"))

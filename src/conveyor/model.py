@@ -10,6 +10,7 @@ at a mutable dataclass's speed.
 from __future__ import annotations
 
 import enum
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,6 +271,8 @@ class TaskInfo:
     given at enqueue, else the reading app's registration of the task; None (unknown) when none of
     these is there, i.e. a task registered only in the workers that no worker has failed yet.
     ``retries_left`` is None exactly when ``max_retries`` is.
+    ``finished_at`` is when the task completed or was archived (None while unfinished);
+    ``completed_at`` is its deprecated alias, kept for one release.
     """
 
     id: str
@@ -288,7 +291,7 @@ class TaskInfo:
     priority: int
     enqueued_at: float
     started_at: float | None
-    completed_at: float | None
+    finished_at: float | None
     expires_at: float | None = None
     keep_until: float | None = None
     stalls: int = 0
@@ -299,3 +302,9 @@ class TaskInfo:
     payload_error: str | None = None  # set when the stored payload could not be decoded
     options_error: str | None = None  # set when the stored options could not be decoded (then defaults apply)
     traceback: str | None = None  # the (bounded) traceback of its latest failed execution, if it had one
+
+    @property
+    def completed_at(self) -> float | None:
+        """Deprecated alias of ``finished_at`` (it was set for archived tasks too); removed in the next release."""
+        warnings.warn("TaskInfo.completed_at is deprecated; use TaskInfo.finished_at", DeprecationWarning, stacklevel=2)
+        return self.finished_at

@@ -32,8 +32,8 @@ FAILED_STATES = (TaskState.RETRY, TaskState.ARCHIVED)
 
 def failed_at(info: TaskInfo) -> float | None:
     """When the task last failed or ended: its finish time, else its latest recorded failure."""
-    if info.completed_at is not None:
-        return info.completed_at
+    if info.finished_at is not None:
+        return info.finished_at
     return info.errors[-1].at if info.errors else None
 
 

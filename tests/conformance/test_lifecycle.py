@@ -52,7 +52,7 @@ def test_new_task_is_pending_with_no_attempts_and_full_retry_budget(
     assert info.next_run_at is None
     assert (info.args, info.kwargs) == (["ann"], {"punctuation": "?"})
     assert info.enqueued_at == clock.now()
-    assert (info.started_at, info.completed_at, info.result, info.last_error, info.archive_reason) == (
+    assert (info.started_at, info.finished_at, info.result, info.last_error, info.archive_reason) == (
         None,
         None,
         None,
@@ -119,7 +119,20 @@ def test_success_completes_with_the_result(app: Conveyor, clock: FakeClock, work
     assert worker.process_next()
     info = app.get(handle.id)
     assert (info.state, info.result, info.attempts) == (TaskState.COMPLETED, "hello ann!", 1)
-    assert info.started_at == info.completed_at == clock.now()
+    assert info.started_at == info.finished_at == clock.now()
+
+
+def test_an_archived_task_has_finished_at_and_completed_at_is_its_deprecated_alias(
+    app: Conveyor, clock: FakeClock, greet: object
+) -> None:
+    handle = app.enqueue("greet", args=["ann"])
+    clock.advance(3)
+    app.inspect.archive(handle.id)
+    info = app.get(handle.id)
+    assert (info.state, info.finished_at) == (TaskState.ARCHIVED, clock.now())
+    with pytest.deprecated_call(match="finished_at"):
+        alias = info.completed_at
+    assert alias == info.finished_at
 
 
 def test_a_none_result_is_not_stored_and_reads_as_none(app: Conveyor, worker: Worker) -> None:

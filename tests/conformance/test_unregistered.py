@@ -34,7 +34,7 @@ def test_unknown_task_name_is_archived_unregistered_after_the_window(
         clock.advance(5.0)
     info = app.get(handle.id)
     assert (info.state, info.archive_reason) == (TaskState.ARCHIVED, ArchiveReason.UNREGISTERED)
-    assert info.completed_at is not None and info.completed_at >= info.enqueued_at + 20.0
+    assert info.finished_at is not None and info.finished_at >= info.enqueued_at + 20.0
 
 
 def test_put_back_task_runs_once_a_handler_for_it_is_registered(

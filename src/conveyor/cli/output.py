@@ -124,7 +124,7 @@ def queue_table(queues: Iterable[QueueInfo], now: float) -> Table:
 
 
 def task_row(info: TaskInfo, now: float) -> list[str]:
-    when = info.completed_at if info.completed_at is not None else info.next_run_at
+    when = info.finished_at if info.finished_at is not None else info.next_run_at
     return [
         info.id,
         info.name,

@@ -171,7 +171,7 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
     fields = Table(title=f"Task {info.id}", title_justify="left", show_header=False)
     fields.add_column("field", style="bold")
     fields.add_column("value", overflow="fold")
-    times = {"next_run_at", "enqueued_at", "started_at", "completed_at", "expires_at", "keep_until", "lease_expires_at"}
+    times = {"next_run_at", "enqueued_at", "started_at", "finished_at", "expires_at", "keep_until", "lease_expires_at"}
     for key, value in to_jsonable(info).items():
         if key in ("errors", "traceback"):  # sections of their own, below
             continue

@@ -51,7 +51,7 @@ def call_args(info: TaskInfo, width: int = 80) -> str:
 
 def duration(info: TaskInfo) -> str:
     """How long the latest execution ran (start to finish, or to its failure); ``-`` if unknown."""
-    end = info.completed_at if info.completed_at is not None else (info.errors[-1].at if info.errors else None)
+    end = info.finished_at if info.finished_at is not None else (info.errors[-1].at if info.errors else None)
     if info.started_at is None or end is None or end < info.started_at:
         return "-"
     seconds = end - info.started_at
