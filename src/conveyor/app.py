@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor._validate import check_int, check_queue, check_seconds, check_task_name, check_when
 from conveyor.brokers import default_url, open_broker
-from conveyor.brokers.base import Broker
+from conveyor.brokers.base import AppliesPolicy, Broker, SharesClock
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.errors import ConfigurationError, DuplicateTask, TaskNotFound
@@ -315,7 +315,7 @@ class Conveyor:
     def rebind(self, url: str) -> None:
         """Move this app to the broker ``url`` names, closing the one it had (``conveyor --url URL worker
         APP``: the URL given to the command wins over the app's own). Call it before the app is used."""
-        broker = open_broker(url, getattr(self.broker, "policy", None))
+        broker = open_broker(url, self.broker.policy if isinstance(self.broker, AppliesPolicy) else None)
         self.broker.close()
         self.broker, self.url = broker, url
         if not self._clock_given:
@@ -366,8 +366,7 @@ def _check_queues(queues: Iterable[str]) -> list[str]:
 
 def _broker_clock(broker: Broker) -> Clock | None:
     """The broker's own clock if it has one (Redis: the server's time, shared by every process), else None."""
-    server_clock = getattr(broker, "server_clock", None)
-    return server_clock() if server_clock is not None else None
+    return broker.server_clock() if isinstance(broker, SharesClock) else None
 
 
 def _tell(hook: Callable[[list[NewTask]], None], tasks: list[NewTask]) -> None:

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from conveyor.brokers import open_broker
+from conveyor.brokers.base import Finding
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.calls import SPILL_AT, enqueue_args
 from conveyor.brokers.redis.codec import (
@@ -632,17 +633,20 @@ def test_server_clock_follows_the_server_time(broker: RedisBroker) -> None:
     assert broker.server_clock() is clock
 
 
-def test_preflight_warns_when_persistence_is_off(broker: RedisBroker, caplog: pytest.LogCaptureFixture) -> None:
-    warnings = broker.preflight()
-    assert any("persistence is off" in warning for warning in warnings)
-    assert "persistence is off" in caplog.text
+def test_preflight_finds_persistence_off_and_the_default_eviction_policy_ok(broker: RedisBroker) -> None:
+    assert broker.preflight() == [
+        Finding("maxmemory-policy", True, "noeviction"),
+        Finding("persistence", False, "off (appendonly no, no save points): a restart loses every task"),
+    ]
 
 
 def test_preflight_warns_about_an_evicting_memory_policy(own_server: RedisServer) -> None:
     own_server.client().config_set("maxmemory-policy", "allkeys-lru")
     broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
     try:
-        assert any("noeviction" in warning for warning in broker.preflight())
+        evicting = broker.preflight()[0]
+        assert (evicting.name, evicting.ok) == ("maxmemory-policy", False)
+        assert "'allkeys-lru'" in evicting.detail and "set it to 'noeviction'" in evicting.detail
     finally:
         broker.close()
 
@@ -674,7 +678,7 @@ def test_a_starting_worker_logs_the_preflight_warnings_once(
             app.close()
     evicting = [r for r in caplog.records if "allkeys-lru" in r.getMessage()]
     assert len(evicting) == 1 and evicting[0].levelname == "WARNING"  # at start, not at every beat
-    assert any("persistence is off" in r.getMessage() for r in caplog.records)
+    assert any("preflight: persistence: off" in r.getMessage() for r in caplog.records)
 
 
 def test_an_idle_worker_wakes_when_a_task_becomes_pending(two: tuple[RedisBroker, RedisBroker]) -> None:

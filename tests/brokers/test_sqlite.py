@@ -20,7 +20,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.brokers import open_broker
-from conveyor.brokers.base import WaitsForWork
+from conveyor.brokers.base import ChecksServer, Finding, WaitsForWork
 from conveyor.brokers.sqlite import SQLiteBroker, SQLiteConfig
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError, SchemaError
@@ -95,6 +95,13 @@ def test_file_is_in_wal_mode(open_sqlite: Callable[..., SQLiteBroker], db_path: 
     open_sqlite()
     with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_preflight_finds_the_wal_journal_and_the_current_schema(open_sqlite: Callable[..., SQLiteBroker]) -> None:
+    broker = open_sqlite()
+    assert isinstance(broker, ChecksServer)
+    wanted = [Finding("journal_mode", True, "wal"), Finding("schema_version", True, str(SCHEMA_VERSION))]
+    assert broker.preflight() == wanted
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from click.testing import CliRunner, Result
 
 from conveyor import Conveyor
+from conveyor.brokers.base import Finding
 from conveyor.brokers.memory import MemoryBroker
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.cli import cli as cli_group
@@ -39,13 +40,14 @@ def test_doctor_warns_about_paused_queues(cli: Invoke, app: Conveyor) -> None:
 
 
 class _RiskyBroker(MemoryBroker):
-    """A broker with the optional capabilities doctor looks for."""
+    """A broker with the optional capability doctor looks for (``ChecksServer``)."""
 
-    journal_mode = "delete"
-    schema_version = 3
-
-    def preflight(self) -> list[str]:
-        return ["maxmemory-policy is 'allkeys-lru': Redis may evict task data; set it to 'noeviction'"]
+    def preflight(self) -> list[Finding]:
+        return [
+            Finding("journal_mode", False, "delete (expected wal)"),
+            Finding("schema_version", True, "3"),
+            Finding("maxmemory-policy", False, "'allkeys-lru' lets Redis evict task data; set it to 'noeviction'"),
+        ]
 
 
 def test_doctor_reports_optional_broker_capabilities() -> None:
@@ -55,7 +57,7 @@ def test_doctor_reports_optional_broker_capabilities() -> None:
     found = checks(result)
     assert found["journal_mode"] == ("WARN", "delete (expected wal)")
     assert found["schema_version"] == ("OK", "3")
-    assert found["preflight"][0] == "WARN" and "noeviction" in found["preflight"][1]
+    assert found["maxmemory-policy"][0] == "WARN" and "noeviction" in found["maxmemory-policy"][1]
 
 
 def test_doctor_fails_on_an_unreachable_broker() -> None:
@@ -80,10 +82,13 @@ def test_doctor_checks_each_broker_with_its_own_checks(cli: Invoke, broker_url: 
     names = {
         "memory": ["broker", "workers", "task declarations"],
         "sqlite": ["broker", "journal_mode", "schema_version", "workers", "task declarations"],
-        "redis": ["broker", "preflight", "workers", "task declarations"],  # the test server has no persistence
+        "redis": ["broker", "maxmemory-policy", "persistence", "workers", "task declarations"],
     }[broker_url.split(":", 1)[0]]
     assert list(found) == names
     assert found["broker"][0] == "OK"
     if "journal_mode" in found:
         assert found["journal_mode"] == ("OK", "wal")
         assert found["schema_version"] == ("OK", str(SCHEMA_VERSION))
+    if "persistence" in found:  # the test server keeps nothing on disk
+        assert found["maxmemory-policy"] == ("OK", "noeviction")
+        assert found["persistence"][0] == "WARN"

@@ -5,6 +5,10 @@ app and the worker decide *what* should happen (retry at t, archive with reason 
 applies each decision atomically, fenced by the lease token. Every time-sensitive call receives
 ``now`` (epoch seconds) from the caller's clock, so one ``FakeClock`` drives every backend in tests.
 
+The optional capabilities a backend may add (waiting for work, a shared clock, preflight checks, ...)
+are Protocols of their own in ``conveyor.brokers.capabilities``, re-exported here; callers test them
+with ``isinstance``.
+
 The conformance suite in ``tests/conformance/`` is the real specification: a backend is done when it
 passes the whole suite unchanged. The rules, shared by all backends:
 
@@ -52,8 +56,19 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from conveyor.clock import Clock
-from conveyor.history import QueueMinute
+from conveyor.brokers.capabilities import (
+    AnnouncesCancels,
+    AppliesPolicy,
+    ChecksServer,
+    ClaimsAfterWait,
+    CommandsWorkers,
+    DeclaresTasks,
+    Finding,
+    ForgetsQueues,
+    KeepsHistory,
+    SharesClock,
+    WaitsForWork,
+)
 from conveyor.model import (
     Event,
     LeaseStatus,
@@ -61,7 +76,6 @@ from conveyor.model import (
     Outcome,
     QueueInfo,
     QueueSettings,
-    TaskDeclaration,
     TaskRecord,
     TaskState,
     WorkerInfo,
@@ -71,14 +85,17 @@ __all__ = [
     "CANCELLABLE",
     "MAX_ERRORS_KEPT",
     "AnnouncesCancels",
+    "AppliesPolicy",
     "Broker",
     "ChecksServer",
     "ClaimsAfterWait",
     "CommandsWorkers",
     "DeclaresTasks",
     "EventCallback",
+    "Finding",
     "ForgetsQueues",
     "KeepsHistory",
+    "SharesClock",
     "WaitsForWork",
     "announce_cancel",
     "deliver",
@@ -261,127 +278,4 @@ class Broker(Protocol):
 
     def close(self) -> None:
         """Release connections and background threads. Idempotent."""
-        ...
-
-
-@runtime_checkable
-class WaitsForWork(Protocol):
-    """Optional capability: block an idle consumer until work may be there, instead of polling.
-
-    The worker's fetcher uses it when its broker has it (``isinstance(broker, WaitsForWork)``) and
-    sleeps ``poll_interval`` otherwise. Redis blocks on a notification key; SQLite watches
-    ``PRAGMA data_version`` (moved by any other connection's commit); memory polls.
-    """
-
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending.
-
-        True is a hint, not a promise (another consumer may claim first; a broker may wake for any
-        queue); False means the timeout passed. Delayed tasks becoming due need not wake anyone, so
-        a caller still claims at least every ``timeout`` seconds.
-        """
-        ...
-
-
-@runtime_checkable
-class AnnouncesCancels(Protocol):
-    """Optional capability: announce each cancel of a running task as it happens, so the worker holding
-    it stops the handler at once instead of at its next heartbeat (``extend`` finding the lease gone).
-
-    Redis publishes the task's id on a channel of its own (only for cancels of active tasks: nothing
-    else pays for it); memory calls its watchers in process. SQLite has no push between processes and
-    does without: its workers learn at their next heartbeat. An announcement is a hint the worker
-    confirms with the broker before acting on it.
-    """
-
-    def watch_cancels(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(task_id)`` (from a thread of the broker's) whenever ``cancel`` archives an
-        active task, in any process sharing the store; returns a function that stops watching. A
-        raising callback is logged and the watch goes on."""
-        ...
-
-
-@runtime_checkable
-class ChecksServer(Protocol):
-    """Optional capability: warn about server settings that can lose tasks (Redis: an evicting
-    ``maxmemory-policy``, persistence off). A worker calls it once as it starts; ``conveyor doctor``
-    shows its warnings."""
-
-    def preflight(self) -> list[str]:
-        """One line per problem found (each also logged at WARNING); empty when all is well. Never raises
-        for an unreachable server: that is a warning too."""
-        ...
-
-
-@runtime_checkable
-class ClaimsAfterWait(Protocol):
-    """Optional capability: wait for work and claim it in one step (preferred over ``WaitsForWork``).
-
-    An idle fetcher calls it in a loop: each call is one wait and one claim, so the claim needs no
-    round trip of its own after the wake-up. Redis queues the claim behind its blocking pop.
-    """
-
-    def claim_after_wait(
-        self, queues: Sequence[str], clock: Clock, lease_for: float, limit: int, timeout: float
-    ) -> list[TaskRecord]:
-        """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending,
-        then ``claim(queues, now, lease_for, limit)`` with ``now`` read from ``clock`` when the claim
-        runs. Returns the claimed tasks (empty when the timeout passed or another consumer won)."""
-        ...
-
-
-@runtime_checkable
-class CommandsWorkers(Protocol):
-    """Optional capability: an operator's command to one worker (``conveyor.commands``), kept until the
-    worker unregisters or ``ttl`` seconds pass; the worker's registry beat reads it."""
-
-    def command_worker(self, worker_id: str, command: str, now: float, ttl: float) -> None:
-        """Store ``command`` for ``worker_id`` (replacing an earlier one)."""
-        ...
-
-    def worker_command(self, worker_id: str, now: float) -> str | None:
-        """The command stored for ``worker_id`` and not expired, else None (reading keeps it)."""
-        ...
-
-
-@runtime_checkable
-class KeepsHistory(Protocol):
-    """Optional capability: per-minute counts of settled executions, per queue (``conveyor.history``
-    states the rule). ``settle`` updates them in its own atomic step; ``Inspector.history`` reads them."""
-
-    def history(self, first: int, last: int) -> list[QueueMinute]:
-        """The stored counters of minutes ``first..last`` (``floor(now / 60)``), every queue, in any
-        order; a minute or queue with nothing settled may be absent."""
-        ...
-
-
-@runtime_checkable
-class DeclaresTasks(Protocol):
-    """Optional capability: keep the task declarations workers publish, so a process that enqueues a
-    task by name without its handler (the CLI, a producer-only app) applies the queue, priority and
-    expiry its worker registered (``conveyor.declared``). Every broker here has it.
-
-    Declarations outlive the workers that made them ("a worker once served this name"); the latest
-    one of a name wins. The broker stores them as given and never interprets them.
-    """
-
-    def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
-        """Store each declaration under its name, replacing an earlier one of that name."""
-        ...
-
-    def declared_tasks(self, names: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
-        """The stored declarations of ``names`` (None: all), by name; names never declared are absent."""
-        ...
-
-
-@runtime_checkable
-class ForgetsQueues(Protocol):
-    """Optional capability: forget an empty queue (``conveyor queues delete``), so a queue made by a
-    typo (a pause, a configure, a task since purged) does not stay listed forever. Every broker here
-    has it."""
-
-    def forget_queue(self, queue: str) -> int | None:
-        """Forget ``queue``'s settings and its place in ``queues()`` if it holds no task in any state
-        (retained completed and archived ones count). Returns 0 when forgotten, the number of tasks
-        it holds when it holds some (nothing changed), None when no such queue is known."""
         ...

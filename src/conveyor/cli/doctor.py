@@ -1,17 +1,15 @@
 """``doctor``: check the broker and report each check as OK, WARN or FAIL.
 
-Backend-specific checks use optional broker capabilities (the Broker protocol does not require them):
-``preflight()`` (``ChecksServer``; Redis: eviction policy, persistence, the same warnings a starting
-worker logs), and ``journal_mode`` and ``schema_version`` (SQLite, found with ``getattr``), as
-attributes or zero-argument methods.
+Backend-specific checks come from the optional ``ChecksServer`` capability: one row per ``Finding`` of
+the broker's ``preflight()`` (Redis: eviction policy, persistence; SQLite: journal mode, schema
+version), the same ones a starting worker logs when they are not ok.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -38,40 +36,6 @@ class Check:
     detail: str
 
 
-def _capability(broker: object, name: str) -> tuple[bool, Any]:
-    """(present, value) of an optional attribute or zero-argument method."""
-    value = getattr(broker, name, None)
-    if value is None:
-        return False, None
-    return True, value() if callable(value) else value
-
-
-def _preflight_checks(report: Any) -> Iterable[Check]:
-    """Normalise whatever ``preflight()`` returns: Check-like objects, (name, status, detail) tuples,
-    a mapping of name → problem, or a list of warning strings (each a WARN)."""
-    if report is None:
-        return
-    if isinstance(report, dict):
-        items: Iterable[Any] = [(k, v) for k, v in report.items()]
-    elif isinstance(report, (list, tuple)):
-        items = report
-    else:
-        items = [report]
-    for item in items:
-        if isinstance(item, str):
-            yield Check("preflight", "WARN", item)
-        elif isinstance(item, tuple) and len(item) == 3:
-            yield Check(str(item[0]), str(item[1]).upper(), str(item[2]))
-        elif isinstance(item, tuple) and len(item) == 2:
-            ok = item[1] in (None, True, "", "ok", "OK")
-            yield Check(str(item[0]), "OK" if ok else "WARN", "" if ok else str(item[1]))
-        elif hasattr(item, "status") and hasattr(item, "name"):
-            status = str(item.status).upper()
-            yield Check(str(item.name), status if status in _STYLE else "WARN", str(getattr(item, "detail", "")))
-        else:
-            yield Check("preflight", "WARN", str(item))
-
-
 def run_checks(state: CliState) -> list[Check]:
     """Every check that applies to the configured broker; stops after a failed connection."""
     checks: list[Check] = []
@@ -84,17 +48,9 @@ def run_checks(state: CliState) -> list[Check]:
         return [Check("broker", "FAIL", f"{redact(state.resolved_url)}: {exc}")]
     checks.append(Check("broker", "OK", f"{type(app.broker).__name__} reachable in {elapsed:.1f} ms"))
     broker = app.broker
-    for name, wanted in (("journal_mode", "wal"),):
-        present, value = _capability(broker, name)
-        if present:
-            ok = str(value).lower() == wanted
-            checks.append(Check(name, "OK" if ok else "WARN", f"{value}" + ("" if ok else f" (expected {wanted})")))
-    present, version = _capability(broker, "schema_version")
-    if present:
-        checks.append(Check("schema_version", "OK", str(version)))
     if isinstance(broker, ChecksServer):
         try:
-            checks.extend(_preflight_checks(broker.preflight()))
+            checks += [Check(f.name, "OK" if f.ok else "WARN", f.detail) for f in broker.preflight()]
         except ConveyorError as exc:
             checks.append(Check("preflight", "FAIL", str(exc)))
     workers = app.inspect.workers()

@@ -5,7 +5,8 @@ that enqueues one by name without its handler puts it in the queue this worker s
 
 The record lives ``3 * interval`` seconds past each beat, so a dead worker disappears on its own; a
 clean exit unregisters at once. Its first beat also runs the broker's ``preflight()`` when it has one
-(``ChecksServer``), so a worker on a server that may drop tasks says so in its log as it starts.
+(``ChecksServer``) and logs each finding that is not ok, so a worker on a server that may drop tasks says
+so in its log as it starts.
 
 Each beat also reads the operator's command for this worker (``CommandsWorkers``, ``conveyor.commands``)
 and passes a new one to ``obey`` once: a worker obeys ``quiet`` or ``stop`` within one beat.
@@ -13,6 +14,7 @@ and passes a new one to ``obey`` once: a worker obeys ``quiet`` or ``stop`` with
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
 __all__ = ["Registry", "new_worker_id"]
+
+log = logging.getLogger("conveyor.worker")
 
 
 def new_worker_id() -> str:
@@ -64,7 +68,9 @@ class Registry(Periodic):
             self._checked = True
             broker = self.app.broker
             if isinstance(broker, ChecksServer):
-                broker.preflight()  # logs each warning itself
+                for finding in broker.preflight():
+                    if not finding.ok:
+                        log.warning("preflight: %s: %s", finding.name, finding.detail)
         if not self._declared:  # again at the next beat if the broker was down
             self.app.declared.publish(declarations_of(self.app.registry, self.app.now()))
             self._declared = True

@@ -9,13 +9,13 @@ redis-py's errors.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 import redis
 
+from conveyor.brokers.capabilities import Finding
 from conveyor.brokers.redis.codec import decode_history, decode_worker, encode_worker
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.keys import Keys
@@ -36,8 +36,6 @@ __all__ = [
     "unregister_worker",
     "workers",
 ]
-
-log = logging.getLogger("conveyor.brokers.redis")
 
 
 def task_item(client: redis.Redis, keys: Keys, task_id: str) -> list[Any]:
@@ -150,22 +148,28 @@ def declared_tasks(client: redis.Redis, keys: Keys, names: Sequence[str] | None)
     return {d.name: d for d in sorted(found, key=lambda d: d.name)}
 
 
-def preflight(client: redis.Redis) -> list[str]:
-    """Warnings about server settings that can lose tasks; each is also logged."""
-    warnings: list[str] = []
+def preflight(client: redis.Redis) -> list[Finding]:
+    """The server settings that can lose tasks: the eviction policy and persistence (``ChecksServer``)."""
     try:
         with translate_errors():
             config = client.config_get("maxmemory-policy")
             config.update(client.config_get("appendonly"))
             config.update(client.config_get("save"))
     except BrokerError as exc:
-        warnings.append(f"could not read the server configuration ({exc}); check persistence and eviction by hand")
-        config = {}
+        detail = f"unreadable ({exc}); check persistence and eviction by hand"
+        return [Finding("server configuration", False, detail)]
+    findings: list[Finding] = []
     policy = config.get("maxmemory-policy")
-    if policy is not None and policy != "noeviction":
-        warnings.append(f"maxmemory-policy is {policy!r}: Redis may evict task data; set it to 'noeviction'")
-    if config and config.get("appendonly") != "yes" and not config.get("save"):
-        warnings.append("persistence is off (appendonly no, no save points): a restart loses every task")
-    for warning in warnings:
-        log.warning("preflight: %s", warning)
-    return warnings
+    if policy == "noeviction":
+        findings.append(Finding("maxmemory-policy", True, policy))
+    elif policy is not None:
+        detail = f"{policy!r} lets Redis evict task data; set it to 'noeviction'"
+        findings.append(Finding("maxmemory-policy", False, detail))
+    if config.get("appendonly") == "yes":
+        findings.append(Finding("persistence", True, "appendonly yes"))
+    elif config.get("save"):
+        findings.append(Finding("persistence", True, f"save {config['save']}"))
+    elif config:  # a server that shows none of its settings tells nothing about persistence
+        detail = "off (appendonly no, no save points): a restart loses every task"
+        findings.append(Finding("persistence", False, detail))
+    return findings

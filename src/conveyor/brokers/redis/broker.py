@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback
+from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, Finding
 from conveyor.brokers.redis import admin
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
 from conveyor.brokers.redis.cancels import CancelWatch
@@ -352,6 +352,6 @@ class RedisBroker:
         """A blocking pop's timeout: at least 10 ms, and short enough never to trip the socket timeout."""
         return min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
 
-    def preflight(self) -> list[str]:
-        """Warnings about server settings that can lose tasks; each is also logged."""
+    def preflight(self) -> list[Finding]:
+        """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead."""
         return admin.preflight(self._client)

@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from conveyor.brokers.base import EventCallback
+from conveyor.brokers.base import EventCallback, Finding
 from conveyor.brokers.sqlite import admin, ops
 from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
+from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.brokers.sqlite.tx import Tx
 from conveyor.brokers.sqlite.wake import Doorbell
 from conveyor.declared import decode_declaration, encode_declaration
@@ -288,7 +289,14 @@ class SQLiteBroker:
         found = [decode_declaration(row[0]) for row in self._db.read(read)] if names is None or names else []
         return {d.name: d for d in found}
 
-    # -- for ``conveyor doctor`` ----------------------------------------------------------------
+    # -- for ``conveyor doctor`` and a starting worker ---------------------------------------------
+
+    def preflight(self) -> list[Finding]:
+        """``ChecksServer``: the file's journal mode (WAL: readers never block the writer) and layout version."""
+        return [
+            _expected("journal_mode", self.journal_mode(), "wal"),
+            _expected("schema_version", str(self.schema_version()), str(SCHEMA_VERSION)),
+        ]
 
     def journal_mode(self) -> str:
         """The file's journal mode as SQLite reports it (``wal`` once opened by Conveyor)."""
@@ -313,3 +321,8 @@ def _worker(data: dict[str, Any]) -> WorkerInfo:
     data["queues"] = tuple(data["queues"])
     data["running"] = tuple(data["running"])
     return WorkerInfo(**data)
+
+
+def _expected(name: str, found: str, wanted: str) -> Finding:
+    ok = found.lower() == wanted
+    return Finding(name, ok, found if ok else f"{found} (expected {wanted})")
