@@ -1,10 +1,10 @@
 """``fast_init``: a frozen, slotted dataclass that is built as fast as a mutable one.
 
 A frozen dataclass's generated ``__init__`` sets each field with ``object.__setattr__(self, name,
-value)``, a lookup by name per field. For :class:`~conveyor.model.TaskRecord` (25 fields) that costs
-4.9 µs per record on the reference machine, against 0.35 µs for the same class unfrozen, and every
-broker builds records on its hot paths (one per claimed task; ``dataclasses.replace`` in the memory and
-SQLite brokers goes through ``__init__`` too): it was the largest single cost of a Redis drain's client.
+value)``, a lookup by name per field: for :class:`~conveyor.model.TaskRecord` (25 fields) an order of
+magnitude slower than the same class unfrozen (figures: docs/performance-notes.md), and every broker
+builds records on its hot paths (one per claimed task; ``dataclasses.replace`` in the memory and
+SQLite brokers goes through ``__init__`` too).
 
 The ``__init__`` made here has the same signature and defaults. It gives the new instance, for the
 duration of the call, the class of a mutable twin with the same slots (so the same memory layout),

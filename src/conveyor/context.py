@@ -38,7 +38,7 @@ class TaskContext:
     ``extend`` is the worker's call to ``Broker.extend`` for this lease (None: the lease is lost); the
     context applies what it learns itself, so that callable never needs to refer back to the context
     (a context in a reference cycle would live until the garbage collector's next pass instead of
-    being freed when its task ends: measured 5-8 us of collector CPU per task in a busy worker).
+    being freed when its task ends, which costs a busy worker collector CPU per task).
     ``was_cancelled`` (optional) tells, once ``extend`` found the lease lost, whether an operator's
     cancel took it (then ``cancelled`` is set too).
     """

@@ -82,7 +82,7 @@ def _frames(tb: object) -> int:
 def complete(record: TaskRecord, token: str, result: str, options: EffectiveOptions) -> Outcome:
     """``result``: the encoded result. ``"null"`` (what most handlers return) is not stored: a completed
     task without a result reads as ``None`` all the same, and every backend saves a write and the memory
-    of the value (on Redis ~7% of a claim and settle's server instructions, measured with callgrind)."""
+    of the value (docs/performance-notes.md)."""
     # positional (task_id, token, kind, result, error, run_at, reason, keep_for): every task a worker
     # runs to the end makes one, and keywords cost more to match
     return Outcome(

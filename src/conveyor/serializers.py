@@ -23,9 +23,9 @@ def _one_shot_encoder() -> Callable[[Any], str]:
     ``JSONEncoder.encode`` makes a C encoder object per call (with a fresh dict to find reference
     cycles) before it encodes anything; this one is made once, for the same settings, without that
     dict: it is then stateless (safe from any thread), and a cycle ends in RecursionError, which
-    ``encode`` reports like any value it cannot encode. Measured: 2.3 us against 4.8 us for a task's
-    arguments. Where the C module is missing (``json.encoder.c_make_encoder`` is None), the encoder's
-    own ``encode``.
+    ``encode`` reports like any value it cannot encode; a call then costs about half as much
+    (docs/performance-notes.md). Where the C module is missing (``json.encoder.c_make_encoder`` is
+    None), the encoder's own ``encode``.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
@@ -54,7 +54,7 @@ def _reject_constant(name: str) -> Any:
 
 def encode(value: Any, what: str = "value") -> str:
     """Encode a JSON value; SerializationError names what could not be encoded."""
-    if value is None:  # what most handlers return: no encoder call (measured ~2.5 us of ~16 per task run)
+    if value is None:  # what most handlers return: no encoder call (a notable share of a no-op task)
         return "null"
     return _encode(value, what, value)
 
@@ -94,7 +94,7 @@ def _check_keys(value: Any) -> None:
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # reused: json.loads builds one per call
 # The C scanner itself (set by JSONDecoder.__init__, not in the stubs): decode() is a Python wrapper
-# around it that costs ~1.7 us more per call.
+# around it, paid on every decode.
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 

@@ -43,8 +43,8 @@ class Acker:
         self.failed = 0
         self.retried = 0
         # A deque and an Event rather than a queue.Queue: a submit is an append (thread-safe) and, only
-        # when the acker sleeps, one set(); the acker takes everything there at once (measured: ~3 us
-        # per task for Queue.put + get, ~0.3 us this way).
+        # when the acker sleeps, one set(); the acker takes everything there at once (a Queue's put +
+        # get is Python code around a lock, dearer per task; docs/performance-notes.md).
         self._items: deque[tuple[Held, Outcome] | None] = deque()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None

@@ -6,8 +6,8 @@ task after task on the threads that already hold the GIL instead of switching th
 Sleeping threads are woken one at a time, and only one wake-up is ever in flight: the woken thread,
 once it runs and takes a task, wakes the next if work is left (a chain). So threads join in as fast as
 the running ones give up the GIL (a handler waiting on I/O lets the next one start at once), while a
-stream of short tasks does not wake a thread per task. (Waking per task costs two context switches
-each on a busy core: measured 23.8k against 16.5k no-op tasks/s on ``memory://``.)
+stream of short tasks does not wake a thread per task (that costs two context switches each on a
+busy core; docs/performance-notes.md).
 """
 
 from __future__ import annotations

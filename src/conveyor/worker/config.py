@@ -64,8 +64,8 @@ class WorkerConfig:
     freeze_heap (True): when the worker starts, collect garbage once, then move every object alive
         (modules, the app, its handlers) to the garbage collector's permanent generation until it
         stops (``gc.freeze()``). Tasks' short-lived objects still trigger collections; a full one
-        then traverses only what was made since, not the whole application's heap (measured on a
-        small app: full collections cost ~5x less; the larger the app, the larger the saving).
+        then traverses only what was made since, not the whole application's heap (the larger the
+        app, the larger the saving; docs/performance-notes.md).
         Objects alive at start that later become cyclic garbage are collected only after the
         worker stops: set False for an app that drops large cyclic structures it built before.
     unregistered_delay / unregistered_window: a task whose name (or whose backoff's registered kind)

@@ -42,9 +42,9 @@ class Job:
 
     Its :class:`TaskContext` is built on first use (``ctx``): by the handler (a ``TaskContext``
     parameter, ``current_task()``), by middleware, or by a service telling it something (lease lost,
-    cancel requested, timeout). Most handlers never ask, and building it for each of them was
-    measured at 10% of a worker's client CPU in a no-op drain (two partials and a context, and the
-    collector work for them).
+    cancel requested, timeout). Most handlers never ask, and building it for each of them (two
+    partials and a context, and the collector work for them) was a visible share of a no-op drain's
+    client CPU (docs/performance-notes.md).
     """
 
     record: TaskRecord

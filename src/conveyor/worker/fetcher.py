@@ -19,9 +19,8 @@ up to ``poll_interval`` before claiming again, woken early by the broker when it
 ``WaitsForWork``; else it sleeps. Only one claimer waits for work at a time; the others wait for it
 to find some. When its wait brings tasks, that claimer keeps the waiting place until the executors
 took them (at most :data:`HAND_OVER_WAIT`): otherwise the claimers' next calls (Python code, then a
-send) would run first, on the core and under the GIL the executor needs to start the task (measured
-on Redis, one task at a time at 200/s: claim-to-handler p50 0.17-0.24 ms before, 0.10-0.18 ms after,
-lower in each of 5 paired runs). A full fetcher waits for a free slot.
+send) would run first, on the core and under the GIL the executor needs to start the task, and delay
+it (docs/performance-notes.md). A full fetcher waits for a free slot.
 """
 
 from __future__ import annotations
@@ -165,7 +164,7 @@ class Fetcher:
 
         Without ``top_up`` it takes whatever room there is at once: the claimer holding the one
         waiting place must not sleep for a bigger batch, or no claimer waits for new work meanwhile
-        (measured: idle-to-running p99 33-43 ms instead of ~2 ms, two claimers at 200 tasks/s).
+        and the idle-to-running tail grows by an order of magnitude (docs/performance-notes.md).
         """
         inflight = self.inflight
         capacity = self.prefetch.capacity()

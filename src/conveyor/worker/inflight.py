@@ -93,7 +93,7 @@ class Inflight:
         # task (a claimer waits for room nearly all the time then)
         self._wake_at = _NEVER
         # The hot paths (get, finish) use the lock directly: a Condition's __enter__/__exit__ are
-        # Python code around it (~1 us per use, several uses per task).
+        # Python code around it, paid several times per task.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
 

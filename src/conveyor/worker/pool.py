@@ -42,8 +42,8 @@ class Reporter(Protocol):
 
 class Slots:
     """``count`` slots, as tokens in a ``queue.SimpleQueue``: a ``threading.Semaphore`` is Python code
-    around a ``Condition`` (measured: 3.4 us per acquire + release, against 0.24 us for a get + put of
-    this C queue), and every task takes and gives back a slot."""
+    around a ``Condition``, far dearer than this C queue (docs/performance-notes.md), and every task
+    takes and gives back a slot."""
 
     def __init__(self, count: int) -> None:
         self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()

@@ -185,8 +185,8 @@ def _freeze_heap() -> None:
     A busy worker makes garbage-collector work: the objects of the tasks it holds (hundreds, each
     with its record, context and outcome) outlive the young collections and reach the oldest
     generation, and then a full collection traverses every object in the process. Frozen, the
-    modules and the app are skipped (measured, no-op tasks on Redis: full collections' CPU from
-    2.1-2.9 us to 0.3-0.7 us per task; the larger the app's heap, the larger the saving).
+    modules and the app are skipped (the larger the app's heap, the larger the saving;
+    docs/performance-notes.md).
     """
     gc.collect()
     gc.freeze()

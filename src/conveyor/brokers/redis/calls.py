@@ -17,7 +17,8 @@ from conveyor.model import NewTask, Outcome
 
 __all__ = ["ENQUEUE_CHUNK", "SETTLE_CHUNK", "SPILL_AT", "enqueue_args", "one_task_args", "settle_args"]
 
-#: Tasks per ``enqueue.lua`` call: one round trip and one atomic unit each (~5 ms of server time).
+#: Tasks per ``enqueue.lua`` call: one round trip and one atomic unit each, short enough not to hold
+#: the server long (docs/performance-notes.md).
 ENQUEUE_CHUNK = 500
 #: Outcomes per ``settle.lua`` call.
 SETTLE_CHUNK = 1000
@@ -26,10 +27,9 @@ SETTLE_CHUNK = 1000
 _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 #: A value of a batch call at least this long (a body, a result, an error) travels as an argument of
-#: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_lib.lua``): cjson reads ~27
-#: server instructions a byte, a separate argument ~7 a byte plus ~3.5k (callgrind, Valkey 9, per task
-#: of a 500-task enqueue: at a 200-byte payload 34.7k in the array, 36.1k apart; at 1 KB 56.5k and
-#: 41.9k; interpolated, they cross near 235 bytes).
+#: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_lib.lua``): cjson reads every
+#: byte, while an argument costs a fixed amount plus far less per byte; the two break even a little
+#: below this length (docs/performance-notes.md).
 SPILL_AT = 256
 #: Values per task (``encode_task``) and per outcome (``encode_outcome``) in a batch call's array.
 _FIELDS = 8

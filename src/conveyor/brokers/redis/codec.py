@@ -1,8 +1,8 @@
 """Between Redis replies and the model's dataclasses: task rows, outcomes, events, worker info.
 
 A task lives in three namespace-wide hashes keyed by its id: a claim or a settle reads and writes a whole
-batch of tasks with one command per hash (a script pays ~2 µs of server time per command, and a hash per
-task took four commands per claimed and settled task):
+batch of tasks with one command per hash (a script pays a fixed cost per command, so commands per task
+are what a batch must avoid; docs/performance-notes.md):
 
 ``rows``: 23 fields separated by single spaces, written only by the scripts, then its body: ``s`` state,
 ``m`` member (``%016d(seq) + id``), ``q`` queue, ``x`` expires_at, ``a`` attempts, ``c`` cancel
@@ -141,7 +141,7 @@ _DEFAULTS: tuple[str | None, ...] = (None, None, None, "0", "", "", "", "")
 
 def encode_one_task(task: NewTask) -> list[str]:
     """:func:`encode_task` without the trailing values at their defaults, as ``enqueue.lua`` takes a
-    one-task call (each argument costs the server ~0.2 µs; a usual task sends three)."""
+    one-task call (the server pays for each argument; a usual task sends three)."""
     fields = encode_task(task)
     end = len(fields)
     while end > 3 and fields[end - 1] == _DEFAULTS[end - 1]:
@@ -246,8 +246,8 @@ def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, ba
     lease expires and the reaper archives it after ``max_stalls`` tries, so it cannot block the queue.
     Lease tokens count every task of the reply, left out or not, as the script numbered them.
     This runs for every task a worker claims: fields are unpacked inline and the record is built
-    with positional arguments, in TaskRecord's field order (measured: 1.47x faster than keywords
-    and a helper call per field; a Redis test checks a claimed record equals ``get()``).
+    with positional arguments, in TaskRecord's field order (keywords and a helper call per field cost
+    more; a Redis test checks a claimed record equals ``get()``).
     """
     if isinstance(values, str):  # "" (none), or the row of one task without errors
         values = [values, ""] if values else []

@@ -3,7 +3,7 @@
 Every broker operation is one ``FCALL`` (or a blocking pop with an ``FCALL`` queued behind it), sent
 and read on one connection. redis-py 8's ``ConnectionPool`` costs about as much per checkout as the
 server's whole work for a small call (a readability poll of the socket and metrics bookkeeping on
-every get and release: measured ~70 µs of ~330 µs per single enqueue here), so the broker keeps its
+every get and release; docs/performance-notes.md), so the broker keeps its
 own stack of idle connections: taking one is a ``list.pop`` and returning one a ``list.append``
 (atomic under the GIL, so no lock).
 

@@ -7,11 +7,11 @@ whole library text: two Conveyor versions on one server each call their own code
 runs half-old scripts.
 
 Why Functions rather than ``EVALSHA``: a script runs its whole chunk on every call, so each of the
-~50 shared helpers was built again per call (measured: 17 µs of server time per call before any
-work, on a 6 µs ``EVALSHA`` floor); a library's chunk runs once, at ``FUNCTION LOAD``, and an
-``FCALL`` costs about half an empty ``EVALSHA``. Values still reach the code only through the keys and
-arguments of the call. The library is loaded with ``FUNCTION LOAD REPLACE`` the first time a call finds
-it missing (new server, restart without persistence, ``FUNCTION FLUSH``), then the call is retried once.
+~50 shared helpers would be built again per call, several times the cost of an empty call; a library's
+chunk runs once, at ``FUNCTION LOAD`` (figures: docs/performance-notes.md). Values still reach the code
+only through the keys and arguments of the call. The library is loaded with ``FUNCTION LOAD REPLACE``
+the first time a call finds it missing (new server, restart without persistence, ``FUNCTION FLUSH``),
+then the call is retried once.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def read_source(name: str) -> str:
 
 #: The line that ends an operation file's own helpers (optional): the code above it runs once, when
 #: the library loads, and only the code below it runs on each call (a function defined in the part
-#: that runs per call is built again on every call: measured ~1 µs of server time per call for five).
+#: that runs per call is built again on every call).
 EACH_CALL = "-- each call:\n"
 
 
