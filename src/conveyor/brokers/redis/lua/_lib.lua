@@ -4,9 +4,9 @@
 --
 -- KEYS[1] (the same for every operation: keys.Keys.due): the namespace's `due` zset. It is the one key
 -- declared, for routing: every other key is built from its prefix "{ns}:v4:" (hash tag: one slot),
--- with the names keys.py gives them (a test checks they match). Declaring them all cost every call
--- ~0.2 us of server time per argument (measured: a no-op FCALL with 29 arguments makes 0.79x the round
--- trips of PING from Python, with 12 arguments 0.85x). The shared keys (see keys.py for their types):
+-- with the names keys.py gives them (a test checks they match): declaring them all would cost every
+-- call server time per argument (docs/performance-notes.md).
+-- The shared keys (see keys.py for their types):
 --   DUE       scheduled + retry tasks by next_run_at     LEASES    active tasks by lease_expires_at
 --   EXPIRING  pending/scheduled/retry by expires_at      SEQ       enqueue counter
 --   QUEUES    known queue names                          UNIQ      unique_key -> holder task id
@@ -30,7 +30,7 @@
 -- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events};
 -- a string result with nothing else to return comes as one string, now .. "\n" .. result (a table
--- reply costs the server ~0.7 us to convert, a string nothing). Events are also PUBLISHed as
+-- reply costs the server a conversion, a string nothing). Events are also PUBLISHed as
 -- "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
 -- Events are made only when someone wants them (EMIT: the caller has local subscribers, or LISTENING
 -- exists). Operations check everything before their first write, and a function that may write is
@@ -74,7 +74,7 @@ local function begin(keys, argv)
   local n = names(DUE)
   P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS = unpack(n)
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
-  -- the tables below only when a call uses them (measured: a one-task enqueue ~3% cheaper)
+  -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = EMIT and {} or nil, false, false, nil, nil, {}
 end
 
@@ -115,7 +115,7 @@ local function flush_z()
 end
 
 -- `cmd key list[1..n]` in commands of at most 4000 arguments (unpack() stops at 8000); for the hot
--- paths' batches, which build their own lists: zop() costs ~1.5k instructions a call
+-- paths' batches, which build their own lists: zop() is too dear per call for them
 local function call_all(cmd, key, list, n)
   for i = 1, n, 4000 do redis.call(cmd, key, unpack(list, i, math.min(n, i + 3999))) end
 end
@@ -136,8 +136,8 @@ local function opt(s) if s == nil or s == '' then return nil end return string.s
 -- The values of a batch call (enqueue, settle) travel as one JSON array in A(2); long ones (a body, a
 -- result, an error) instead as arguments of their own: A(3) lists their places in the array
 -- (space-separated), A(4) onwards are the values, in that order, and the array holds "" there.
--- cjson reads a value byte by byte (~27 instructions a byte); an argument is copied whatever its
--- length. The array with every value in place.
+-- cjson reads a value byte by byte; an argument is copied whatever its length
+-- (docs/performance-notes.md). The array with every value in place.
 local function batch_values()
   local V = cjson.decode(A(2))
   if A(3) then
@@ -196,11 +196,10 @@ end
 -- (name, options and payload, made by the client and never parsed here), with its result in RESULTS,
 -- its last error in LASTERR (row field l = "1" while there is one) and its failures in the list
 -- e:<id> (row field ne = "1" once it exists). One row per task, in one hash, lets a claim or a settle
--- read and write a whole batch of tasks with one command each: a command costs a script ~2 us of
--- server time plus ~0.25 us per argument, whatever the key, and a hash per task took four per task.
--- The body in the row, not in a hash of its own (layout 2), saves one command per one-task enqueue
--- and per claim: server instructions per one-task enqueue -14%, per batch-enqueued task -11%, per
--- claimed task -4% (callgrind); every rewrite of a row copies the body (a settled task +2%).
+-- read and write a whole batch of tasks with one command each: a command costs a script a fixed
+-- amount plus a little per argument, whatever the key. The body in the row, not in a hash of its own,
+-- saves one command per one-task enqueue and per claim, though every rewrite of a row copies it
+-- (figures for both: docs/performance-notes.md).
 -- A pending task waits in its queue's `waiting` zset (by ready_at: the oldest pending task) under its
 -- member, or, stored by a call that enqueued several plain tasks, under its call's group: one member
 -- "g" .. ready_at for all of them (their ready_at is the call's now), with their count in the
@@ -209,7 +208,7 @@ end
 -- reaches 0 (ungroup()); a grouped task leaving `pending` any way leaves its group for good
 -- (unindex(): t.g = nil, so its row is saved without it: a claim leaves it in the active row, where
 -- nothing reads it), and waits under its own member if it comes back. One
--- entry per call instead of one per task: server instructions per batch-enqueued task -16%.
+-- entry per call instead of one per task (docs/performance-notes.md).
 -- Field order, hottest first (claim.lua and settle.lua match the head of a row directly):
 --   1 s  2 m  3 q  4 x  5 a  6 c  7 l  8 ne  9 tk  10 lx  11 sa  12 fa  13 ku  14 r  15 st  16 pr
 --   17 ea  18 fd  19 ra  20 nr  21 ar  22 uu  23 uk ("=" .. the unique key as the client escaped it:

@@ -8,8 +8,7 @@
 --          failures, a JSON array of 3 values per such task: its position in the claim (1-based), its
 --          last error, its failures (an array of "attempt\tat\terror"); false stands for an absent
 --          value. Rows go as elements of the array, not as JSON: the server copies an element as it
---          is (~1k instructions), while cjson.encode reads every byte to escape it (~6k instructions
---          for a small row, ~28k for a 1 KB payload).
+--          is, while cjson.encode reads every byte to escape it (docs/performance-notes.md).
 --          Nothing claimed: "". One task with neither: its row alone (a string reply costs less).
 --          The caller knows the claim's own writes (s = active, a + 1, sa = now, lx = now + lease_for,
 --          tk = "<base>-<position>", c = 0), which keeps the reply short.
@@ -23,7 +22,7 @@
 -- capture of the rest, which would read every byte of the body
 local HEAD = '^(%S+) (%S+) (%S+) (%S+) (%S+) %S+ (%S+) (%S+) %S+ %S+ %S+ ()'
 -- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at: x a c l ne
--- tk lx sa = "- 0 0 0 0 - - - " (compared as one string: matching HEAD costs ~40 ns a field)
+-- tk lx sa = "- 0 0 0 0 - - - " (compared as one string: cheaper than matching HEAD field by field)
 local FRESH = '- 0 0 0 0 - - - '
 local POP = 1000
 

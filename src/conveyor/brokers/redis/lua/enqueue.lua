@@ -7,7 +7,7 @@
 --       bodies as arguments of their own, A(3) onwards: batch_values() in _lib.lua), for
 --       n = 1 as they are in A(2)..A(9) (no JSON to make or to decode for the most common call), where
 --       the caller leaves out the trailing ones at their defaults (priority "0", then ""): each
---       argument costs a one-task call ~0.2 us of server time.
+--       argument costs a one-task call server time.
 -- Returns: one string: "" when every task was stored, else per task "" (stored) or the id of the
 --          existing task (duplicate, not stored), joined by newlines (ids hold none); or the error
 --          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing
@@ -85,7 +85,7 @@ local function store(V, b, seq, old, rows)
 end
 
 -- The plain task: no unique key, not scheduled, its id free. store() and index() for it, written out
--- (measured with callgrind: a batch task cost ~39k instructions of Lua, most of it this generality).
+-- (their generality was most of a batch task's cost; docs/performance-notes.md).
 -- Its row is the one store() makes, its tail the same for every plain task of a priority in a call,
 -- and so is its pending score (aging: ready_at - priority * aging, ready_at = now): plain_kind()
 -- builds both once per priority. Several in one call wait in the call's group (see _lib.lua): its

@@ -20,7 +20,7 @@
 --             pending, or scheduled if run_at > now (release: the attempt is given back).
 
 -- a row's head: s m q (x a c) l ne tk (lx sa fa ku), then where the rest begins (r on): a position,
--- not a capture of the rest, which would read every byte of the body (~10 instructions a byte)
+-- not a capture of the rest, which would read every byte of the body
 local HEAD = '^(%S+) (%S+) (%S+) (%S+ %S+ %S+) (%S+) (%S+) (%S+) (%S+ %S+) %S+ %S+ ()'
 -- a minute's counters outlive the 24 h that reads reach (history.KEEP_MINUTES) by two minutes
 local HISTORY_TTL = 24 * 3600 + 120
