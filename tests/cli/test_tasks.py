@@ -89,6 +89,7 @@ def test_show_prints_every_field_errors_and_timeline(cli: Invoke, failing_task: 
     task_id = failing_task()
     data = json.loads(cli("show", task_id, "--json").stdout)
     assert data["state"] == "archived" and data["archive_reason"] == "failed"
+    assert data["finished_at"] is not None and data["completed_at"] == data["finished_at"]  # old key, one release
     assert data["errors"][0]["error"] == "ValueError: boom 7"
     assert [entry["event"] for entry in data["timeline"]][:3] == ["enqueued", "started", "failed"]
     text = cli("show", task_id).stdout

@@ -59,6 +59,9 @@ def to_jsonable(value: Any) -> Any:
         data = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
         if isinstance(value, QueueInfo):
             data = {"name": value.name, **data}
+        if isinstance(value, TaskInfo):
+            # Scripts read "completed_at" before it was renamed; keep the key for one release.
+            data["completed_at"] = data["finished_at"]
         return data
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
