@@ -12,12 +12,13 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from conveyor.brokers.base import CANCELLABLE, EventCallback, announce_cancel, ready_key, records_limit
-from conveyor.brokers.memory.store import MemoryStore, empty_counts
+from conveyor.brokers import transitions
+from conveyor.brokers.base import EventCallback, announce_cancel, ready_key
+from conveyor.brokers.memory.store import MemoryStore
+from conveyor.brokers.transitions import empty_counts
 from conveyor.errors import InvalidTransition, QueueFull
 from conveyor.history import KEEP_MINUTES, QueueMinute, window
 from conveyor.model import (
-    ArchiveReason,
     BrokerPolicy,
     LeaseStatus,
     NewTask,
@@ -86,18 +87,10 @@ class MemoryBroker(MemoryStore):
                         continue
                     rec = self._tasks[entry[2]]
                     if rec.expires_at is not None and rec.expires_at <= now:
-                        self._archive(rec, ArchiveReason.EXPIRED, now, "Expired: not started before its deadline")
+                        self._change(rec, transitions.expired(rec, now, self.policy), now)
                         continue
-                    rec = replace(
-                        rec,
-                        state=_S.ACTIVE,
-                        attempts=rec.attempts + 1,
-                        started_at=now,
-                        lease_token=secrets.token_hex(16),
-                        lease_expires_at=now + lease_for,
-                        cancel_requested=False,
-                    )
-                    claimed.append(self._put(rec, _S.PENDING, now))
+                    change = transitions.claimed(rec, now, secrets.token_hex(16), now + lease_for)
+                    claimed.append(self._change(rec, change, now))
                     if active is not None:
                         active += 1
                 if len(claimed) >= limit:
@@ -113,11 +106,7 @@ class MemoryBroker(MemoryStore):
                 if rec is None or rec.state is not _S.ACTIVE or rec.lease_token != outcome.token:
                     applied.append(False)
                     continue
-                if records_limit(outcome):
-                    rec = replace(rec, traceback=outcome.traceback)
-                    if outcome.max_retries is not None:
-                        rec = replace(rec, max_retries=outcome.max_retries)
-                self._apply(rec, outcome, now)
+                self._change(rec, transitions.settled(rec, outcome, now, self.policy), now)
                 self._history.add(rec.queue, outcome.kind, now)
                 applied.append(True)
         self._flush_events()
@@ -128,7 +117,7 @@ class MemoryBroker(MemoryStore):
             rec = self._tasks.get(task_id)
             if rec is None or rec.state is not _S.ACTIVE or rec.lease_token != token:
                 return None
-            rec = self._put(replace(rec, lease_expires_at=now + lease_for), rec.state, now)
+            rec = self._change(rec, transitions.extended(now + lease_for), now)
             assert rec.lease_expires_at is not None
             return LeaseStatus(rec.lease_expires_at, rec.cancel_requested)
 
@@ -223,30 +212,19 @@ class MemoryBroker(MemoryStore):
     def run_now(self, task_id: str, now: float) -> None:
         with self._lock:
             rec = self._existing(task_id, now)
-            if rec.state in (_S.SCHEDULED, _S.RETRY):
-                self._make_pending(rec, now, now)
-            elif rec.state is _S.ARCHIVED:
-                self._make_pending(
-                    rec, now, now, retries=0, stalls=0, archive_reason=None, finished_at=None, keep_until=None
-                )
-            else:
-                raise InvalidTransition(f"cannot run {rec.state.value} task {task_id!r} now")
+            self._change(rec, transitions.run_now(rec, now), now)
         self._flush_events()
 
     def archive(self, task_id: str, now: float) -> None:
         with self._lock:
             rec = self._existing(task_id, now)
-            if rec.state not in (_S.SCHEDULED, _S.PENDING, _S.RETRY):
-                raise InvalidTransition(f"cannot archive {rec.state.value} task {task_id!r}")
-            self._archive(rec, ArchiveReason.MANUAL, now, None)
+            self._change(rec, transitions.manually_archived(rec, now, self.policy), now)
         self._flush_events()
 
     def cancel(self, task_id: str, now: float) -> TaskState:
         with self._lock:
             rec = self._existing(task_id, now)
-            if rec.state not in CANCELLABLE:
-                raise InvalidTransition(f"cannot cancel {rec.state.value} task {task_id!r}")
-            self._archive(rec, ArchiveReason.CANCELLED, now, None)
+            self._change(rec, transitions.cancelled(rec, now, self.policy), now)
             watchers = list(self._cancel_watchers) if rec.state is _S.ACTIVE else []
         self._flush_events()
         announce_cancel(task_id, watchers)
@@ -267,9 +245,7 @@ class MemoryBroker(MemoryStore):
 
     def delete(self, task_id: str, now: float) -> None:
         with self._lock:
-            rec = self._existing(task_id, now)
-            if rec.state is _S.ACTIVE:
-                raise InvalidTransition(f"cannot delete active task {task_id!r}; cancel it first")
+            transitions.check_delete(self._existing(task_id, now))
             self._remove(task_id, now, report=True)
         self._flush_events()
 

@@ -1,5 +1,8 @@
 """The memory broker's state and indexing: plain dicts plus heaps invalidated lazily.
 
+The transitions themselves are ``conveyor.brokers.transitions``; :meth:`MemoryStore._change` stores
+and indexes what one returns.
+
 Each task carries a version that every transition bumps (from one counter, never reused); a heap
 entry whose version is stale is skipped when popped, so every operation is O(log n) amortised.
 """
@@ -8,21 +11,19 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
-from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, deliver, ready_key
+from conveyor.brokers import transitions
+from conveyor.brokers.base import EventCallback, deliver, ready_key
+from conveyor.brokers.transitions import READY_AT, Change
 from conveyor.errors import TaskNotFound
 from conveyor.history import Tally
 from conveyor.model import (
     UNFINISHED,
-    ArchiveReason,
     BrokerPolicy,
-    ErrorEntry,
     Event,
     NewTask,
-    Outcome,
     QueueSettings,
     TaskDeclaration,
     TaskRecord,
@@ -30,13 +31,13 @@ from conveyor.model import (
     WorkerInfo,
 )
 
-__all__ = ["MemoryStore", "empty_counts", "with_error"]
+__all__ = ["MemoryStore"]
 
 _S = TaskState
 
 
 class MemoryStore:
-    """State of one in-memory broker and the transitions every public operation is made of."""
+    """State of one in-memory broker: its tasks, their indexes, and the steps every operation is made of."""
 
     def __init__(self, policy: BrokerPolicy | None = None) -> None:
         self.policy = policy or BrokerPolicy()
@@ -116,35 +117,12 @@ class MemoryStore:
             subscribers = list(self._subscribers)
         deliver(events, subscribers)
 
-    def _finish(self, rec: TaskRecord, state: TaskState, now: float, **changes: Any) -> TaskRecord:
-        keep_for = changes.pop("keep_for", self.policy.archive_retention)
-        return replace(
-            rec,
-            state=state,
-            finished_at=now,
-            keep_until=now + keep_for,
-            next_run_at=None,
-            lease_token=None,
-            lease_expires_at=None,
-            cancel_requested=False,
-            **changes,
-        )
-
-    def _archive(self, rec: TaskRecord, reason: ArchiveReason, now: float, error: str | None) -> None:
-        errors = rec.errors
-        if error is not None:
-            errors = with_error(errors, ErrorEntry(rec.attempts, now, error))
-        last_error = error if error is not None else rec.last_error
-        self._put(
-            self._finish(rec, _S.ARCHIVED, now, archive_reason=reason, last_error=last_error, errors=errors),
-            rec.state,
-            now,
-        )
-
-    def _make_pending(self, rec: TaskRecord, ready_at: float, now: float, **changes: Any) -> None:
-        self._ready_at[rec.id] = ready_at
-        new = replace(rec, state=_S.PENDING, next_run_at=None, lease_token=None, lease_expires_at=None, **changes)
-        self._put(new, rec.state, now)
+    def _change(self, rec: TaskRecord, change: Change, now: float) -> TaskRecord:
+        """Apply a rule's ``change`` (``conveyor.brokers.transitions``) to ``rec`` and store the result."""
+        ready_at = change.pop(READY_AT, None)
+        if ready_at is not None:
+            self._ready_at[rec.id] = ready_at
+        return self._put(replace(rec, **change), rec.state, now)
 
     def _promote_locked(self, now: float, limit: int) -> int:
         moved = 0
@@ -153,7 +131,7 @@ class MemoryStore:
             if not self._valid(entry):
                 continue
             rec = self._tasks[entry[2]]
-            self._make_pending(rec, entry[0], now)
+            self._change(rec, transitions.promoted(rec), now)
             moved += 1
         return moved
 
@@ -164,21 +142,14 @@ class MemoryStore:
             if not self._valid(entry):
                 continue
             rec = self._tasks[entry[2]]
-            stalls = rec.stalls + 1
-            error = f"LeaseExpired: lease expired without an acknowledgement ({stalls} stall(s))"
-            errors = with_error(rec.errors, ErrorEntry(rec.attempts, now, error))
-            rec = replace(rec, stalls=stalls)
-            if stalls >= self.policy.max_stalls:
-                self._archive(rec, ArchiveReason.POISON, now, error)
-            else:
-                self._make_pending(rec, entry[0], now, last_error=error, errors=errors)
+            self._change(rec, transitions.reaped(rec, now, self.policy), now)
             done += 1
         while self._expiring and self._expiring[0][0] <= now and done < limit:
             entry = heapq.heappop(self._expiring)
             if not self._valid(entry):
                 continue
             rec = self._tasks[entry[2]]
-            self._archive(rec, ArchiveReason.EXPIRED, now, "Expired: not started before its deadline")
+            self._change(rec, transitions.expired(rec, now, self.policy), now)
             done += 1
         return done
 
@@ -239,48 +210,6 @@ class MemoryStore:
     def _count(self, queue: str, state: TaskState) -> int:
         return sum(1 for rec in self._tasks.values() if rec.queue == queue and rec.state is state)
 
-    def _apply(self, rec: TaskRecord, outcome: Outcome, now: float) -> None:
-        if outcome.kind == "complete":
-            new = self._finish(
-                rec, _S.COMPLETED, now, result=outcome.result, last_error=None, keep_for=outcome.keep_for
-            )
-            self._put(new, rec.state, now)
-        elif outcome.kind == "retry":
-            error = outcome.error or "Retry"
-            run_at = outcome.run_at if outcome.run_at is not None else now
-            new = replace(
-                rec,
-                state=_S.RETRY,
-                retries=rec.retries + 1,
-                next_run_at=run_at,
-                last_error=error,
-                errors=with_error(rec.errors, ErrorEntry(rec.attempts, now, error)),
-                lease_token=None,
-                lease_expires_at=None,
-                cancel_requested=False,
-            )
-            self._put(new, rec.state, now)
-        elif outcome.kind == "archive":
-            self._archive(rec, outcome.reason or ArchiveReason.FAILED, now, outcome.error)
-        elif outcome.kind == "release":
-            changes: dict[str, Any] = {"attempts": max(0, rec.attempts - 1), "cancel_requested": False}
-            if outcome.error is not None:
-                changes["last_error"] = outcome.error
-            if outcome.run_at is not None and outcome.run_at > now:
-                new = replace(
-                    rec,
-                    state=_S.SCHEDULED,
-                    next_run_at=outcome.run_at,
-                    lease_token=None,
-                    lease_expires_at=None,
-                    **changes,
-                )
-                self._put(new, rec.state, now)
-            else:
-                self._make_pending(rec, now, now, **changes)
-        else:
-            raise ValueError(f"unknown outcome kind {outcome.kind!r}")
-
     def _order_key(self, rec: TaskRecord, aging: float | None) -> tuple[float, int]:
         seq = self._seq[rec.id]
         if rec.state is _S.PENDING:
@@ -296,13 +225,3 @@ class MemoryStore:
         if rec is None or not self._visible(rec, now):
             raise TaskNotFound(task_id)
         return rec
-
-
-def with_error(errors: Iterable[ErrorEntry], entry: ErrorEntry) -> tuple[ErrorEntry, ...]:
-    return (*errors, entry)[-MAX_ERRORS_KEPT:]
-
-
-def empty_counts() -> dict[str, int]:
-    counts = {state.value: 0 for state in TaskState}
-    counts["total"] = 0
-    return counts

@@ -31,6 +31,7 @@ from conveyor.brokers.redis.faults import Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
 from conveyor.errors import InvalidTransition, QueueFull, TaskNotFound
 from conveyor.history import QueueMinute
@@ -261,27 +262,26 @@ class RedisBroker:
 
     # -- admin ---------------------------------------------------------------------------------
 
-    def _admin(self, name: str, verb: str, task_id: str, now: float) -> Any:
+    def _admin(self, name: str, task_id: str, now: float) -> Any:
+        """Operator action ``name`` (``transitions.ADMIN_SOURCES``): its script checks the source state."""
         try:
             return self._call(name, now, task_id)
         except Refused as exc:
             if exc.text.startswith("CONVEYOR_NOTFOUND"):
                 raise TaskNotFound(task_id) from None
-            state = exc.text.partition(" ")[2]
-            hint = "; cancel it first" if name == "delete" else ""
-            raise InvalidTransition(f"cannot {verb} {state} task {task_id!r}{hint}") from None
+            raise refusal(name, exc.text.partition(" ")[2], task_id) from None
 
     def run_now(self, task_id: str, now: float) -> None:
-        self._admin("run_now", "run now a", task_id, now)
+        self._admin("run_now", task_id, now)
 
     def archive(self, task_id: str, now: float) -> None:
-        self._admin("archive", "archive", task_id, now)
+        self._admin("archive", task_id, now)
 
     def cancel(self, task_id: str, now: float) -> TaskState:
-        return TaskState(self._admin("cancel", "cancel", task_id, now))
+        return TaskState(self._admin("cancel", task_id, now))
 
     def delete(self, task_id: str, now: float) -> None:
-        self._admin("delete", "delete", task_id, now)
+        self._admin("delete", task_id, now)
 
     def purge(self, queue: str, state: TaskState, now: float, limit: int | None = None) -> int:
         state = TaskState(state)

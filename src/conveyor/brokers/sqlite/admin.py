@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 
-from conveyor.brokers.base import CANCELLABLE
+from conveyor.brokers import transitions
 from conveyor.brokers.sqlite.rows import SELECT_TASK, from_row
 from conveyor.brokers.sqlite.tx import Tx, load_settings
-from conveyor.errors import InvalidTransition
-from conveyor.model import ArchiveReason, QueueInfo, QueueSettings, TaskRecord, TaskState
+from conveyor.brokers.transitions import empty_counts
+from conveyor.model import QueueInfo, QueueSettings, TaskRecord, TaskState
 
 __all__ = [
     "archive",
@@ -52,11 +52,11 @@ def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
         row[0]: QueueSettings(row[0], row[1], row[2], row[3], bool(row[4]))
         for row in conn.execute("SELECT name, max_size, concurrency, aging, paused FROM queues")
     }
-    counts: dict[str, dict[str, int]] = {name: _empty_counts() for name in settings}
+    counts: dict[str, dict[str, int]] = {name: empty_counts() for name in settings}
     for queue, state, count in conn.execute(
         f"SELECT queue, state, count(*) FROM tasks WHERE {_VISIBLE} GROUP BY queue, state", (now,)
     ):
-        bucket = counts.setdefault(queue, _empty_counts())
+        bucket = counts.setdefault(queue, empty_counts())
         bucket[state] += count
         bucket["total"] += count
     oldest = dict(conn.execute("SELECT queue, min(ready_at) FROM tasks WHERE state = 'pending' GROUP BY queue"))
@@ -64,12 +64,6 @@ def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
         QueueInfo(settings.get(name) or QueueSettings(name=name), counts[name], oldest.get(name))
         for name in sorted(counts)
     ]
-
-
-def _empty_counts() -> dict[str, int]:
-    counts = {state.value: 0 for state in TaskState}
-    counts["total"] = 0
-    return counts
 
 
 # -- queue settings ------------------------------------------------------------------------------
@@ -103,34 +97,23 @@ def set_paused(tx: Tx, queue: str, paused: bool) -> None:
 
 def run_now(tx: Tx, task_id: str, now: float) -> None:
     stored = tx.existing(task_id, now)
-    state = stored.rec.state
-    if state in (_S.SCHEDULED, _S.RETRY):
-        tx.make_pending(stored, now, now)
-    elif state is _S.ARCHIVED:
-        tx.make_pending(stored, now, now, retries=0, stalls=0, archive_reason=None, finished_at=None, keep_until=None)
-    else:
-        raise InvalidTransition(f"cannot run {state.value} task {task_id!r} now")
+    tx.change(stored, transitions.run_now(stored.rec, now), now)
 
 
 def archive(tx: Tx, task_id: str, now: float) -> None:
     stored = tx.existing(task_id, now)
-    if stored.rec.state not in (_S.SCHEDULED, _S.PENDING, _S.RETRY):
-        raise InvalidTransition(f"cannot archive {stored.rec.state.value} task {task_id!r}")
-    tx.archive(stored, ArchiveReason.MANUAL, now, None)
+    tx.change(stored, transitions.manually_archived(stored.rec, now, tx.policy), now)
 
 
 def cancel(tx: Tx, task_id: str, now: float) -> TaskState:
     stored = tx.existing(task_id, now)
-    if stored.rec.state not in CANCELLABLE:
-        raise InvalidTransition(f"cannot cancel {stored.rec.state.value} task {task_id!r}")
-    tx.archive(stored, ArchiveReason.CANCELLED, now, None)
+    tx.change(stored, transitions.cancelled(stored.rec, now, tx.policy), now)
     return _S.ARCHIVED
 
 
 def delete(tx: Tx, task_id: str, now: float) -> None:
     stored = tx.existing(task_id, now)
-    if stored.rec.state is _S.ACTIVE:
-        raise InvalidTransition(f"cannot delete active task {task_id!r}; cancel it first")
+    transitions.check_delete(stored.rec)
     tx.remove(stored, now, report=True)
 
 

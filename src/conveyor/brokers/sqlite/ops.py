@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
-from conveyor.brokers.base import ready_key, records_limit
-from conveyor.brokers.sqlite.rows import COLUMNS, Stored, from_row
-from conveyor.brokers.sqlite.tx import Tx, with_error
+from conveyor.brokers import transitions
+from conveyor.brokers.base import ready_key
+from conveyor.brokers.sqlite.rows import COLUMNS, from_row
+from conveyor.brokers.sqlite.tx import Param, Tx, set_clause
 from conveyor.errors import QueueFull
 from conveyor.history import KEEP_MINUTES, Tally, window
 from conveyor.model import (
     UNFINISHED,
-    ArchiveReason,
-    ErrorEntry,
     Event,
     LeaseStatus,
     NewTask,
@@ -49,11 +47,12 @@ _CLAIM_BY_COUNT: dict[int, str] = {}
 #: The lease of each active task among some ids: ``seq, id, queue, lease_token`` (append ``(?, ...)``).
 _FENCES = "SELECT seq, id, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
 
-#: A completion, the columns ``Tx.finish`` would write: ``(now, keep_until, result, seq)``.
+_NOW: Any = Param(1)
+_KEEP_UNTIL: Any = Param(2)
+_RESULT: Any = Param(3)
+#: A completion, the columns ``transitions.completed`` sets: ``(now, keep_until, result, seq)``.
 _COMPLETE = (
-    "UPDATE tasks SET state = 'completed', finished_at = ?1, sort_key = ?1, keep_until = ?2, result = ?3,"
-    " last_error = NULL, next_run_at = NULL, lease_token = NULL, lease_expires_at = NULL, cancel_requested = 0"
-    " WHERE seq = ?4"
+    f"UPDATE tasks SET {set_clause(transitions.completed(_NOW, _KEEP_UNTIL, _RESULT))}, sort_key = ?1 WHERE seq = ?4"
 )
 
 
@@ -252,17 +251,13 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         del fences[outcome.task_id]  # settled: a second outcome for it in this batch finds no lease
         seq, queue, _ = fence
         if outcome.kind == "complete":
-            keep = tx.policy.archive_retention if outcome.keep_for is None else outcome.keep_for
-            completed.append((now, now + keep, outcome.result, seq))
+            completed.append((now, transitions.kept_until(outcome, now, tx.policy), outcome.result, seq))
             events.append(Event(outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
         else:
             _complete(tx, completed)  # first: an outcome _apply refuses still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]
-            if records_limit(outcome):
-                limit = stored.rec.max_retries if outcome.max_retries is None else outcome.max_retries
-                stored = replace(stored, rec=replace(stored.rec, max_retries=limit, traceback=outcome.traceback))
             try:
-                _apply(tx, stored, outcome, now)
+                tx.change(stored, transitions.settled(stored.rec, outcome, now, tx.policy), now)
             except ValueError:
                 _count(tx, tally)  # and the earlier ones stay counted
                 raise
@@ -285,47 +280,12 @@ def _count(tx: Tx, tally: Tally) -> None:
         tx.execute(_COUNT, (row.minute, row.queue, row.completed, row.retried, row.archived))
 
 
-def _apply(tx: Tx, stored: Stored, outcome: Outcome, now: float) -> Stored:
-    rec = stored.rec
-    if outcome.kind == "complete":
-        return tx.finish(stored, _S.COMPLETED, now, outcome.keep_for, result=outcome.result, last_error=None)
-    if outcome.kind == "retry":
-        error = outcome.error or "Retry"
-        new = replace(
-            rec,
-            state=_S.RETRY,
-            retries=rec.retries + 1,
-            next_run_at=outcome.run_at if outcome.run_at is not None else now,
-            last_error=error,
-            errors=with_error(rec.errors, ErrorEntry(rec.attempts, now, error)),
-            lease_token=None,
-            lease_expires_at=None,
-            cancel_requested=False,
-        )
-        return tx.put(replace(stored, rec=new), rec.state, now)
-    if outcome.kind == "archive":
-        return tx.archive(stored, outcome.reason or ArchiveReason.FAILED, now, outcome.error)
-    if outcome.kind == "release":
-        changes: dict[str, Any] = {"attempts": max(0, rec.attempts - 1), "cancel_requested": False}
-        if outcome.error is not None:
-            changes["last_error"] = outcome.error
-        if outcome.run_at is not None and outcome.run_at > now:
-            new = replace(
-                rec, state=_S.SCHEDULED, next_run_at=outcome.run_at, lease_token=None, lease_expires_at=None, **changes
-            )
-            return tx.put(replace(stored, rec=new), rec.state, now)
-        return tx.make_pending(stored, now, now, **changes)
-    raise ValueError(f"unknown outcome kind {outcome.kind!r}")
-
-
 def extend(tx: Tx, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
     found = tx.rows("WHERE id = ?", (task_id,))
     if not found or found[0].rec.state is not _S.ACTIVE or found[0].rec.lease_token != token:
         return None
-    stored = found[0]
-    rec = replace(stored.rec, lease_expires_at=now + lease_for)
-    tx.put(replace(stored, rec=rec), rec.state, now)
-    return LeaseStatus(now + lease_for, rec.cancel_requested)
+    tx.change(found[0], transitions.extended(now + lease_for), now)
+    return LeaseStatus(now + lease_for, found[0].rec.cancel_requested)
 
 
 # -- maintenance -------------------------------------------------------------------------------

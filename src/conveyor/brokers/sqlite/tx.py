@@ -1,4 +1,6 @@
-"""One write transaction's view of the store: the task transitions of the reference broker, in SQL.
+"""One write transaction's view of the store: finds rows, applies the shared transitions to them.
+
+The rules themselves are ``conveyor.brokers.transitions``; :meth:`Tx.change` stores what one returns.
 
 A :class:`Tx` wraps the connection of a ``BEGIN IMMEDIATE`` transaction. Task writes are buffered
 per row (last write wins) and flushed by ``executemany`` before the next read, so a batch of
@@ -14,15 +16,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from conveyor.brokers.base import MAX_ERRORS_KEPT
+from conveyor.brokers import transitions
 from conveyor.brokers.sqlite.rows import SELECT_TASK, UPDATE_TASK, Stored, from_row, sort_key, update_params
+from conveyor.brokers.transitions import READY_AT, Change
 from conveyor.errors import TaskNotFound
-from conveyor.model import ArchiveReason, BrokerPolicy, ErrorEntry, Event, QueueSettings, TaskState
+from conveyor.model import ArchiveReason, BrokerPolicy, Event, QueueSettings, TaskState
 
-__all__ = ["EXPIRED_ERROR", "Tx", "load_settings", "with_error"]
+__all__ = ["Param", "Tx", "load_settings", "set_clause"]
 
 _S = TaskState
-EXPIRED_ERROR = "Expired: not started before its deadline"
 
 _SETTINGS = "SELECT max_size, concurrency, aging, paused FROM queues WHERE name = ?"
 _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queue, at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -87,7 +89,7 @@ class Tx:
             return len(self.events)
         return 0
 
-    # -- transitions (the reference broker's internals) ----------------------------------------
+    # -- storing transitions -------------------------------------------------------------------
 
     def put(self, stored: Stored, old: TaskState | None, now: float) -> Stored:
         rec = stored.rec
@@ -97,34 +99,10 @@ class Tx:
             self.events.append(Event(rec.id, old and old.value, rec.state.value, rec.queue, now))
         return stored
 
-    def finish(self, stored: Stored, state: TaskState, now: float, keep_for: float | None, **changes: Any) -> Stored:
-        keep = self.policy.archive_retention if keep_for is None else keep_for
-        rec = replace(
-            stored.rec,
-            state=state,
-            finished_at=now,
-            keep_until=now + keep,
-            next_run_at=None,
-            lease_token=None,
-            lease_expires_at=None,
-            cancel_requested=False,
-            **changes,
-        )
-        return self.put(replace(stored, rec=rec), stored.rec.state, now)
-
-    def archive(self, stored: Stored, reason: ArchiveReason, now: float, error: str | None) -> Stored:
-        rec = stored.rec
-        errors = rec.errors
-        if error is not None:
-            errors = with_error(errors, ErrorEntry(rec.attempts, now, error))
-        last_error = error if error is not None else rec.last_error
-        return self.finish(stored, _S.ARCHIVED, now, None, archive_reason=reason, last_error=last_error, errors=errors)
-
-    def make_pending(self, stored: Stored, ready_at: float, now: float, **changes: Any) -> Stored:
-        rec = replace(
-            stored.rec, state=_S.PENDING, next_run_at=None, lease_token=None, lease_expires_at=None, **changes
-        )
-        return self.put(Stored(rec, stored.seq, ready_at), stored.rec.state, now)
+    def change(self, stored: Stored, change: Change, now: float) -> Stored:
+        """Apply a rule's ``change`` (``conveyor.brokers.transitions``) to ``stored`` and buffer its row."""
+        ready_at = change.pop(READY_AT, stored.ready_at)
+        return self.put(Stored(replace(stored.rec, **change), stored.seq, ready_at), stored.rec.state, now)
 
     def remove(self, stored: Stored, now: float, *, report: bool) -> None:
         self.execute("DELETE FROM tasks WHERE seq = ?", (stored.seq,))
@@ -155,8 +133,7 @@ class Tx:
             "WHERE next_run_at <= ? ORDER BY next_run_at, seq LIMIT ?", (now, -1 if limit is None else limit)
         )
         for stored in due:
-            assert stored.rec.next_run_at is not None
-            self.make_pending(stored, stored.rec.next_run_at, now)
+            self.change(stored, transitions.promoted(stored.rec), now)
         return len(due)
 
     def reap(self, now: float, limit: int | None) -> int:
@@ -164,16 +141,7 @@ class Tx:
         cap = -1 if limit is None else limit
         done = 0
         for stored in self.rows("WHERE lease_expires_at <= ? ORDER BY lease_expires_at, seq LIMIT ?", (now, cap)):
-            rec = stored.rec
-            assert rec.lease_expires_at is not None
-            stalls = rec.stalls + 1
-            error = f"LeaseExpired: lease expired without an acknowledgement ({stalls} stall(s))"
-            errors = with_error(rec.errors, ErrorEntry(rec.attempts, now, error))
-            stored = replace(stored, rec=replace(rec, stalls=stalls))
-            if stalls >= self.policy.max_stalls:
-                self.archive(stored, ArchiveReason.POISON, now, error)
-            else:
-                self.make_pending(stored, rec.lease_expires_at, now, last_error=error, errors=errors)
+            self.change(stored, transitions.reaped(stored.rec, now, self.policy), now)
             done += 1
         if limit is not None and done >= limit:
             return done
@@ -182,7 +150,7 @@ class Tx:
             " ORDER BY expires_at, seq LIMIT ?",
             (now, -1 if limit is None else limit - done),
         ):
-            self.archive(stored, ArchiveReason.EXPIRED, now, EXPIRED_ERROR)
+            self.change(stored, transitions.expired(stored.rec, now, self.policy), now)
             done += 1
         return done
 
@@ -213,5 +181,28 @@ def _settings(queue: str, row: tuple[Any, ...] | None) -> QueueSettings:
     return QueueSettings(name=queue, max_size=row[0], concurrency=row[1], aging=row[2], paused=bool(row[3]))
 
 
-def with_error(errors: Iterable[ErrorEntry], entry: ErrorEntry) -> tuple[ErrorEntry, ...]:
-    return (*errors, entry)[-MAX_ERRORS_KEPT:]
+class Param:
+    """SQL parameter ``?n`` standing in for a value when a rule's change is rendered by :func:`set_clause`."""
+
+    def __init__(self, n: int) -> None:
+        self.sql = f"?{n}"
+
+
+def set_clause(change: Change) -> str:
+    """A rule's ``change`` as the ``SET`` list of an ``UPDATE`` of ``tasks``, built once at import so a
+    statement run per row follows the rule: :class:`Param` values as parameters, the others as literals."""
+    return ", ".join(f"{column} = {_literal(value)}" for column, value in change.items())
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, Param):
+        return value.sql
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, TaskState | ArchiveReason):
+        return f"'{value.value}'"
+    if isinstance(value, int | float):
+        return repr(value)
+    raise TypeError(f"no SQL literal for {value!r}")

@@ -44,6 +44,13 @@ local P, NOW, ORIGIN, WANT, NOWS, POLICY
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS
 
+-- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
+-- match): a task expired before it started, a retry whose outcome gave no error, an expired lease
+-- ({stalls}: the task's stall count, this one included).
+local EXPIRED_ERROR = 'Expired: not started before its deadline'
+local RETRY_ERROR = 'Retry'
+local LEASE_EXPIRED_ERROR = 'LeaseExpired: lease expired without an acknowledgement ({stalls} stall(s))'
+
 -- the shared key names of a namespace, by its `due` key: built once per namespace, not per call (a
 -- pure function of the name, so nothing of a call's state carries over)
 local NAMES = {}
@@ -385,7 +392,7 @@ local function reap(n)
     if t and t.s == 'active' and t.m == m then
       local lx = t.lx
       t.st = t.st + 1
-      local err = 'LeaseExpired: lease expired without an acknowledgement (' .. t.st .. ' stall(s))'
+      local err = (string.gsub(LEASE_EXPIRED_ERROR, '{stalls}', t.st))
       if t.st >= max_stalls() then
         archive_task(t, 'poison', err)
       else
@@ -401,7 +408,7 @@ local function reap(n)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', EXPIRING, '-inf', NOWS, 'LIMIT', 0, n - done)) do
     local t = load(idof(m))
     if t and (t.s == 'pending' or t.s == 'scheduled' or t.s == 'retry') and t.m == m then
-      archive_task(t, 'expired', 'Expired: not started before its deadline')
+      archive_task(t, 'expired', EXPIRED_ERROR)
       done = done + 1
     else
       redis.call('ZREM', EXPIRING, m)

@@ -72,7 +72,7 @@ while A(i) and claimed < limit do
           ng = ng + 1
           gone[ng] = m
         elseif xn and xn <= NOW then
-          archive_task(parse(id, row), 'expired', 'Expired: not started before its deadline')
+          archive_task(parse(id, row), 'expired', EXPIRED_ERROR)
         else
           -- pending -> active: the row's head rewritten (s, a, c, tk, lx, sa), the rest kept as it was;
           -- the member left `pending` with the ZPOPMIN above

@@ -93,7 +93,7 @@ for i = 0, n - 1 do
     local t = parse(id, row)
     local err, run_at, reason = opt(V[b + 4]), num(V[b + 5]), opt(V[b + 6])
     if kind == 'retry' then
-      err = err or 'Retry'
+      err = err or RETRY_ERROR
       t.r, t.nr, t.c, t.tk, t.lx = t.r + 1, run_at or NOW, '0', nil, nil
       add_error(t, err)
       move(t, 'retry', err)
