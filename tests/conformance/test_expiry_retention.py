@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from conveyor import ArchiveReason, BrokerPolicy, Conveyor, FakeClock, TaskNotFound, TaskState, Worker
+from conveyor.model import NewTask
 
 if TYPE_CHECKING:
     from conformance.conftest import AppFactory
@@ -164,3 +165,33 @@ def test_task_id_of_a_task_past_its_retention_can_be_used_again(
     app.enqueue(echo, args=[2], task_id="nightly")
     info = app.get("nightly")
     assert (info.state, info.args) == (TaskState.PENDING, [2])
+
+
+def test_enqueue_leaves_other_tasks_past_their_retention_to_the_janitor(make_app: AppFactory, clock: FakeClock) -> None:
+    app = make_app(policy=BrokerPolicy(archive_retention=40.0))
+    first = app.enqueue("anything", task_id="t0")
+    app.inspect.archive(app.enqueue("anything", task_id="t1").id)
+    clock.advance(45)
+    assert app.broker.enqueue([_new("t0")], clock.now()) == ["t0"]  # t0 still pending: a duplicate
+    app.enqueue("anything", task_id="t2")
+    assert app.broker.clean(clock.now(), limit=1) == 1  # t1, left by both enqueues
+    assert app.broker.clean(clock.now()) == 0
+    assert app.get(first.id).state is TaskState.PENDING
+
+
+def test_enqueue_of_a_batch_replaces_a_task_past_its_retention_only_under_its_own_id(
+    make_app: AppFactory, clock: FakeClock
+) -> None:
+    app = make_app(policy=BrokerPolicy(archive_retention=40.0))
+    for task_id in ("t1", "t2"):
+        app.inspect.archive(app.enqueue("anything", task_id=task_id).id)
+    clock.advance(45)
+    assert app.broker.enqueue([_new("t1"), _new("t3")], clock.now()) == [None, None]
+    assert app.get("t1").state is TaskState.PENDING
+    assert app.broker.clean(clock.now()) == 1  # t2
+    with pytest.raises(TaskNotFound):
+        app.get("t2")
+
+
+def _new(task_id: str) -> NewTask:
+    return NewTask(task_id, "anything", "default", "[[], {}]")

@@ -16,7 +16,8 @@ passes the whole suite unchanged. The rules, shared by all backends:
   *due* when ``next_run_at <= now``; due ``scheduled``/``retry`` tasks become ``pending`` (in ``claim``,
   ``promote`` and ``reap``: whichever runs first). Completed and archived tasks get ``finished_at`` and
   ``keep_until``; from ``keep_until`` on they are invisible to every read (``get``, ``list_tasks``,
-  counts) even before ``clean`` deletes them.
+  counts) even before ``clean`` deletes them. ``enqueue`` of an id such a task holds replaces it; the
+  others stay until ``clean`` (so what ``clean`` returns does not depend on enqueues before it).
 * **Ready order.** Among pending tasks of a queue, ``claim`` takes the lowest
   :func:`ready_key` first, ties broken by enqueue sequence. ``ready_at`` is when the task last became
   pending. Without aging this is "highest priority first, then enqueue order"; with ``aging`` a task

@@ -45,7 +45,6 @@ class MemoryBroker(MemoryStore):
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         with self._lock:
-            self._clean_locked(now, len(self._finished))
             results: list[str | None] = []
             taken: dict[str, str] = {}
             keys: dict[str, str] = {}

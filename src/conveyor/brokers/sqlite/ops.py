@@ -38,6 +38,7 @@ _INSERT_TASK = (
     " next_run_at, expires_at, unique_key, ready_at, sort_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_NEW_TASK = f"{_INSERT_TASK} ON CONFLICT (id) DO NOTHING"
+_DELETE_STALE = "DELETE FROM tasks WHERE id = ? AND keep_until <= ?"
 
 
 #: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
@@ -69,13 +70,14 @@ def _marks(items: Sequence[Any]) -> str:
 
 def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
     """Insert ``tasks`` (duplicates skipped); raises QueueFull before writing any of them."""
-    tx.clean_retained(now, None)  # like the reference: expired-retention ids and unique keys are free again
     if len(tasks) == 1 and tasks[0].unique_key is None and tx.settings(tasks[0].queue).max_size is None:
         return [_enqueue_one(tx, tasks[0], now)]
     existing: set[str] = set()
+    stale: set[str] = set()  # ids held by a task past its retention: replaced (``clean`` deletes the others)
     for chunk in _chunks(list({t.id for t in tasks})):
-        cursor = tx.execute(f"SELECT id FROM tasks WHERE id IN ({_marks(chunk)})", chunk)
-        existing.update(row[0] for row in cursor)
+        cursor = tx.execute(f"SELECT id, keep_until FROM tasks WHERE id IN ({_marks(chunk)})", chunk)
+        for task_id, keep_until in cursor:
+            (stale if keep_until is not None and keep_until <= now else existing).add(task_id)
     holders: dict[str, tuple[str, float, str | None]] = {}
     for chunk in _chunks(list({t.unique_key for t in tasks if t.unique_key is not None})):
         cursor = tx.execute(
@@ -115,6 +117,9 @@ def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
             uniques.append((task.unique_key, task.id, task.unique_until))
         events.append(Event(task.id, None, row[3], task.queue, now))
     if rows:
+        replaced = [task.id for task, dup in zip(tasks, results, strict=True) if dup is None and task.id in stale]
+        for chunk in _chunks(replaced):
+            tx.execute(f"DELETE FROM tasks WHERE id IN ({_marks(chunk)})", chunk)
         new_queues = [(queue,) for queue in adding if not tx.queue_known(queue)]
         if new_queues:
             tx.conn.executemany("INSERT OR IGNORE INTO queues (name) VALUES (?)", new_queues)
@@ -129,7 +134,10 @@ def _enqueue_one(tx: Tx, task: NewTask, now: float) -> str | None:
     row = _row(task, now, tx.settings(task.queue).aging)
     tx.flush()
     if tx.conn.execute(_INSERT_NEW_TASK, row).rowcount == 0:
-        return task.id
+        # the id is taken: a duplicate, unless its task is past retention (then replaced)
+        if tx.conn.execute(_DELETE_STALE, (task.id, now)).rowcount == 0:
+            return task.id
+        tx.conn.execute(_INSERT_TASK, row)
     if not tx.queue_known(task.queue):
         tx.conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (task.queue,))
     tx.events.append(Event(task.id, None, row[3], task.queue, now))
