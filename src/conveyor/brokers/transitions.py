@@ -126,6 +126,11 @@ def promoted(rec: TaskRecord) -> Change:
     return _pending(rec.next_run_at)
 
 
+def _failure(rec: TaskRecord, now: float, error: str) -> Change:
+    """The columns that record ``error`` as the failure of ``rec``'s latest attempt."""
+    return {"last_error": error, "errors": with_error(rec.errors, ErrorEntry(rec.attempts, now, error))}
+
+
 def _finished(state: TaskState, now: float, keep_until: float) -> Change:
     return {
         "state": state,
@@ -158,23 +163,20 @@ def archived(
     change = _finished(_S.ARCHIVED, now, now + policy.archive_retention)
     change["archive_reason"] = reason
     if error is not None:
-        change["last_error"] = error
-        change["errors"] = with_error(rec.errors, ErrorEntry(rec.attempts, now, error))
+        change.update(_failure(rec, now, error))
     return change
 
 
 def retried(rec: TaskRecord, now: float, run_at: float | None, error: str | None) -> Change:
     """active -> retry at ``run_at`` (None: now), one more retry used, the error recorded."""
-    error = error or RETRY_ERROR
     return {
         "state": _S.RETRY,
         "retries": rec.retries + 1,
         "next_run_at": run_at if run_at is not None else now,
-        "last_error": error,
-        "errors": with_error(rec.errors, ErrorEntry(rec.attempts, now, error)),
         "lease_token": None,
         "lease_expires_at": None,
         "cancel_requested": False,
+        **_failure(rec, now, error or RETRY_ERROR),
     }
 
 
@@ -221,8 +223,7 @@ def reaped(rec: TaskRecord, now: float, policy: BrokerPolicy) -> Change:
     else:
         assert rec.lease_expires_at is not None
         change = _pending(rec.lease_expires_at)
-        change["last_error"] = error
-        change["errors"] = with_error(rec.errors, ErrorEntry(rec.attempts, now, error))
+        change.update(_failure(rec, now, error))
     change["stalls"] = stalls
     return change
 

@@ -48,6 +48,7 @@ _CLAIM_BY_COUNT: dict[int, str] = {}
 #: The lease of each active task among some ids: ``seq, id, queue, lease_token`` (append ``(?, ...)``).
 _FENCES = "SELECT seq, id, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
 
+# the completion rule's values, as the parameters of the statement below
 _NOW: Any = Param(1)
 _KEEP_UNTIL: Any = Param(2)
 _RESULT: Any = Param(3)
@@ -262,7 +263,7 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
             completed.append((now, transitions.kept_until(outcome, now, tx.policy), outcome.result, seq))
             events.append(Event(outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
         else:
-            _complete(tx, completed)  # first: an outcome _apply refuses still leaves the earlier ones applied
+            _complete(tx, completed)  # first: an outcome the rules refuse still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]
             try:
                 tx.change(stored, transitions.settled(stored.rec, outcome, now, tx.policy), now)
