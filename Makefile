@@ -61,6 +61,7 @@ demo: $(VENV)/.installed
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
 	$(BIN)/ruff format --check src tests bench tools
+	$(BIN)/lint-imports --no-logo
 
 types: $(STAMP)
 	$(BIN)/mypy
@@ -104,7 +105,7 @@ endif
 
 test: lint types browser unit unit-newest
 	@echo "== make test passed:"
-	@echo "   Python $(call VERSION_OF,$(BIN)) ($(VENV)): ruff, mypy strict, the whole suite"
+	@echo "   Python $(call VERSION_OF,$(BIN)) ($(VENV)): ruff, import layers (lint-imports), mypy strict, the whole suite"
 ifneq ($(NEWEST),)
 	@echo "   Python $(call VERSION_OF,$(NEWEST_VENV)/bin) ($(NEWEST_VENV)): $(if $(NEWEST_MARKERS),the tests marked '$(NEWEST_MARKERS)',the whole suite)"
 else
@@ -129,4 +130,4 @@ bench-smoke: $(STAMP)
 	N=500 $(BIN)/python -m bench --smoke
 
 clean:
-	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache .grimp_cache

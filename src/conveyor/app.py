@@ -9,25 +9,23 @@ import os
 import random
 from collections.abc import Callable, Coroutine, Iterable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor._validate import check_int, check_queue, check_seconds, check_task_name, check_when
 from conveyor.brokers import default_url, open_broker
 from conveyor.brokers.base import AppliesPolicy, Broker, SharesClock
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
+from conveyor.declared import DeclaredTasks
 from conveyor.errors import ConfigurationError, DuplicateTask, TaskNotFound
 from conveyor.info import task_info
+from conveyor.inspect import Inspector
+from conveyor.lease import Lease
 from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
 from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling
 from conveyor.serializers import encode, encode_payload
 from conveyor.task import Task, TaskHandle
-
-if TYPE_CHECKING:
-    from conveyor.declared import DeclaredTasks
-    from conveyor.inspect import Inspector
-    from conveyor.lease import Lease
-    from conveyor.worker import Worker
+from conveyor.worker import Worker, WorkerConfig
 
 __all__ = ["Conveyor"]
 
@@ -135,8 +133,6 @@ class Conveyor:
     @cached_property
     def declared(self) -> DeclaredTasks:
         """The task declarations workers published in this app's broker (``conveyor.declared``)."""
-        from conveyor.declared import DeclaredTasks
-
         return DeclaredTasks(self.broker)
 
     def declaration(self, name: str) -> TaskDeclaration | None:
@@ -283,16 +279,12 @@ class Conveyor:
     @cached_property
     def inspect(self) -> Inspector:
         """The admin API (list, run_now, archive, delete, cancel, pause, resume, purge, ...)."""
-        from conveyor.inspect import Inspector
-
         return Inspector(self)
 
     # -- consuming -----------------------------------------------------------------------------
 
     def claim(self, queues: Iterable[str] = ("default",), lease_for: float = 30.0) -> Lease | None:
         """Lease one ready task for an external consumer; None if nothing is ready."""
-        from conveyor.lease import Lease
-
         names = _check_queues(queues)
         seconds = check_seconds("lease_for", lease_for)
         if not seconds:
@@ -302,8 +294,6 @@ class Conveyor:
 
     def worker(self, queues: Iterable[str] = ("default",), **settings: Any) -> Worker:
         """A worker serving ``queues`` (in order). See ``WorkerConfig`` for the settings."""
-        from conveyor.worker import Worker, WorkerConfig
-
         return Worker(self, WorkerConfig(queues=tuple(_check_queues(queues)), **settings))
 
     def on_state_change(self, callback: Callable[[str, str | None, str], None]) -> Callable[[], None]:

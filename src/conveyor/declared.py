@@ -4,16 +4,15 @@ A worker publishes one :class:`~conveyor.model.TaskDeclaration` per registered h
 (``worker/registry.py``). A process that enqueues a name it has no handler for (``conveyor enqueue``,
 a producer-only app) looks the declaration up, so the task lands in the queue its worker serves, with
 its priority and expiry. Lookups are cached for :data:`CACHE_SECONDS`, so enqueueing by name costs a
-broker round trip per name at most that often. Brokers store declarations as the JSON made here.
+broker round trip per name at most that often. Brokers store declarations as JSON
+(``conveyor.brokers.declarations``).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
     from conveyor.brokers.base import Broker
     from conveyor.task import Task
 
-__all__ = ["CACHE_SECONDS", "DeclaredTasks", "declarations_of", "decode_declaration", "encode_declaration"]
+__all__ = ["CACHE_SECONDS", "DeclaredTasks", "declarations_of"]
 
 #: How long a producer trusts a lookup (a found declaration or its absence) before asking again.
 CACHE_SECONDS = 10.0
@@ -40,25 +39,6 @@ def declarations_of(registry: Mapping[str, Task[Any, Any]], now: float) -> list[
         timeout = None if o.timeout is None else float(o.timeout)
         out.append(TaskDeclaration(name, o.queue, o.priority, expires, o.max_retries, timeout, float(o.retention), now))
     return out
-
-
-def encode_declaration(declaration: TaskDeclaration) -> str:
-    """Its fields as one JSON object, in field order (``decode_declaration`` reads it back)."""
-    return json.dumps(asdict(declaration), separators=(",", ":"))
-
-
-def decode_declaration(text: str) -> TaskDeclaration:
-    data = json.loads(text)
-    return TaskDeclaration(
-        name=str(data["name"]),
-        queue=str(data["queue"]),
-        priority=int(data["priority"]),
-        expires=None if data.get("expires") is None else float(data["expires"]),
-        max_retries=int(data["max_retries"]),
-        timeout=None if data.get("timeout") is None else float(data["timeout"]),
-        retention=float(data["retention"]),
-        declared_at=float(data.get("declared_at", 0.0)),
-    )
 
 
 class DeclaredTasks:

@@ -15,7 +15,7 @@ from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
 from conveyor.selection import MAX_SCAN, BulkResult, Selection, TaskFilter, apply_all, select
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["Inspector", "TimelineEntry"]
 
@@ -44,7 +44,7 @@ def _state(value: TaskState | str) -> TaskState:
 class Inspector:
     """List, inspect and act on tasks and queues. Every call reads or writes the broker at once."""
 
-    def __init__(self, app: Conveyor) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
 
     def queues(self) -> list[QueueInfo]:

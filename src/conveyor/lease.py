@@ -17,7 +17,7 @@ from conveyor.options import EffectiveOptions, decode_stored, resolve
 from conveyor.serializers import encode
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["Lease"]
 
@@ -27,7 +27,7 @@ log = logging.getLogger("conveyor.lease")
 class Lease:
     """A claimed task: ``task`` (TaskInfo), ``complete()``, ``fail()``, ``release()``, ``extend()``."""
 
-    def __init__(self, app: Conveyor, record: TaskRecord) -> None:
+    def __init__(self, app: Host, record: TaskRecord) -> None:
         assert record.lease_token is not None
         self._app = app
         self._record = record

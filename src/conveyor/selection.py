@@ -10,17 +10,38 @@ deleted or started by someone else) is counted as not changed, never acted on tw
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from conveyor.errors import ConveyorError
-from conveyor.model import ArchiveReason, TaskInfo, TaskState
+from conveyor.model import ArchiveReason, QueueInfo, TaskInfo, TaskState
 
-if TYPE_CHECKING:
-    from conveyor.inspect import Inspector
+__all__ = [
+    "BULK_ACTIONS",
+    "Admin",
+    "BulkResult",
+    "Selection",
+    "TaskFilter",
+    "apply_all",
+    "failed_at",
+    "parse_states",
+    "select",
+]
 
-__all__ = ["BULK_ACTIONS", "BulkResult", "Selection", "TaskFilter", "apply_all", "failed_at", "parse_states", "select"]
+
+class Admin(Protocol):
+    """What a selection uses of the ``Inspector`` (which passes itself): it lists and acts through it."""
+
+    def queues(self) -> builtins.list[QueueInfo]: ...
+
+    def list(self, queue: str, state: TaskState | str, offset: int = 0, limit: int = 50) -> builtins.list[TaskInfo]: ...
+
+    def run_now(self, task_id: str) -> None: ...
+
+    def delete(self, task_id: str) -> None: ...
+
 
 #: Tasks read per broker listing call.
 PAGE = 200
@@ -114,7 +135,7 @@ class BulkResult:
     cut_short: bool = False
 
 
-def _pages(inspector: Inspector, flt: TaskFilter) -> Iterator[list[TaskInfo]]:
+def _pages(inspector: Admin, flt: TaskFilter) -> Iterator[list[TaskInfo]]:
     queues = flt.queues or tuple(q.name for q in inspector.queues())
     for queue in queues:
         for state in flt.states:
@@ -128,7 +149,7 @@ def _pages(inspector: Inspector, flt: TaskFilter) -> Iterator[list[TaskInfo]]:
                 offset += PAGE
 
 
-def select(inspector: Inspector, flt: TaskFilter, max_scan: int = MAX_SCAN) -> Selection:
+def select(inspector: Admin, flt: TaskFilter, max_scan: int = MAX_SCAN) -> Selection:
     """The tasks ``flt`` keeps among at most ``max_scan`` looked at."""
     found = Selection()
     for page in _pages(inspector, flt):
@@ -145,14 +166,14 @@ def select(inspector: Inspector, flt: TaskFilter, max_scan: int = MAX_SCAN) -> S
     return found
 
 
-BULK_ACTIONS: dict[str, Callable[[Inspector, str], object]] = {
+BULK_ACTIONS: dict[str, Callable[[Admin, str], object]] = {
     "retry": lambda inspector, task_id: inspector.run_now(task_id),
     "delete": lambda inspector, task_id: inspector.delete(task_id),
 }
 
 
 def apply_all(
-    inspector: Inspector,
+    inspector: Admin,
     flt: TaskFilter,
     action: str,
     *,

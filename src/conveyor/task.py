@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from conveyor.errors import ResultTimeout, TaskFailed
 from conveyor.model import TaskInfo, TaskState
 from conveyor.options import TaskOptions, check_enqueue_options
-
-if TYPE_CHECKING:
-    from conveyor.app import Conveyor
 
 __all__ = ["BoundTask", "Task", "TaskHandle"]
 
@@ -19,12 +16,33 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class _Cancels(Protocol):
+    def cancel(self, task_id: str) -> TaskState: ...
+
+
+class Producer(Protocol):
+    """What tasks and handles use of the app (``Conveyor`` is one): enqueue by name, read, cancel."""
+
+    def enqueue(
+        self, name: str, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> TaskHandle[Any]: ...
+
+    def enqueue_many(
+        self, name: str, calls: Iterable[tuple[Iterable[Any], dict[str, Any]]], **options: Any
+    ) -> list[TaskHandle[Any]]: ...
+
+    def get(self, task_id: str) -> TaskInfo: ...
+
+    @property
+    def inspect(self) -> _Cancels: ...
+
+
 class TaskHandle(Generic[R]):
     """A reference to an enqueued task: ``id``, ``status()``, ``result()``, ``cancel()``."""
 
     __slots__ = ("_app", "id")
 
-    def __init__(self, app: Conveyor, task_id: str) -> None:
+    def __init__(self, app: Producer, task_id: str) -> None:
         self._app = app
         self.id = task_id
 
@@ -87,7 +105,7 @@ class BoundTask(Generic[P, R]):
 class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function directly; ``enqueue`` queues it."""
 
-    def __init__(self, app: Conveyor, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+    def __init__(self, app: Producer, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
         self.app = app
         self.fn = fn
         self.name = name

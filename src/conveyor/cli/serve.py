@@ -56,9 +56,11 @@ def worker(
     """Run a worker for the app at MODULE:APP (its tasks registered). Settings not given here come from
     CONVEYOR_WORKER_* variables, then the defaults. The broker is the app's own unless --url (or
     CONVEYOR_URL) is given: then that URL wins."""
+    from conveyor.app import Conveyor
+    from conveyor.errors import ConfigurationError
     from conveyor.worker.config import WorkerConfig, parse_queues
+    from conveyor.worker.entry import run_worker
     from conveyor.worker.loader import URL_ENV, load_app
-    from conveyor.worker.runtime import run_worker
 
     logging.getLogger("conveyor").setLevel(log_level.upper())
     if state.url:  # --url or CONVEYOR_URL wins over the app's own broker, here and in child processes
@@ -66,6 +68,8 @@ def worker(
         ctx = click.get_current_context()
         ctx.call_on_close(lambda: os.environ.pop(URL_ENV, None))  # an embedding process goes on unchanged
     app = load_app(app_path)
+    if not isinstance(app, Conveyor):  # the worker's loader knows an app by what it uses of one
+        raise ConfigurationError(f"{app_path!r} is a {type(app).__name__}, not a Conveyor app")
     overrides: dict[str, Any] = {}
     if queues:
         overrides["queues"], overrides["weights"] = parse_queues(queues)

@@ -12,7 +12,7 @@ from starlette.responses import RedirectResponse, Response
 
 from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
-from conveyor.web.views import base_path, dashboard_of, message
+from conveyor.web.dashboard import base_path, dashboard_of, message
 
 __all__ = ["back_to", "bulk_action", "queue_action", "read_form", "task_action"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,28 +14,16 @@ from starlette.templating import Jinja2Templates
 
 from conveyor.metrics import Metrics
 from conveyor.web import actions, failed, jobs, views, workers
+from conveyor.web.dashboard import Dashboard
 from conveyor.web.format import age, call_args, duration, iso, pretty_json, relative
-from conveyor.web.jobs import Jobs
-from conveyor.web.security import Csrf, SecurityMiddleware
+from conveyor.web.security import SecurityMiddleware
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["Dashboard", "create_app"]
+__all__ = ["create_app"]
 
 HERE = Path(__file__).parent
-
-
-@dataclass
-class Dashboard:
-    """Everything the handlers share (found at ``request.app.state.dashboard``)."""
-
-    conveyor: Conveyor
-    templates: Jinja2Templates
-    read_only: bool = False
-    csrf: Csrf = field(default_factory=Csrf)
-    metrics: Metrics | None = None
-    jobs: Jobs = field(default_factory=Jobs)
 
 
 def create_app(

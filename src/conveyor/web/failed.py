@@ -15,7 +15,7 @@ from conveyor.errors import ConveyorError
 from conveyor.model import ArchiveReason, TaskState
 from conveyor.selection import FAILED_STATES, TaskFilter, apply_all, parse_states
 from conveyor.web.actions import back_to, read_form
-from conveyor.web.views import PAGE_SIZES, base_path, dashboard_of, message, render
+from conveyor.web.dashboard import PAGE_SIZES, base_path, dashboard_of, message, render
 
 __all__ = ["failed", "failed_bulk", "search"]
 

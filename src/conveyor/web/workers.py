@@ -12,7 +12,7 @@ from conveyor.commands import COMMANDS
 from conveyor.errors import ConveyorError
 from conveyor.model import TaskInfo
 from conveyor.web.actions import back_to, read_form
-from conveyor.web.views import base_path, dashboard_of, message, render
+from conveyor.web.dashboard import base_path, dashboard_of, message, render
 
 __all__ = ["worker_command", "workers"]
 

@@ -3,8 +3,8 @@
 fetcher, pool, heartbeat, acker, promoter, reaper, janitor, registry; ``supervisor`` runs processes."""
 
 from conveyor.worker.config import WorkerConfig
+from conveyor.worker.entry import run_worker
 from conveyor.worker.middleware import Middleware
-from conveyor.worker.runtime import run_worker
 from conveyor.worker.worker import Worker
 
 __all__ = ["Middleware", "Worker", "WorkerConfig", "run_worker"]

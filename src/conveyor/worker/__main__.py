@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     config = config_from_args(ns)
     if ns.report_fd is None:
-        from conveyor.worker.runtime import run_worker
+        from conveyor.worker.entry import run_worker
 
         return run_worker(ns.app, config)
     from conveyor.worker.child import PipeReporter, watch_parent

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from conveyor.errors import BrokerError
 from conveyor.model import Outcome
+from conveyor.worker.events import event_level, log_event, outcome_event
 from conveyor.worker.inflight import Held, Inflight
-from conveyor.worker.runner import event_level, log_event, outcome_event
 from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["Acker"]
 
@@ -33,7 +33,7 @@ _STOP = None
 class Acker:
     """Settles outcomes on its own thread; ``settle_now`` does it in the caller's thread."""
 
-    def __init__(self, app: Conveyor, inflight: Inflight, retry_every: float = 0.5) -> None:
+    def __init__(self, app: Host, inflight: Inflight, retry_every: float = 0.5) -> None:
         self.app = app
         self.inflight = inflight
         self.retry_every = retry_every

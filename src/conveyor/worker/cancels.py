@@ -18,7 +18,7 @@ from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Inflight
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["CancelWatcher"]
 
@@ -26,7 +26,7 @@ __all__ = ["CancelWatcher"]
 class CancelWatcher:
     name = "cancels"
 
-    def __init__(self, app: Conveyor, inflight: Inflight, heartbeat: Heartbeat) -> None:
+    def __init__(self, app: Host, inflight: Inflight, heartbeat: Heartbeat) -> None:
         self.app = app
         self.inflight = inflight
         self.heartbeat = heartbeat

@@ -24,7 +24,7 @@ from conveyor.serializers import decode_payload, encode
 from conveyor.worker.config import WorkerConfig
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["Executor", "Job", "lost_to_cancel"]
 
@@ -54,7 +54,7 @@ class Job:
     kwargs: dict[str, Any]
     options: EffectiveOptions
     is_async: bool
-    app: Conveyor
+    app: Host
     built_ctx: TaskContext | None = None  # None until ``ctx`` is first read
 
     @property
@@ -68,7 +68,7 @@ class Job:
         return ctx
 
 
-def _new_context(app: Conveyor, record: TaskRecord, token: str) -> TaskContext:
+def _new_context(app: Host, record: TaskRecord, token: str) -> TaskContext:
     return TaskContext(
         partial(app.to_info, record),
         partial(_extend_lease, app, record.id, token),
@@ -80,7 +80,7 @@ def _new_context(app: Conveyor, record: TaskRecord, token: str) -> TaskContext:
     )
 
 
-def lost_to_cancel(app: Conveyor, task_id: str) -> bool:
+def lost_to_cancel(app: Host, task_id: str) -> bool:
     """Whether a lease found lost was taken by an operator's cancel: the task is archived ``cancelled``
     (``Broker.cancel`` revokes a running task's lease). False too when the broker cannot say now."""
     try:
@@ -92,7 +92,7 @@ def lost_to_cancel(app: Conveyor, task_id: str) -> bool:
     )
 
 
-def _extend_lease(app: Conveyor, task_id: str, token: str, seconds: float) -> LeaseStatus | None:
+def _extend_lease(app: Host, task_id: str, token: str, seconds: float) -> LeaseStatus | None:
     """``ctx.extend()`` of a running task: one ``Broker.extend`` of its lease (None: the lease is lost)."""
     return app.broker.extend(task_id, token, app.now(), seconds)
 
@@ -100,7 +100,7 @@ def _extend_lease(app: Conveyor, task_id: str, token: str, seconds: float) -> Le
 class Executor:
     """Turns claimed records into outcomes."""
 
-    def __init__(self, app: Conveyor, config: WorkerConfig) -> None:
+    def __init__(self, app: Host, config: WorkerConfig) -> None:
         self.app = app
         self.config = config
         # Options of tasks enqueued without explicit options, per task name: resolved once (a

@@ -42,7 +42,7 @@ from conveyor.worker.prefetch import Prefetch
 from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["HAND_OVER_WAIT", "TOP_UP_WAIT", "Fetcher", "QueueOrder", "claim"]
 
@@ -55,7 +55,7 @@ TOP_UP_WAIT = 0.05
 HAND_OVER_WAIT = 0.002
 
 
-def claim(app: Conveyor, config: WorkerConfig, queues: Sequence[str], limit: int) -> list[TaskRecord]:
+def claim(app: Host, config: WorkerConfig, queues: Sequence[str], limit: int) -> list[TaskRecord]:
     """One ``Broker.claim`` now, timed for the middleware's ``on_claim`` (a claim behind a wait is not)."""
     now = app.now()
     started = time.perf_counter()
@@ -96,7 +96,7 @@ class Fetcher:
 
     def __init__(
         self,
-        app: Conveyor,
+        app: Host,
         config: WorkerConfig,
         inflight: Inflight,
         buffer: Buffer,

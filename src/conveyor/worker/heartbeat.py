@@ -23,13 +23,13 @@ import time
 from typing import TYPE_CHECKING
 
 from conveyor.errors import BrokerError
+from conveyor.worker.events import log_event
 from conveyor.worker.executor import lost_to_cancel
 from conveyor.worker.inflight import Held, Inflight
-from conveyor.worker.runner import log_event
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
     from conveyor.worker.pool import Reporter
 
 __all__ = ["Heartbeat"]
@@ -41,7 +41,7 @@ class Heartbeat(Periodic):
     name = "heartbeat"
 
     def __init__(
-        self, app: Conveyor, inflight: Inflight, interval: float, lease_for: float, reporter: Reporter | None = None
+        self, app: Host, inflight: Inflight, interval: float, lease_for: float, reporter: Reporter | None = None
     ) -> None:
         super().__init__(interval)
         self.app = app

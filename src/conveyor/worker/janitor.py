@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.brokers.base import Broker
+    from conveyor.clock import Clock
 
 __all__ = ["Janitor"]
 
@@ -18,12 +19,13 @@ log = logging.getLogger("conveyor.worker")
 class Janitor(Periodic):
     name = "janitor"
 
-    def __init__(self, app: Conveyor, interval: float, batch: int = 1000) -> None:
+    def __init__(self, broker: Broker, clock: Clock, interval: float, batch: int = 1000) -> None:
         super().__init__(interval)
-        self.app = app
+        self.broker = broker
+        self.clock = clock
         self.batch = batch
 
     def tick(self) -> None:
-        removed = self.app.broker.clean(self.app.now(), self.batch)
+        removed = self.broker.clean(float(self.clock()), self.batch)
         if removed:
             log.debug("janitor: deleted %d finished task(s)", removed)

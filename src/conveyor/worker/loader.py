@@ -9,12 +9,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conveyor.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+from conveyor.host import Host
 
 __all__ = ["URL_ENV", "load_app", "load_object"]
 
@@ -59,12 +57,13 @@ def _from_path(ref: str, path: str) -> str:
     return os.path.basename(file)[: -len(".py")]
 
 
-def load_app(ref: str) -> Conveyor:
-    """The ``Conveyor`` named by ``"pkg.module:app"``, on the broker ``CONVEYOR_WORKER_URL`` names if set."""
-    from conveyor.app import Conveyor
+def load_app(ref: str) -> Host:
+    """The ``Conveyor`` named by ``"pkg.module:app"``, on the broker ``CONVEYOR_WORKER_URL`` names if set.
 
+    It is recognised by what the worker uses of it (``conveyor.host.Host``): the worker sits below
+    ``conveyor.app`` and does not import it."""
     obj = load_object(ref)
-    if not isinstance(obj, Conveyor):
+    if not isinstance(obj, Host):
         raise ConfigurationError(f"{ref!r} is a {type(obj).__name__}, not a Conveyor app")
     url = os.environ.get(URL_ENV)
     if url:

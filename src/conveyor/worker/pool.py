@@ -22,8 +22,9 @@ from typing import Any, Protocol
 from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
+from conveyor.worker.events import log_event
 from conveyor.worker.inflight import Held, Inflight
-from conveyor.worker.runner import Runner, log_event
+from conveyor.worker.runner import Runner
 
 __all__ = ["Pool", "Reporter"]
 

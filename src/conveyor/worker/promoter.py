@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.brokers.base import Broker
+    from conveyor.clock import Clock
 
 __all__ = ["Promoter"]
 
@@ -18,11 +19,12 @@ log = logging.getLogger("conveyor.worker")
 class Promoter(Periodic):
     name = "promoter"
 
-    def __init__(self, app: Conveyor, interval: float, batch: int = 1000) -> None:
+    def __init__(self, broker: Broker, clock: Clock, interval: float, batch: int = 1000) -> None:
         super().__init__(interval)
-        self.app = app
+        self.broker = broker
+        self.clock = clock
         self.batch = batch
 
     def tick(self) -> None:
-        while self.app.broker.promote(self.app.now(), self.batch) >= self.batch:
+        while self.broker.promote(float(self.clock()), self.batch) >= self.batch:
             pass  # a full batch: more may be due

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.brokers.base import Broker
+    from conveyor.clock import Clock
 
 __all__ = ["Reaper"]
 
@@ -21,12 +22,13 @@ log = logging.getLogger("conveyor.worker")
 class Reaper(Periodic):
     name = "reaper"
 
-    def __init__(self, app: Conveyor, interval: float, batch: int = 1000) -> None:
+    def __init__(self, broker: Broker, clock: Clock, interval: float, batch: int = 1000) -> None:
         super().__init__(interval)
-        self.app = app
+        self.broker = broker
+        self.clock = clock
         self.batch = batch
 
     def tick(self) -> None:
-        reclaimed = self.app.broker.reap(self.app.now(), self.batch)
+        reclaimed = self.broker.reap(float(self.clock()), self.batch)
         if reclaimed:
             log.info("reaper: reclaimed %d expired lease(s)", reclaimed)

@@ -28,7 +28,7 @@ from conveyor.worker.config import WorkerConfig
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
 
 __all__ = ["Registry", "new_worker_id"]
 
@@ -44,7 +44,7 @@ class Registry(Periodic):
 
     def __init__(
         self,
-        app: Conveyor,
+        app: Host,
         config: WorkerConfig,
         worker_id: str,
         running: Callable[[], tuple[str, ...]],

@@ -25,6 +25,7 @@ from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.cancels import CancelWatcher
+from conveyor.worker.events import log_event
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Held, Inflight
@@ -33,16 +34,16 @@ from conveyor.worker.pool import Pool, Reporter
 from conveyor.worker.promoter import Promoter
 from conveyor.worker.reaper import Reaper
 from conveyor.worker.registry import Registry, new_worker_id
-from conveyor.worker.runner import Runner, log_event
+from conveyor.worker.runner import Runner
 from conveyor.worker.service import Service
 from conveyor.worker.summary import Summary
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
     from conveyor.worker.config import WorkerConfig
-    from conveyor.worker.worker import Worker
+    from conveyor.worker.executor import Executor
 
-__all__ = ["Runtime", "run_worker"]
+__all__ = ["Runtime", "install_signals", "restore_signals"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -52,27 +53,28 @@ class Runtime:
 
     def __init__(
         self,
-        worker: Worker,
+        app: Host,
+        config: WorkerConfig,
+        executor: Executor,
         reporter: Reporter | None = None,
         order: QueueOrder | None = None,
     ) -> None:
-        app, config = worker.app, worker.config
         self.app = app
         self.config = config
         self.worker_id = new_worker_id()
         self.inflight = Inflight()
         self.buffer = Buffer()
         self.acker = Acker(app, self.inflight)
-        runner = Runner(worker.executor, config.middleware)
+        runner = Runner(executor, config.middleware)
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
         self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for, reporter)
         self.cancels = CancelWatcher(app, self.inflight, self.heartbeat)
         self.registry = Registry(app, config, self.worker_id, self._running, self._counts, self._obey)
         self.maintenance: tuple[Service, ...] = (
-            Promoter(app, config.promoter_interval),
-            Reaper(app, config.reaper_interval),
-            Janitor(app, config.janitor_interval),
+            Promoter(app.broker, app.clock, config.promoter_interval),
+            Reaper(app.broker, app.clock, config.reaper_interval),
+            Janitor(app.broker, app.clock, config.janitor_interval),
         )
         if config.summary_interval:  # None or 0: no summary
             summary = Summary(
@@ -205,27 +207,3 @@ def install_signals(handler: signal.Handlers | object) -> dict[int, object]:
 def restore_signals(previous: dict[int, object]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)  # type: ignore[arg-type]
-
-
-def run_worker(app: Conveyor | str, config: WorkerConfig | None = None) -> int:
-    """Run a worker until SIGTERM/SIGINT; the entry point for the CLI. Returns the exit code.
-
-    ``app`` is a ``Conveyor`` or an import reference ``"pkg.module:app"``. With ``config.processes >=
-    1`` a supervisor runs that many child processes (then ``app`` must be a reference, which the
-    children import).
-    """
-    from conveyor.worker.config import WorkerConfig
-    from conveyor.worker.loader import load_app
-    from conveyor.worker.worker import Worker
-
-    config = config or WorkerConfig()
-    if config.processes >= 1:
-        from conveyor.worker.supervisor import Supervisor
-
-        if not isinstance(app, str):
-            from conveyor.errors import ConfigurationError
-
-            raise ConfigurationError("processes >= 1 needs the app as an import reference 'pkg.module:app'")
-        return Supervisor(app, config).run()
-    application = load_app(app) if isinstance(app, str) else app
-    return Worker(application, config).run()

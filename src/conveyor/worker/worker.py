@@ -9,15 +9,16 @@ import time
 from typing import TYPE_CHECKING
 
 from conveyor.model import Outcome, TaskRecord
+from conveyor.worker import runtime as rt
 from conveyor.worker.config import WorkerConfig
+from conveyor.worker.events import log_event, outcome_event
 from conveyor.worker.executor import Executor
 from conveyor.worker.fetcher import claim
-from conveyor.worker.runner import Runner, log_event, outcome_event
+from conveyor.worker.runner import Runner
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.host import Host
     from conveyor.worker.pool import Reporter
-    from conveyor.worker.runtime import Runtime
 
 __all__ = ["Worker"]
 
@@ -28,12 +29,12 @@ class Worker:
     """A worker bound to an app. ``process_next()`` / ``run_until_idle()`` run tasks in this thread;
     ``run()`` serves until ``stop()`` or SIGTERM/SIGINT."""
 
-    def __init__(self, app: Conveyor, config: WorkerConfig | None = None) -> None:
+    def __init__(self, app: Host, config: WorkerConfig | None = None) -> None:
         self.app = app
         self.config = config or WorkerConfig()
         self.executor = Executor(app, self.config)
         self.runner = Runner(self.executor, self.config.middleware)
-        self._runtime: Runtime | None = None
+        self._runtime: rt.Runtime | None = None
         self._stop_requested = threading.Event()
 
     @property
@@ -73,9 +74,7 @@ class Worker:
 
     def run(self, *, install_signals: bool = True, reporter: Reporter | None = None) -> int:
         """Serve until ``stop()`` (or, in the main thread, SIGTERM/SIGINT); returns the exit code."""
-        from conveyor.worker import runtime as rt
-
-        runtime = rt.Runtime(self, reporter=reporter)
+        runtime = rt.Runtime(self.app, self.config, self.executor, reporter=reporter)
         self._runtime = runtime
         if self._stop_requested.is_set():
             runtime.request_stop()
@@ -86,7 +85,7 @@ class Worker:
             rt.restore_signals(previous)
 
     @property
-    def runtime(self) -> Runtime | None:
+    def runtime(self) -> rt.Runtime | None:
         """The running runtime (None before ``run()``)."""
         return self._runtime
 

@@ -16,10 +16,10 @@ from typing import Any, cast
 import redis
 
 from conveyor.brokers.capabilities import Finding
+from conveyor.brokers.declarations import decode_declaration, encode_declaration
 from conveyor.brokers.redis.codec import decode_history, decode_worker, encode_worker
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.keys import Keys
-from conveyor.declared import decode_declaration, encode_declaration
 from conveyor.errors import BrokerError
 from conveyor.history import QueueMinute
 from conveyor.model import QueueInfo, QueueSettings, TaskDeclaration, TaskState, WorkerInfo

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from conveyor.brokers.base import EventCallback, Finding
+from conveyor.brokers.declarations import decode_declaration, encode_declaration
 from conveyor.brokers.sqlite import admin, ops
 from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
@@ -25,7 +26,6 @@ from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.brokers.sqlite.tx import Tx
 from conveyor.brokers.sqlite.wake import Doorbell
-from conveyor.declared import decode_declaration, encode_declaration
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
 from conveyor.model import (
