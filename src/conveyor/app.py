@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from functools import cached_property
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from conveyor._validate import check_int, check_queue, check_seconds, check_task_name, check_when
+from conveyor._validate import check_expires, check_int, check_queue, check_seconds, check_task_name, check_when
 from conveyor.brokers import default_url, open_broker
 from conveyor.brokers.base import AppliesPolicy, Broker, SharesClock
 from conveyor.clock import Clock, check_clock
@@ -210,8 +210,6 @@ class Conveyor:
         expires = options.get("expires", base.expires)
         expires_at = None
         if expires is not None:
-            from conveyor._validate import check_expires
-
             expires_at = check_expires(expires, now)
         unique_key, unique_until = None, None
         if options.get("unique_for") is not None or options.get("unique_key") is not None:

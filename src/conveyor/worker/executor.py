@@ -1,5 +1,5 @@
-"""Preparing one claimed task and deciding its outcome: decode, look the handler up by name, and map
-a result or an exception to an ``Outcome``.
+"""``Executor``: decides, never runs. It prepares one claimed task (decode, look the handler up by name:
+a ``Job``) and maps a result or an exception to an ``Outcome``.
 
 The executor never touches the broker's state itself; it returns an ``Outcome`` for the caller to
 settle (fenced by the lease token). Calling the handler (with middleware, timeouts, sync or async)

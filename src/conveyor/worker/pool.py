@@ -1,4 +1,5 @@
-"""Executor pool: runs buffered tasks, at most ``concurrency`` at once.
+"""``Pool``: the threads (and one event loop) that run buffered tasks, at most ``concurrency`` at once,
+each through the ``Runner``.
 
 Sync handlers run on ``concurrency`` daemon threads (daemon so that a handler stuck past shutdown
 cannot keep the process alive once its lease is released); ``async def`` handlers run on one event

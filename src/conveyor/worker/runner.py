@@ -1,5 +1,5 @@
-"""The Runner: calls one prepared job's handler with the middleware around it (sync in the calling
-thread, async on the calling loop), applies its timeout and measures its duration.
+"""``Runner``: calls one prepared job's handler with the middleware around it, in the thread or on the
+loop it is given (sync in the calling thread, async on the calling loop), and applies its timeout.
 
 The executor (``executor.py``) decides outcomes; this module only adds the hooks and the timeout. The
 one-line log of each state change is ``events.py``'s.

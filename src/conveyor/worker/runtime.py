@@ -1,9 +1,15 @@
-"""The runtime: composes the services of one worker process and runs them until shutdown.
+"""``Runtime``: one ``Worker.run()``. It composes the services of one worker process and runs them
+until shutdown (of the five names for running a task, see ``conveyor.worker``).
 
-Start order: acker, registry, promoter, reaper, janitor, summary, pool, heartbeat, cancel watcher,
-fetcher. Shutdown (first SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks
-buffered but not started are released at once; running tasks get ``shutdown_grace`` seconds to
-finish; then every lease still held is released back to pending in one ``settle`` (their handlers see
+Start order (``run()``): with ``freeze_heap``, the heap is frozen first; then the acker (outcomes can
+be written before anything runs), the registry (its first beat, at once: the preflight and the task
+declarations), the promoter, reaper and janitor, the summary (when ``summary_interval`` is set), the
+pool, the heartbeat and the cancel watcher, and last the fetcher, so nothing is claimed before
+something can run it and keep its lease.
+
+Shutdown (first SIGTERM/SIGINT or ``Worker.stop()``): the fetcher stops claiming; tasks buffered but
+not started are released at once; running tasks get ``shutdown_grace`` seconds to finish; then every
+lease still held is released back to pending in one ``settle`` (their handlers see
 ``ctx.lease_lost``; async ones are cancelled), the acker flushes, and the services stop in the
 reverse order (so the summary's last line counts every outcome). A second signal releases what is
 held and exits at once.

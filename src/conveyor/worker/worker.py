@@ -1,5 +1,6 @@
-"""``Worker``: claims tasks from its queues and runs them. Step it by hand (``process_next``), or run it
-(``run()``: the runtime composes the background services until shutdown)."""
+"""``Worker``: what users hold, bound to an app; claims tasks from its queues and runs them. Step it by
+hand (``process_next``, in the calling thread), or run it (``run()``: a ``Runtime`` composes the
+background services until shutdown)."""
 
 from __future__ import annotations
 
