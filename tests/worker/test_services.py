@@ -236,13 +236,13 @@ def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
     fresh, old = sorted(inflight.add(records), key=lambda h: h.id != fresh_handle.id)
     old.renewed -= 1.5  # renewed 1.5 s ago: older than one 1 s interval
     clock.advance(0.5)
-    Heartbeat(app, inflight, interval=1.0, lease_for=10.0).tick()
+    Heartbeat(app.broker, app.clock, inflight, interval=1.0, lease_for=10.0).tick()
     assert fresh_handle.status().lease_expires_at == 1005.0  # as claimed
     assert old_handle.status().lease_expires_at == 1010.5  # extended: now + lease_for
     assert old.renewed > fresh.renewed - 1.0
 
     # when lease_for leaves no margin for a skipped tick, every lease is extended every tick
-    Heartbeat(app, inflight, interval=4.0, lease_for=8.0).tick()
+    Heartbeat(app.broker, app.clock, inflight, interval=4.0, lease_for=8.0).tick()
     assert fresh_handle.status().lease_expires_at == 1008.5
 
 

@@ -24,6 +24,8 @@ from conveyor.serializers import decode_payload, encode
 from conveyor.worker.config import WorkerConfig
 
 if TYPE_CHECKING:
+    from conveyor.brokers.base import Broker
+    from conveyor.clock import Clock
     from conveyor.host import Host
 
 __all__ = ["Executor", "Job", "lost_to_cancel"]
@@ -76,15 +78,15 @@ def _new_context(app: Host, record: TaskRecord, token: str) -> TaskContext:
         name=record.name,
         queue=record.queue,
         attempt=record.attempts,
-        was_cancelled=partial(lost_to_cancel, app, record.id),
+        was_cancelled=partial(lost_to_cancel, app.broker, app.clock, record.id),
     )
 
 
-def lost_to_cancel(app: Host, task_id: str) -> bool:
+def lost_to_cancel(broker: Broker, clock: Clock, task_id: str) -> bool:
     """Whether a lease found lost was taken by an operator's cancel: the task is archived ``cancelled``
     (``Broker.cancel`` revokes a running task's lease). False too when the broker cannot say now."""
     try:
-        record = app.broker.get(task_id, app.now())
+        record = broker.get(task_id, float(clock()))
     except BrokerError:
         return False
     return (

@@ -29,7 +29,8 @@ from conveyor.worker.inflight import Held, Inflight
 from conveyor.worker.service import Periodic
 
 if TYPE_CHECKING:
-    from conveyor.host import Host
+    from conveyor.brokers.base import Broker
+    from conveyor.clock import Clock
     from conveyor.worker.pool import Reporter
 
 __all__ = ["Heartbeat"]
@@ -41,10 +42,17 @@ class Heartbeat(Periodic):
     name = "heartbeat"
 
     def __init__(
-        self, app: Host, inflight: Inflight, interval: float, lease_for: float, reporter: Reporter | None = None
+        self,
+        broker: Broker,
+        clock: Clock,
+        inflight: Inflight,
+        interval: float,
+        lease_for: float,
+        reporter: Reporter | None = None,
     ) -> None:
         super().__init__(interval)
-        self.app = app
+        self.broker = broker
+        self.clock = clock
         self.inflight = inflight
         self.lease_for = lease_for
         self.reporter = reporter
@@ -62,7 +70,7 @@ class Heartbeat(Periodic):
         outside the ticks, for a task whose cancel the broker announced (``worker/cancels.py``)."""
         started = time.monotonic()
         try:
-            status = self.app.broker.extend(held.id, held.token, self.app.now(), self.lease_for)
+            status = self.broker.extend(held.id, held.token, float(self.clock()), self.lease_for)
         except BrokerError:
             log.warning("heartbeat: could not extend the lease of task %s; retrying", held.id, exc_info=True)
             return
@@ -83,7 +91,7 @@ class Heartbeat(Periodic):
             self._lose(held)
 
     def _lose(self, held: Held) -> None:
-        cancelled = lost_to_cancel(self.app, held.id)
+        cancelled = lost_to_cancel(self.broker, self.clock, held.id)
         if cancelled:
             held.mark_cancelled()
             log_event(held.record, "cancelled")

@@ -74,7 +74,9 @@ class Runtime:
         runner = Runner(executor, config.middleware)
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
-        self.heartbeat = Heartbeat(app, self.inflight, config.heartbeat_every, config.lease_for, reporter)
+        self.heartbeat = Heartbeat(
+            app.broker, app.clock, self.inflight, config.heartbeat_every, config.lease_for, reporter
+        )
         self.cancels = CancelWatcher(app, self.inflight, self.heartbeat)
         self.registry = Registry(app, config, self.worker_id, self._running, self._counts, self._obey)
         self.maintenance: tuple[Service, ...] = (
