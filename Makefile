@@ -130,4 +130,4 @@ bench-smoke: $(STAMP)
 	N=500 $(BIN)/python -m bench --smoke
 
 clean:
-	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache .grimp_cache
+	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache .import_linter_cache
