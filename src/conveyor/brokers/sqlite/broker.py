@@ -30,6 +30,7 @@ from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
+    Event,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -110,9 +111,10 @@ class SQLiteBroker:
 
         outcome = self._db.write(attempt)
         events = last[0].events
-        if any(event.new_state == _PENDING for event in events):
+        if any(event[2] == _PENDING for event in events):
             self._bell.ring()  # after the commit: a consumer it wakes sees the task
-        self._events.deliver(events)
+        if events and self._events.active:
+            self._events.deliver([Event(*event) for event in events])
         if isinstance(outcome, _Failed):
             raise outcome.error
         return outcome

@@ -8,13 +8,13 @@ from typing import Any
 
 from conveyor.brokers import transitions
 from conveyor.brokers.base import ready_key
-from conveyor.brokers.sqlite.rows import COLUMNS, from_row
+from conveyor.brokers.sqlite.rows import CLAIMED
+from conveyor.brokers.sqlite.rows import claimed as from_claimed
 from conveyor.brokers.sqlite.tx import Param, Tx, set_clause
 from conveyor.errors import QueueFull
 from conveyor.history import KEEP_MINUTES, Tally, window
 from conveyor.model import (
     UNFINISHED,
-    Event,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -116,7 +116,7 @@ def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         rows.append(row)
         if task.unique_key is not None and task.unique_until is not None:
             uniques.append((task.unique_key, task.id, task.unique_until))
-        events.append(Event(task.id, None, row[3], task.queue, now))
+        events.append((task.id, None, row[3], task.queue, now))
     if rows:
         replaced = [task.id for task, dup in zip(tasks, results, strict=True) if dup is None and task.id in stale]
         for chunk in _chunks(replaced):
@@ -141,7 +141,7 @@ def _enqueue_one(tx: Tx, task: NewTask, now: float) -> str | None:
         tx.conn.execute(_INSERT_TASK, row)
     if not tx.queue_known(task.queue):
         tx.conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (task.queue,))
-    tx.events.append(Event(task.id, None, row[3], task.queue, now))
+    tx.events.append((task.id, None, row[3], task.queue, now))
     return None
 
 
@@ -217,12 +217,11 @@ def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: in
             continue
         base = base or secrets.token_hex(12) + "-"
         order = {seq: i for i, seq in enumerate(seqs)}
-        rows = conn.execute(_claim_sql(len(seqs)), (now, now + lease_for, base, *seqs)).fetchall()
+        expires = now + lease_for
+        rows = conn.execute(_claim_sql(len(seqs)), (now, expires, base, *seqs)).fetchall()
         rows.sort(key=lambda row: order[row[0]])
-        for row in rows:
-            rec = from_row(row).rec
-            claimed.append(rec)
-            events.append(Event(rec.id, _PENDING, _ACTIVE, queue, now))
+        claimed.extend([from_claimed(row, now, expires) for row in rows])
+        events.extend([(row[1], _PENDING, _ACTIVE, queue, now) for row in rows])
     return claimed
 
 
@@ -232,7 +231,7 @@ def _claim_sql(count: int) -> str:
         sql = _CLAIM_BY_COUNT[count] = (
             "UPDATE tasks SET state = 'active', attempts = attempts + 1, started_at = ?1, sort_key = ?1,"
             " lease_token = ?3 || seq, lease_expires_at = ?2, cancel_requested = 0"
-            f" WHERE seq IN ({','.join('?' * count)}) RETURNING {COLUMNS}"
+            f" WHERE seq IN ({','.join('?' * count)}) RETURNING {CLAIMED}"
         )
     return sql
 
@@ -261,7 +260,7 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         seq, queue, _ = fence
         if outcome.kind == "complete":
             completed.append((now, transitions.kept_until(outcome, now, tx.policy), outcome.result, seq))
-            events.append(Event(outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
+            events.append((outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
         else:
             _complete(tx, completed)  # first: an outcome the rules refuse still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,9 +11,21 @@ from conveyor._frozen import fast_init
 from conveyor.brokers.base import ready_key
 from conveyor.model import ArchiveReason, ErrorEntry, TaskRecord, TaskState
 
-__all__ = ["COLUMNS", "SELECT_TASK", "UPDATE_TASK", "Stored", "encode_errors", "from_row", "sort_key", "update_params"]
+__all__ = [
+    "CLAIMED",
+    "COLUMNS",
+    "SELECT_TASK",
+    "UPDATE_TASK",
+    "Stored",
+    "claimed",
+    "encode_errors",
+    "from_row",
+    "sort_key",
+    "update_params",
+]
 
 _S = TaskState
+_STATES = {state.value: state for state in TaskState}
 
 #: Every column a :class:`Stored` is built from, in :func:`from_row` order.
 COLUMNS = (
@@ -22,6 +35,13 @@ COLUMNS = (
     " traceback"
 )
 SELECT_TASK = f"SELECT {COLUMNS} FROM tasks"
+
+#: What a claim's ``UPDATE ... RETURNING`` reads back (``seq`` first): the columns it did not set itself.
+CLAIMED = (
+    "seq, id, name, queue, payload, options, priority, enqueued_at, first_due_at, next_run_at, attempts,"
+    " retries, stalls, expires_at, unique_key, finished_at, keep_until, last_error, archive_reason, result,"
+    " errors, lease_token, max_retries, traceback"
+)
 
 #: Writes every mutable column of a task (parameters from :func:`update_params`).
 UPDATE_TASK = (
@@ -43,18 +63,57 @@ class Stored:
     ready_at: float
 
 
-def from_row(row: tuple[Any, ...]) -> Stored:
+def from_row(
+    row: tuple[Any, ...],
+    _record: type[TaskRecord] = TaskRecord,
+    _state: Callable[[str], TaskState] = _STATES.__getitem__,
+    _stored: type[Stored] = Stored,
+) -> Stored:
     """A row in :data:`SELECT_TASK` column order (or any statement returning the same columns)."""
-    reason = row[21]
-    errors = row[23]
-    # positional: TaskRecord's field order; keywords cost more to match, and claims build one per task
-    rec = TaskRecord(
-        row[2], row[3], row[4], _S(row[5]), row[6], row[7], row[8], row[9], row[10], row[11], row[12],
-        row[13], row[14], row[15], row[16], row[17], row[18], row[19], row[20],
-        None if reason is None else ArchiveReason(reason), row[22],
-        () if errors == "[]" else decode_errors(errors), row[24], row[25], bool(row[26]), row[27], row[28],
-    )  # fmt: skip
-    return Stored(rec, row[0], row[1])
+    # unpacked into locals and passed positionally in TaskRecord's field order: a claim builds one per
+    # task, and indexing the row and matching keywords cost twice as much (the defaults bind the
+    # globals once, for the same reason)
+    # fmt: off
+    (
+        seq, ready_at, id_, name, queue, state, payload, options, priority, enqueued_at, first_due_at,
+        next_run_at, attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until,
+        last_error, reason, result, errors, token, lease_expires_at, cancel, max_retries, traceback,
+    ) = row
+    rec = _record(
+        id_, name, queue, _state(state), payload, options, priority, enqueued_at, first_due_at, next_run_at,
+        attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until, last_error,
+        None if reason is None else ArchiveReason(reason), result, () if errors == "[]" else decode_errors(errors),
+        token, lease_expires_at, bool(cancel), max_retries, traceback,
+    )
+    # fmt: on
+    return _stored(rec, seq, ready_at)
+
+
+def claimed(
+    row: tuple[Any, ...],
+    started_at: float,
+    lease_expires_at: float,
+    _record: type[TaskRecord] = TaskRecord,
+    _active: TaskState = _S.ACTIVE,
+) -> TaskRecord:
+    """The record of a task just claimed, from a row in :data:`CLAIMED` column order.
+
+    The claim's ``UPDATE`` set the state, ``started_at``, ``lease_expires_at`` and ``cancel_requested``
+    to values the caller knows, so they are not read back.
+    """
+    # fmt: off
+    (
+        _, id_, name, queue, payload, options, priority, enqueued_at, first_due_at, next_run_at, attempts,
+        retries, stalls, expires_at, unique_key, finished_at, keep_until, last_error, reason, result, errors,
+        token, max_retries, traceback,
+    ) = row
+    return _record(
+        id_, name, queue, _active, payload, options, priority, enqueued_at, first_due_at, next_run_at,
+        attempts, retries, stalls, expires_at, unique_key, started_at, finished_at, keep_until, last_error,
+        None if reason is None else ArchiveReason(reason), result, () if errors == "[]" else decode_errors(errors),
+        token, lease_expires_at, False, max_retries, traceback,
+    )
+    # fmt: on
 
 
 def sort_key(rec: TaskRecord, ready_at: float, aging: float | None) -> float:
