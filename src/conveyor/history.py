@@ -89,8 +89,8 @@ class Tally:
     def __init__(self) -> None:
         self.counts: dict[tuple[str, int], list[int]] = {}
 
-    def add(self, queue: str, kind: str, now: float) -> None:
-        """Count one applied outcome of ``kind`` (``release`` counts nothing)."""
+    def add(self, queue: str, kind: str, now: float, count: int = 1) -> None:
+        """Count ``count`` applied outcomes of ``kind`` (``release`` counts nothing)."""
         index = KINDS.get(kind)
         if index is None:
             return
@@ -98,7 +98,7 @@ class Tally:
         row = self.counts.get(key)
         if row is None:
             row = self.counts[key] = [0, 0, 0]
-        row[index] += 1
+        row[index] += count
 
     def rows(self) -> list[QueueMinute]:
         return [QueueMinute(queue, minute, *row) for (queue, minute), row in self.counts.items()]

@@ -45,8 +45,8 @@ _DELETE_STALE = "DELETE FROM tasks WHERE id = ? AND keep_until <= ?"
 _READY = "SELECT seq FROM tasks WHERE queue = ? AND state = 'pending' ORDER BY sort_key, seq LIMIT ?"
 _CLAIM_BY_COUNT: dict[int, str] = {}
 
-#: The lease of each active task among some ids: ``seq, id, queue, lease_token`` (append ``(?, ...)``).
-_FENCES = "SELECT seq, id, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
+#: The lease of each active task among some ids: ``id, seq, queue, lease_token`` (append ``(?, ...)``).
+_FENCES = "SELECT id, seq, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
 
 # the completion rule's values, as the parameters of the statement below
 _NOW: Any = Param(1)
@@ -243,36 +243,38 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
     then written by one prepared ``UPDATE`` executed for the whole batch, with no record built. The
     other kinds go through the record transitions of :class:`Tx`.
     """
-    fences: dict[str, tuple[int, str, str | None]] = {}
+    fences: dict[str, tuple[str, int, str, str | None]] = {}
     for chunk in _chunks(list({o.task_id for o in outcomes})):
-        cursor = tx.execute(f"{_FENCES} ({_marks(chunk)})", chunk)
-        fences.update((row[1], (row[0], row[2], row[3])) for row in cursor)
+        fences.update({row[0]: row for row in tx.execute(f"{_FENCES} ({_marks(chunk)})", chunk)})
     applied: list[bool] = []
     tally = Tally()
     completed: list[tuple[Any, ...]] = []
+    done: dict[str, int] = {}  # completions per queue, counted into ``tally`` at the end
     events = tx.events
     for outcome in outcomes:
-        fence = fences.get(outcome.task_id)
-        if fence is None or fence[2] != outcome.token:
+        task_id = outcome.task_id
+        fence = fences.get(task_id)
+        if fence is None or fence[3] != outcome.token:
             applied.append(False)
             continue
-        del fences[outcome.task_id]  # settled: a second outcome for it in this batch finds no lease
-        seq, queue, _ = fence
+        del fences[task_id]  # settled: a second outcome for it in this batch finds no lease
+        _, seq, queue, _ = fence
         if outcome.kind == "complete":
             completed.append((now, transitions.kept_until(outcome, now, tx.policy), outcome.result, seq))
-            events.append((outcome.task_id, _ACTIVE, _COMPLETED, queue, now))
+            events.append((task_id, _ACTIVE, _COMPLETED, queue, now))
+            done[queue] = done.get(queue, 0) + 1
         else:
             _complete(tx, completed)  # first: an outcome the rules refuse still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]
             try:
                 tx.change(stored, transitions.settled(stored.rec, outcome, now, tx.policy), now)
             except ValueError:
-                _count(tx, tally)  # and the earlier ones stay counted
+                _count(tx, tally, done, now)  # and the earlier ones stay counted
                 raise
-        tally.add(queue, outcome.kind, now)
+            tally.add(queue, outcome.kind, now)
         applied.append(True)
     _complete(tx, completed)
-    _count(tx, tally)
+    _count(tx, tally, done, now)
     return applied
 
 
@@ -283,7 +285,9 @@ def _complete(tx: Tx, completed: list[tuple[Any, ...]]) -> None:
         completed.clear()
 
 
-def _count(tx: Tx, tally: Tally) -> None:
+def _count(tx: Tx, tally: Tally, done: dict[str, int], now: float) -> None:
+    for queue, count in done.items():
+        tally.add(queue, "complete", now, count)
     for row in tally.rows():
         tx.execute(_COUNT, (row.minute, row.queue, row.completed, row.retried, row.archived))
 
