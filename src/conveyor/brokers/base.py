@@ -67,6 +67,7 @@ from conveyor.brokers.capabilities import (
     Finding,
     ForgetsQueues,
     KeepsHistory,
+    SettlesWithClaim,
     SharesClock,
     WaitsForWork,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "Finding",
     "ForgetsQueues",
     "KeepsHistory",
+    "SettlesWithClaim",
     "SharesClock",
     "WaitsForWork",
     "announce_cancel",

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from conveyor.clock import Clock
 from conveyor.history import QueueMinute
-from conveyor.model import BrokerPolicy, TaskDeclaration, TaskRecord
+from conveyor.model import BrokerPolicy, Outcome, TaskDeclaration, TaskRecord
 
 __all__ = [
     "AnnouncesCancels",
@@ -25,6 +25,7 @@ __all__ = [
     "Finding",
     "ForgetsQueues",
     "KeepsHistory",
+    "SettlesWithClaim",
     "SharesClock",
     "WaitsForWork",
 ]
@@ -105,6 +106,24 @@ class ClaimsAfterWait(Protocol):
         """Block up to ``timeout`` seconds until some call may have made tasks of ``queues`` pending,
         then ``claim(queues, now, lease_for, limit)`` with ``now`` read from ``clock`` when the claim
         runs. Returns the claimed tasks (empty when the timeout passed or another consumer won)."""
+        ...
+
+
+@runtime_checkable
+class SettlesWithClaim(Protocol):
+    """Optional capability: settle outcomes and claim in one call, where each call costs a commit.
+
+    On SQLite every write transaction ends with a disk sync (``synchronous=FULL``); a busy worker's
+    fetcher settles the outcomes finished since its last claim together with its next claim, so a
+    batch of tasks costs one commit instead of two.
+    """
+
+    def settle_and_claim(
+        self, outcomes: Sequence[Outcome], queues: Sequence[str], now: float, lease_for: float, limit: int
+    ) -> tuple[list[bool], list[TaskRecord]]:
+        """``settle(outcomes, now)`` then ``claim(queues, now, lease_for, limit)``, atomically: both or
+        neither. Returns what each returned. An error of the settle (a ``ValueError`` for an unknown
+        outcome kind) is raised as ``settle`` raises it, and no claim is made."""
         ...
 
 

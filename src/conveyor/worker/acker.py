@@ -3,6 +3,12 @@
 Every settle is fenced by the lease token: an outcome whose lease was lost meanwhile is rejected by
 the broker (``False``), logged, and discarded; the task belongs to whoever holds it now. A task stays
 in ``inflight`` (and heartbeated) until its outcome is written, so a slow broker cannot lose it.
+
+On a broker that ``SettlesWithClaim`` (SQLite: every commit is a disk sync) the acker *lingers*: while
+the fetcher is about to claim (``claims_soon``), it leaves the outcomes for the fetcher to ``take`` and
+settle with its claim, in one commit; it settles them itself once ``linger`` seconds have passed since
+it began waiting or since the fetcher last took some, or at once when the fetcher nudges it
+(idle, backing off, or held back by the bound on held tasks) or the acker is stopping.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from conveyor.errors import BrokerError
@@ -33,10 +40,13 @@ _STOP = None
 class Acker:
     """Settles outcomes on its own thread; ``settle_now`` does it in the caller's thread."""
 
-    def __init__(self, app: Host, inflight: Inflight, retry_every: float = 0.5) -> None:
+    def __init__(self, app: Host, inflight: Inflight, retry_every: float = 0.5, linger: float = 0.0) -> None:
         self.app = app
         self.inflight = inflight
         self.retry_every = retry_every
+        self.linger = linger
+        #: Whether a claimer will take the outcomes soon (set by the runtime to the fetcher's hint).
+        self.claims_soon: Callable[[], bool] = lambda: False
         # Outcomes written, counted once per batch: ``failed`` counts retries and archives alike (the
         # registry's figure), ``retried`` the retries alone.
         self.processed = 0
@@ -50,6 +60,8 @@ class Acker:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._nudged = threading.Event()  # stop lingering: look at claims_soon() again
+        self._taken_at = 0.0  # monotonic time of the last take()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="conveyor-acker", daemon=True)
@@ -58,6 +70,7 @@ class Acker:
     def stop(self) -> None:
         """Write everything submitted so far, then stop."""
         self._closed = True
+        self._nudged.set()
         self._put(_STOP)
         if self._thread is not None:
             self._thread.join(timeout=30.0)
@@ -84,6 +97,8 @@ class Acker:
                 self._ready.wait()
             # cleared before taking: an item appended from here on sets it again (nothing is missed)
             self._ready.clear()
+            if self.linger:
+                self._linger()
             stopping = False
             batch: list[tuple[Held, Outcome]] = []
             while len(batch) < _BATCH:
@@ -99,6 +114,44 @@ class Acker:
                 self._write(batch, persistent=True)
             if stopping:
                 return
+
+    def _linger(self) -> None:
+        """Leave the outcomes to a claimer while it is about to claim (see the module docstring)."""
+        deadline = time.monotonic() + self.linger
+        while self._items and not self._closed and self.claims_soon():
+            left = max(deadline, self._taken_at + self.linger) - time.monotonic()
+            if left <= 0:
+                return
+            self._nudged.wait(left)
+            self._nudged.clear()
+
+    def nudge(self) -> None:
+        """The claimer will not claim soon: settle what is waiting now instead of lingering."""
+        self._nudged.set()
+
+    def take(self) -> list[tuple[Held, Outcome]]:
+        """The outcomes waiting (at most a batch), for a claimer to settle with its claim; it hands them
+        to :meth:`settled` once written, or back with :meth:`give_back` if its call failed."""
+        batch: list[tuple[Held, Outcome]] = []
+        items = self._items
+        while len(batch) < _BATCH:
+            try:
+                item = items.popleft()
+            except IndexError:
+                break
+            if item is None:  # the stop marker stays for the acker's own loop
+                items.appendleft(item)
+                break
+            batch.append(item)
+        if batch:
+            self._taken_at = time.monotonic()
+        return batch
+
+    def give_back(self, batch: list[tuple[Held, Outcome]]) -> None:
+        """Outcomes a claimer took but could not write: the acker writes them (first, in their order)."""
+        self._items.extendleft(reversed(batch))
+        self._nudged.set()
+        self._ready.set()
 
     def _write(self, batch: list[tuple[Held, Outcome]], persistent: bool) -> None:
         retry = RetryDelay(min(0.1, self.retry_every), 5.0)
@@ -116,6 +169,12 @@ class Acker:
     def settle_now(self, batch: list[tuple[Held, Outcome]]) -> list[bool]:
         """Settle ``batch`` in one call, log each result, and drop the tasks from ``inflight``."""
         applied = self.app.broker.settle([outcome for _, outcome in batch], self.app.now())
+        self.settled(batch, applied)
+        return applied
+
+    def settled(self, batch: list[tuple[Held, Outcome]], applied: list[bool]) -> None:
+        """``batch`` was settled (``applied``: the broker's answer for each): log each result, count, and
+        drop the tasks from ``inflight``."""
         now = time.monotonic()
         # checked once per batch (log_event() checks per call): successes at DEBUG, the rest at INFO
         log_completed = log.isEnabledFor(event_level("completed"))
@@ -145,4 +204,3 @@ class Acker:
             self.failed += failed
             self.retried += retried
         self.inflight.remove([held for held, _ in batch])
-        return applied

@@ -21,6 +21,10 @@ to find some. When its wait brings tasks, that claimer keeps the waiting place u
 took them (at most :data:`HAND_OVER_WAIT`): otherwise the claimers' next calls (Python code, then a
 send) would run first, on the core and under the GIL the executor needs to start the task, and delay
 it (docs/performance-notes.md). A full fetcher waits for a free slot.
+
+On a broker that ``SettlesWithClaim`` (SQLite), each claim also settles the outcomes the acker holds
+(``Acker.take``): one commit, one disk sync, for both. ``claims_soon`` tells the acker whether to leave
+them for the next claim, and the fetcher nudges the acker whenever that stops being true.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from conveyor.brokers.base import ClaimsAfterWait, WaitsForWork
-from conveyor.model import TaskRecord
+from conveyor.brokers.base import ClaimsAfterWait, SettlesWithClaim, WaitsForWork
+from conveyor.model import Outcome, TaskRecord
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
@@ -43,8 +47,9 @@ from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
     from conveyor.host import Host
+    from conveyor.worker.acker import Acker
 
-__all__ = ["HAND_OVER_WAIT", "TOP_UP_WAIT", "Fetcher", "QueueOrder", "claim"]
+__all__ = ["HAND_OVER_WAIT", "TOP_UP_WAIT", "Fetcher", "QueueOrder", "claim", "settle_and_claim"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -63,6 +68,23 @@ def claim(app: Host, config: WorkerConfig, queues: Sequence[str], limit: int) ->
     if config.middleware:  # usually none
         call_on_claim(config.middleware, queues, time.perf_counter() - started, len(records))
     return records
+
+
+def settle_and_claim(
+    app: Host,
+    config: WorkerConfig,
+    broker: SettlesWithClaim,
+    outcomes: list[Outcome],
+    queues: Sequence[str],
+    limit: int,
+) -> tuple[list[bool], list[TaskRecord]]:
+    """:func:`claim` with ``outcomes`` settled in the same call (the middleware times both)."""
+    now = app.now()
+    started = time.perf_counter()
+    applied, records = broker.settle_and_claim(outcomes, queues, now, config.lease_for, limit)
+    if config.middleware:
+        call_on_claim(config.middleware, queues, time.perf_counter() - started, len(records))
+    return applied, records
 
 
 class QueueOrder:
@@ -101,6 +123,7 @@ class Fetcher:
         inflight: Inflight,
         buffer: Buffer,
         order: QueueOrder | None = None,
+        acker: Acker | None = None,
     ) -> None:
         self.app = app
         self.config = config
@@ -109,8 +132,12 @@ class Fetcher:
         self.order = order or QueueOrder(config.queues, config.weights, config.strict)
         self.prefetch = Prefetch(config.concurrency, config.prefetch, lambda: inflight.finished_total)
         self.claimers = config.claimers or (2 if isinstance(app.broker, ClaimsAfterWait) else 1)
+        broker = app.broker
+        # the acker whose outcomes each claim settles, where the broker does both in one call
+        self.acker = acker if isinstance(broker, SettlesWithClaim) else None
         self._stop = threading.Event()
         self._idle = False  # the last claim found nothing: wait for work before (or while) claiming again
+        self._backing_off = False  # a claim failed: waiting before the next
         self._waiter = threading.Lock()  # held by the one claimer that waits for work
         self._threads: list[threading.Thread] = []
 
@@ -125,6 +152,7 @@ class Fetcher:
         """Stop claiming; returns once no claim is in flight (what it claimed is in the buffer)."""
         self._stop.set()
         self.inflight.wake()
+        self._nudge()
         for thread in self._threads:
             thread.join(timeout=30.0)
 
@@ -151,11 +179,16 @@ class Fetcher:
             self.inflight.release(room)
             delay = retry.next()
             log_failure("fetcher: claim", exc, delay)
+            self._backing_off = True
+            self._nudge()
             self._stop.wait(delay)
+            self._backing_off = False
             return
         retry.reset()
         self._hold(records, reserved=room)
         self._idle = not records
+        if not records:
+            self._nudge()  # it waits for work now: nothing settles with a claim until it finds some
         if wait and records:  # work after idleness: started before any claimer runs again
             self.buffer.wait_taken(HAND_OVER_WAIT)
 
@@ -171,6 +204,8 @@ class Fetcher:
         held_limit, min_batch = 2 * capacity, max(1, capacity // 4)
         room = inflight.room(capacity, held_limit)
         if room <= 0:
+            if self.acker is not None and not self.claims_soon():
+                self.acker.nudge()  # only settling frees room now
             inflight.wait_room(capacity, held_limit, self.config.poll_interval)
             return 0
         if room < min_batch and top_up and self._fed():  # top up in batches
@@ -179,6 +214,18 @@ class Fetcher:
             if not freed and self._fed():
                 return 0
         return inflight.reserve(capacity, held_limit)
+
+    def claims_soon(self) -> bool:
+        """A hint for the acker: a claim will come shortly (this fetcher is not idle, stopping or backing
+        off, and the bound on held tasks leaves room for a batch: only settling frees that room)."""
+        if self._stop.is_set() or self._idle or self._backing_off:
+            return False
+        capacity = self.prefetch.capacity()
+        return 2 * capacity - len(self.inflight) - self.inflight.reserved >= max(1, capacity // 4)
+
+    def _nudge(self) -> None:
+        if self.acker is not None:
+            self.acker.nudge()
 
     def _fed(self) -> bool:
         """The pool has buffered tasks to start, or will have when a claim on its way lands."""
@@ -208,7 +255,19 @@ class Fetcher:
         return [] if self._stop.is_set() else self._claim(room, queues)
 
     def _claim(self, room: int, queues: Sequence[str]) -> list[TaskRecord]:
-        return claim(self.app, self.config, queues, room)
+        acker = self.acker
+        batch = acker.take() if acker is not None else None
+        if not batch:
+            return claim(self.app, self.config, queues, room)
+        assert acker is not None and isinstance(self.app.broker, SettlesWithClaim)
+        outcomes = [outcome for _, outcome in batch]
+        try:
+            applied, records = settle_and_claim(self.app, self.config, self.app.broker, outcomes, queues, room)
+        except BaseException:
+            acker.give_back(batch)  # written by the acker instead, which retries as it always does
+            raise
+        acker.settled(batch, applied)
+        return records
 
     def fetch(self, room: int, queues: Sequence[str] | None = None) -> list[TaskRecord]:
         """Claim up to ``room`` tasks now (from ``queues``, default the next order) into the buffer."""

@@ -26,6 +26,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from conveyor.brokers.base import SettlesWithClaim
 from conveyor.commands import QUIET, STOP
 from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
@@ -53,6 +54,9 @@ __all__ = ["Runtime", "install_signals", "restore_signals"]
 
 log = logging.getLogger("conveyor.worker")
 
+#: The longest an outcome waits for the fetcher's next claim to settle it (``SettlesWithClaim``).
+SETTLE_LINGER = 0.01
+
 
 class Runtime:
     """One worker process's services. ``run()`` blocks until ``request_stop()`` (or a signal)."""
@@ -70,10 +74,12 @@ class Runtime:
         self.worker_id = new_worker_id()
         self.inflight = Inflight()
         self.buffer = Buffer()
-        self.acker = Acker(app, self.inflight)
+        linger = SETTLE_LINGER if isinstance(app.broker, SettlesWithClaim) else 0.0
+        self.acker = Acker(app, self.inflight, linger=linger)
         runner = Runner(executor, config.middleware)
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
-        self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order)
+        self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order, self.acker)
+        self.acker.claims_soon = self.fetcher.claims_soon
         self.heartbeat = Heartbeat(
             app.broker, app.clock, self.inflight, config.heartbeat_every, config.lease_for, reporter
         )

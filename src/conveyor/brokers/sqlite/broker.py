@@ -167,6 +167,19 @@ class SQLiteBroker:
         batch = list(outcomes)
         return self._write(lambda tx: ops.settle(tx, batch, now))
 
+    def settle_and_claim(
+        self, outcomes: Sequence[Outcome], queues: Sequence[str], now: float, lease_for: float, limit: int
+    ) -> tuple[list[bool], list[TaskRecord]]:
+        """``settle`` then ``claim`` in one transaction: one commit (one disk sync under FULL) for both."""
+        batch, names = list(outcomes), list(queues)
+
+        def run(tx: Tx) -> tuple[list[bool], list[TaskRecord]]:
+            applied = ops.settle(tx, batch, now)
+            return applied, ops.claim(tx, names, now, lease_for, limit)
+
+        self._seen.version = self._db.data_version()  # as in claim()
+        return self._write(run)
+
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
         return self._write(lambda tx: ops.extend(tx, task_id, token, now, lease_for))
 

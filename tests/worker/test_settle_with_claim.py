@@ -1,0 +1,127 @@
+"""Outcomes settled with the next claim, on a broker that ``SettlesWithClaim`` (SQLite: one commit for both)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, TaskState
+from conveyor.brokers.base import SettlesWithClaim
+from conveyor.model import Outcome
+from conveyor.worker.acker import Acker
+from conveyor.worker.buffer import Buffer
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.fetcher import Fetcher
+from conveyor.worker.inflight import Held, Inflight
+
+from .conftest import Start, Wait, poll_until
+
+
+@pytest.fixture
+def sqlite_app(tmp_path: Path) -> Iterator[Conveyor]:
+    app = Conveyor(f"sqlite:///{tmp_path / 'conveyor.db'}")
+
+    @app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * 6)
+    yield app
+    app.close()
+
+
+def _parts(app: Conveyor, claimed: int) -> tuple[Inflight, Acker, Fetcher, list[Held]]:
+    inflight = Inflight()
+    acker = Acker(app, inflight)  # not started: only the fetcher writes what it holds
+    fetcher = Fetcher(app, WorkerConfig(concurrency=4, poll_interval=60.0), inflight, Buffer(), acker=acker)
+    fetcher.fetch(claimed)
+    return inflight, acker, fetcher, inflight.snapshot()
+
+
+def _complete(acker: Acker, held: Held) -> None:
+    acker.submit(held, Outcome(held.id, held.token, "complete"))
+
+
+def _state(app: Conveyor, task_id: str) -> TaskState | None:
+    rec = app.broker.get(task_id, app.now())
+    return None if rec is None else rec.state
+
+
+def _completed(app: Conveyor) -> int:
+    return sum(q.counts.get(TaskState.COMPLETED, 0) for q in app.broker.queues(app.now()))
+
+
+def test_sqlite_settles_and_claims_in_one_call(sqlite_app: Conveyor) -> None:
+    assert isinstance(sqlite_app.broker, SettlesWithClaim)
+
+
+def test_a_claim_settles_the_outcomes_the_acker_holds(sqlite_app: Conveyor) -> None:
+    inflight, acker, fetcher, helds = _parts(sqlite_app, 2)
+    for held in helds:
+        _complete(acker, held)
+    claimed = fetcher.fetch(3)
+    assert len(claimed) == 3
+    assert [_state(sqlite_app, held.id) for held in helds] == [TaskState.COMPLETED] * 2
+    assert acker.take() == []  # taken and written by the claim
+    assert acker.processed == 2 and len(inflight) == 3  # counted, and no longer held
+
+
+def test_outcomes_a_failed_claim_took_go_back_to_the_acker_in_order(sqlite_app: Conveyor) -> None:
+    _, acker, fetcher, helds = _parts(sqlite_app, 2)
+    first, second = helds
+    acker.submit(first, Outcome(first.id, first.token, "bogus"))  # the broker refuses the batch
+    _complete(acker, second)
+    with pytest.raises(ValueError, match="bogus"):
+        fetcher.fetch(1)
+    assert [outcome.kind for _, outcome in acker.take()] == ["bogus", "complete"]
+    assert _state(sqlite_app, second.id) is TaskState.ACTIVE  # nothing was claimed or settled after it
+
+
+def test_take_leaves_the_stop_marker_for_the_acker(sqlite_app: Conveyor) -> None:
+    _, acker, _, helds = _parts(sqlite_app, 1)
+    _complete(acker, helds[0])
+    acker.start()
+    acker.stop()  # the acker's own loop still writes what it holds, then stops
+    assert _state(sqlite_app, helds[0].id) is TaskState.COMPLETED
+    assert acker.take() == []
+
+
+def test_a_lingering_acker_leaves_outcomes_to_the_claim_until_nudged(sqlite_app: Conveyor, wait_until: Wait) -> None:
+    inflight = Inflight()
+    acker = Acker(sqlite_app, inflight, linger=60.0)
+    soon = threading.Event()
+    soon.set()
+    acker.claims_soon = soon.is_set
+    helds = inflight.add(sqlite_app.broker.claim(["default"], sqlite_app.now(), 30.0, limit=2))
+    acker.start()
+    try:
+        _complete(acker, helds[0])
+        time.sleep(0.2)  # (a window for the acker to write it, which it must not take)
+        assert _state(sqlite_app, helds[0].id) is TaskState.ACTIVE  # a claim is coming: left for it
+        assert [held.id for held, _ in acker.take()] == [helds[0].id]  # (as the claim would take it)
+        _complete(acker, helds[1])
+        soon.clear()
+        acker.nudge()  # no claim soon: the acker writes it now, not after its 60 s linger
+        wait_until(lambda: _state(sqlite_app, helds[1].id) is TaskState.COMPLETED, what="the nudged settle")
+    finally:
+        acker.stop()
+
+
+def test_a_busy_sqlite_worker_settles_with_its_claims(sqlite_app: Conveyor, start_worker: Start) -> None:
+    settles: list[int] = []
+    broker = sqlite_app.broker
+    settle = broker.settle
+
+    def counting_settle(outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        settles.append(len(outcomes))
+        return settle(outcomes, now)
+
+    broker.settle = counting_settle  # type: ignore[method-assign]
+    for _ in range(994):
+        sqlite_app.enqueue("job")
+    start_worker(sqlite_app)
+    poll_until(lambda: _completed(sqlite_app) == 1000, 30.0, "the drain")
+    assert sum(settles) < 500  # most outcomes rode with a claim instead of a settle of their own
