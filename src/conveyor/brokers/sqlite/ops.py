@@ -8,7 +8,7 @@ from typing import Any
 
 from conveyor.brokers import transitions
 from conveyor.brokers.base import ready_key
-from conveyor.brokers.sqlite.rows import CLAIMED
+from conveyor.brokers.sqlite.rows import CLAIMED, FRESH, fresh
 from conveyor.brokers.sqlite.rows import claimed as from_claimed
 from conveyor.brokers.sqlite.tx import Param, Tx, set_clause
 from conveyor.errors import QueueFull
@@ -44,6 +44,8 @@ _DELETE_STALE = "DELETE FROM tasks WHERE id = ? AND keep_until <= ?"
 #: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
 _READY = "SELECT seq FROM tasks WHERE queue = ? AND state = 'pending' ORDER BY sort_key, seq LIMIT ?"
 _CLAIM_BY_COUNT: dict[int, str] = {}
+#: Claimed tasks read whole (append ``(?, ...)``): those the claim's ``RETURNING`` flagged.
+_CLAIMED_WHOLE = f"SELECT {CLAIMED} FROM tasks WHERE seq IN"
 
 #: The lease of each active task among some ids: ``id, seq, queue, lease_token`` (append ``(?, ...)``).
 _FENCES = "SELECT id, seq, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
@@ -189,9 +191,10 @@ def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: in
 
     The sweep first archives every pending task past ``expires_at`` (``reap``), so what is pending
     after it can be claimed as it is: one index read picks a queue's tasks and one ``UPDATE ...
-    RETURNING`` activates them all. The returned rows come in no particular order; they are put back
-    in the order the index gave. A lease token is a random base (``os.urandom``, fork-safe) plus the
-    row's ``seq``, as on Redis.
+    RETURNING`` activates them all, reading back the few columns a fresh task has (``rows.FRESH``);
+    the rare task with more to it is read whole by one more statement. The returned rows come in no
+    particular order; they are put back in the order the index gave. A lease token is a random base
+    (``os.urandom``, fork-safe) plus the row's ``seq``, as on Redis.
     """
     if tx.anything_due(now):
         tx.promote(now, None)
@@ -220,7 +223,14 @@ def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: in
         expires = now + lease_for
         rows = conn.execute(_claim_sql(len(seqs)), (now, expires, base, *seqs)).fetchall()
         rows.sort(key=lambda row: order[row[0]])
-        claimed.extend([from_claimed(row, now, expires) for row in rows])
+        more = [row[0] for row in rows if row[-1]]
+        if more:
+            whole = {row[0]: row for row in conn.execute(f"{_CLAIMED_WHOLE} ({_marks(more)})", more)}
+            claimed.extend(
+                [from_claimed(whole[row[0]], now, expires) if row[-1] else fresh(row, now, expires) for row in rows]
+            )
+        else:
+            claimed.extend([fresh(row, now, expires) for row in rows])
         events.extend([(row[1], _PENDING, _ACTIVE, queue, now) for row in rows])
     return claimed
 
@@ -231,7 +241,7 @@ def _claim_sql(count: int) -> str:
         sql = _CLAIM_BY_COUNT[count] = (
             "UPDATE tasks SET state = 'active', attempts = attempts + 1, started_at = ?1, sort_key = ?1,"
             " lease_token = ?3 || seq, lease_expires_at = ?2, cancel_requested = 0"
-            f" WHERE seq IN ({','.join('?' * count)}) RETURNING {CLAIMED}"
+            f" WHERE seq IN ({','.join('?' * count)}) RETURNING {FRESH}"
         )
     return sql
 
