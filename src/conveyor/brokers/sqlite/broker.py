@@ -97,7 +97,7 @@ class SQLiteBroker:
         last: list[Tx] = []
 
         def attempt(conn: sqlite3.Connection) -> T | _Failed:
-            tx = Tx(conn, self.policy)
+            tx = Tx(conn, self.policy, self._origin)
             last[:] = [tx]
             result: T | _Failed
             try:

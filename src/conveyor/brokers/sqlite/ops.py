@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from conveyor.brokers import transitions
 from conveyor.brokers.base import ready_key
 from conveyor.brokers.sqlite.rows import CLAIMED, FRESH, fresh
 from conveyor.brokers.sqlite.rows import claimed as from_claimed
-from conveyor.brokers.sqlite.tx import Param, Tx, set_clause
+from conveyor.brokers.sqlite.tx import LISTENING, Param, Tx, set_clause
 from conveyor.errors import QueueFull
 from conveyor.history import KEEP_MINUTES, Tally, window
 from conveyor.model import (
@@ -39,6 +40,12 @@ _INSERT_TASK = (
 )
 _INSERT_NEW_TASK = f"{_INSERT_TASK} ON CONFLICT (id) DO NOTHING"
 _DELETE_STALE = "DELETE FROM tasks WHERE id = ? AND keep_until <= ?"
+#: Before a one-task enqueue: whether anyone listens
+#: (``Tx.listening``), whether ``:queue`` has a row, and its settings (as ``Tx.settings`` reads them).
+_PRELUDE = (
+    f"SELECT {LISTENING}, q.rowid IS NOT NULL,"
+    " q.max_size, q.concurrency, q.aging, q.paused FROM (SELECT 1) LEFT JOIN queues q ON q.name = :queue"
+)
 
 
 #: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
@@ -72,9 +79,20 @@ def _marks(items: Sequence[Any]) -> str:
 
 
 def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
-    """Insert ``tasks`` (duplicates skipped); raises QueueFull before writing any of them."""
-    if len(tasks) == 1 and tasks[0].unique_key is None and tx.settings(tasks[0].queue).max_size is None:
-        return [_enqueue_one(tx, tasks[0], now)]
+    """Insert ``tasks`` (duplicates skipped); raises QueueFull before writing any of them.
+
+    A single task without a unique key reads whether anyone listens for events and its queue's
+    settings in one statement (a one-task enqueue is a handful of statements in all, and each counts
+    against a bare commit).
+    """
+    if len(tasks) == 1 and tasks[0].unique_key is None:
+        task = tasks[0]
+        listening, known, *settings = tx.conn.execute(
+            _PRELUDE, {"wall": time.time(), "origin": tx.origin, "queue": task.queue}
+        ).fetchone()
+        tx.listening = listening == 1
+        if tx.know_settings(task.queue, settings if known else None).max_size is None:
+            return [_enqueue_one(tx, task, now)]
     existing: set[str] = set()
     stale: set[str] = set()  # ids held by a task past its retention: replaced (``clean`` deletes the others)
     for chunk in _chunks(list({t.id for t in tasks})):

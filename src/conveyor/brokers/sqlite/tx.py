@@ -22,7 +22,7 @@ from conveyor.brokers.transitions import READY_AT, Change
 from conveyor.errors import TaskNotFound
 from conveyor.model import ArchiveReason, BrokerPolicy, QueueSettings, TaskState
 
-__all__ = ["EventRow", "Param", "Tx", "load_settings", "set_clause"]
+__all__ = ["LISTENING", "EventRow", "Param", "Tx", "load_settings", "set_clause"]
 
 _S = TaskState
 
@@ -31,15 +31,22 @@ _SETTINGS = "SELECT max_size, concurrency, aging, paused FROM queues WHERE name 
 #: fortieth of an Event to build) and the broker makes Events of them only for a subscriber.
 EventRow = tuple[str, str | None, str, str, float]
 
+#: Whether a broker object other than ``:origin`` listens for events (1 or 0), at wall-clock time ``:wall``.
+LISTENING = "EXISTS (SELECT 1 FROM listeners WHERE until > :wall AND origin != :origin)"
+_LISTENING = f"SELECT {LISTENING}"
 _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queue, at) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class Tx:
     """Transitions applied inside one write transaction; ``events`` lists what changed, in order."""
 
-    def __init__(self, conn: sqlite3.Connection, policy: BrokerPolicy) -> None:
+    def __init__(self, conn: sqlite3.Connection, policy: BrokerPolicy, origin: str = "") -> None:
         self.conn = conn
         self.policy = policy
+        self.origin = origin  # the broker object's (``save_events``)
+        #: Whether another broker object listens for events, once read (an operation may read it with
+        #: what it reads first; any time in a write transaction is as good as its end).
+        self.listening: bool | None = None
         self.events: list[EventRow] = []
         self._writes: dict[int, tuple[Any, ...]] = {}
         self._settings: dict[str, QueueSettings] = {}
@@ -70,6 +77,14 @@ class Tx:
                 self._known.add(queue)
         return cached
 
+    def know_settings(self, queue: str, row: tuple[Any, ...] | None) -> QueueSettings:
+        """``queue``'s settings from a row the caller read (``max_size, concurrency, aging, paused``;
+        None: the queue has no row), kept as :meth:`settings` would keep them."""
+        settings = self._settings[queue] = _settings(queue, row)
+        if row is not None:
+            self._known.add(queue)
+        return settings
+
     def queue_known(self, queue: str) -> bool:
         """Whether ``queue`` has its row in ``queues`` (read by :meth:`settings` in this transaction)."""
         return queue in self._known
@@ -83,10 +98,10 @@ class Tx:
         self.flush()
         if not self.events:
             return 0
-        listening = self.conn.execute(
-            "SELECT 1 FROM listeners WHERE until > ? AND origin != ? LIMIT 1", (time.time(), origin)
-        ).fetchone()
-        if listening is not None:
+        listening = self.listening
+        if listening is None:
+            listening = self.conn.execute(_LISTENING, {"wall": time.time(), "origin": origin}).fetchone()[0] == 1
+        if listening:
             self.conn.executemany(_INSERT_EVENT, [(origin, *event) for event in self.events])
             return len(self.events)
         return 0
