@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 
 from conveyor import Conveyor, FakeClock, Worker
-from conveyor.worker.prefetch import HORIZON, MOST, WINDOW, Prefetch
+from conveyor.worker.prefetch import HORIZON, MOST, MOST_SYNCED, WINDOW, Prefetch
 
 Start = Callable[..., Worker]
 Wait = Callable[..., None]
@@ -76,3 +76,12 @@ def test_a_default_worker_holds_no_slow_task_beyond_its_slots(
     finally:
         gate.set()
     wait_until(lambda: live_app.stats()["default"]["completed"] == 20, what="all done")
+
+
+def test_a_broker_whose_commits_sync_gets_a_higher_cap() -> None:
+    finished, clock = Finished(), FakeClock(0.0)
+    prefetch = Prefetch(10, None, finished, clock, most=MOST_SYNCED)
+    finished.count = 1_000_000
+    clock.set(1.0)  # 1M tasks/s: capped, higher than MOST
+    assert MOST_SYNCED > MOST
+    assert prefetch.capacity() == 10 + MOST_SYNCED

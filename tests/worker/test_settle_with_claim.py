@@ -17,6 +17,7 @@ from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.fetcher import Fetcher
 from conveyor.worker.inflight import Held, Inflight
+from conveyor.worker.prefetch import MOST_SYNCED
 
 from .conftest import Start, Wait, poll_until
 
@@ -56,6 +57,11 @@ def _completed(app: Conveyor) -> int:
 
 def test_sqlite_settles_and_claims_in_one_call(sqlite_app: Conveyor) -> None:
     assert isinstance(sqlite_app.broker, SettlesWithClaim)
+
+
+def test_a_sqlite_fetcher_prefetches_up_to_the_synced_cap(sqlite_app: Conveyor) -> None:
+    _, _, fetcher, _ = _parts(sqlite_app, 1)
+    assert fetcher.prefetch.most == MOST_SYNCED
 
 
 def test_a_claim_settles_the_outcomes_the_acker_holds(sqlite_app: Conveyor) -> None:

@@ -42,7 +42,7 @@ from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Inflight
 from conveyor.worker.middleware import call_on_claim
-from conveyor.worker.prefetch import Prefetch
+from conveyor.worker.prefetch import MOST, MOST_SYNCED, Prefetch
 from conveyor.worker.service import RetryDelay, log_failure
 
 if TYPE_CHECKING:
@@ -130,11 +130,13 @@ class Fetcher:
         self.inflight = inflight
         self.buffer = buffer
         self.order = order or QueueOrder(config.queues, config.weights, config.strict)
-        self.prefetch = Prefetch(config.concurrency, config.prefetch, lambda: inflight.finished_total)
-        self.claimers = config.claimers or (2 if isinstance(app.broker, ClaimsAfterWait) else 1)
         broker = app.broker
+        synced = isinstance(broker, SettlesWithClaim)
+        most = MOST_SYNCED if synced else MOST
+        self.prefetch = Prefetch(config.concurrency, config.prefetch, lambda: inflight.finished_total, most=most)
+        self.claimers = config.claimers or (2 if isinstance(broker, ClaimsAfterWait) else 1)
         # the acker whose outcomes each claim settles, where the broker does both in one call
-        self.acker = acker if isinstance(broker, SettlesWithClaim) else None
+        self.acker = acker if synced else None
         self._stop = threading.Event()
         self._idle = False  # the last claim found nothing: wait for work before (or while) claiming again
         self._backing_off = False  # a claim failed: waiting before the next

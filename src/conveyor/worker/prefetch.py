@@ -9,6 +9,10 @@ worker with free slots, waits at most that long behind tasks this worker holds a
 The exception is a queue whose short tasks are followed by slow ones: the claim made at the short
 tasks' rate may take up to :data:`MOST` slow ones, as a fixed prefetch of that size would (the
 allowance falls to none within :data:`WINDOW` of the rate falling, for the claims after it).
+
+Where every commit is a disk sync (a broker that ``SettlesWithClaim``: SQLite) the cap is
+:data:`MOST_SYNCED`: the work a worker holds must cover a commit's wait (0.5-5 ms on a busy disk)
+while the pool runs, and the fewer commits per task, the fewer syncs.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["HORIZON", "MOST", "WINDOW", "Prefetch"]
+__all__ = ["HORIZON", "MOST", "MOST_SYNCED", "WINDOW", "Prefetch"]
 
 #: Seconds of work (at the recent finishing rate) held beyond the busy slots.
 HORIZON = 0.01
 #: The most tasks prefetched when the rate is high.
 MOST = 100
+#: The most tasks prefetched where each commit is a disk sync (``SettlesWithClaim``).
+MOST_SYNCED = 300
 #: The rate is measured over at least this many seconds (shorter calls reuse the last allowance).
 WINDOW = 0.05
 
@@ -35,8 +41,10 @@ class Prefetch:
         prefetch: int | None,
         finished: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
+        most: int = MOST,
     ) -> None:
         self.concurrency = concurrency
+        self.most = most
         self.fixed = prefetch
         self.finished = finished  # tasks finished since the start: a count that only grows
         self.clock = clock
@@ -50,6 +58,6 @@ class Prefetch:
             elapsed = now - self._since
             if elapsed >= WINDOW:  # several claimers may get here at once: each writes a fair reading
                 done = self.finished()
-                self.allowance = min(MOST, int((done - self._done) / elapsed * HORIZON))
+                self.allowance = min(self.most, int((done - self._done) / elapsed * HORIZON))
                 self._since, self._done = now, done
         return self.concurrency + self.allowance
