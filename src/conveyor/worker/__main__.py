@@ -26,7 +26,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = Worker(load_app(ns.app), config)
     if ns.parent_pid is not None:
         watch_parent(ns.parent_pid, worker.stop)
-    return worker.run(reporter=PipeReporter(ns.report_fd))
+    reporter = PipeReporter(ns.report_fd)
+    reporter.start()
+    try:
+        return worker.run(reporter=reporter)
+    finally:
+        reporter.close()
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 Children are ``python -m conveyor.worker <app> ...`` in their own session (a terminal's Ctrl-C reaches
 only the supervisor, which forwards it once). A crashed child's tasks are recovered through their
 leases, like any dead worker's (so stall accounting still archives a task that keeps killing its
-process). Each child reports ``start``/``end`` of every task over a pipe (see ``child.py``); a child
-running a task past its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout``
-(retryable, per its policy) and the other tasks the child held are released at once. A child that
+process). Each child reports ``start``/``end`` of its tasks over a pipe (see ``child.py``: in batches,
+and nothing about a task that ends within ``FLUSH_DELAY`` of its start); a child running a task past
+its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout`` (retryable, per its
+policy) and the other running tasks it had reported are released at once. A child that
 reports a cancelled task (``cancel <id> <token>``: the broker archived it ``cancelled`` and revoked its lease)
 and still runs it ``CANCEL_GRACE`` seconds later gets SIGTERM, then SIGKILL ``CANCEL_GRACE`` after that
 if the task still runs; it is replaced like any child that exits.
@@ -53,9 +54,9 @@ class Child:
     running: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # id → (token, deadline)
     cancelled: dict[str, float] = field(default_factory=dict)  # running id → when its child gets SIGTERM
     kill_at: float | None = None  # sent SIGTERM for a cancel: SIGKILL then if a cancelled task still runs
-    # (id, token) of cancels reported before their task's start: the child's heartbeat and its pool
-    # write from different threads. The token keeps one from matching a later claim of the same id.
-    early_cancels: set[tuple[str, str]] = field(default_factory=set)
+    # (id, token) → when, of cancels reported before their task's start: the child's heartbeat and its
+    # pool report from different threads. The token keeps one from matching a later claim of the same id.
+    early_cancels: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -119,20 +120,23 @@ class Supervisor:
                 self._report(child, line.decode())
 
     def _report(self, child: Child, line: str) -> None:
+        """One line of ``child.py``'s protocol; its times are the child's ``time.monotonic()`` readings
+        (the system-wide clock: a report written late still sets the deadline of the task's real start)."""
         parts = line.split()
-        if parts[:1] == ["start"] and len(parts) == 4:
-            timeout = None if parts[3] == "-" else float(parts[3])
-            deadline = None if timeout is None else time.monotonic() + timeout + KILL_SLACK
+        if parts[:1] == ["start"] and len(parts) in (4, 5):
+            started = float(parts[4]) if len(parts) == 5 else time.monotonic()
+            deadline = None if parts[3] == "-" else started + float(parts[3]) + KILL_SLACK
             child.running[parts[1]] = (parts[2], deadline)
-            if (parts[1], parts[2]) in child.early_cancels:
-                child.early_cancels.discard((parts[1], parts[2]))
-                child.cancelled[parts[1]] = time.monotonic() + CANCEL_GRACE
-        elif parts[:1] == ["cancel"] and len(parts) == 3:
+            cancelled_at = child.early_cancels.pop((parts[1], parts[2]), None)
+            if cancelled_at is not None:
+                child.cancelled[parts[1]] = cancelled_at + CANCEL_GRACE
+        elif parts[:1] == ["cancel"] and len(parts) in (3, 4):
+            at = float(parts[3]) if len(parts) == 4 else time.monotonic()
             running = child.running.get(parts[1])
             if running is None:
-                child.early_cancels.add((parts[1], parts[2]))
+                child.early_cancels[(parts[1], parts[2])] = at
             elif running[0] == parts[2]:
-                child.cancelled[parts[1]] = time.monotonic() + CANCEL_GRACE
+                child.cancelled[parts[1]] = at + CANCEL_GRACE
         elif parts[:1] == ["end"] and len(parts) == 2:
             child.running.pop(parts[1], None)
             child.cancelled.pop(parts[1], None)

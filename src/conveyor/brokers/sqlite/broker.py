@@ -136,7 +136,10 @@ class SQLiteBroker:
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
         self._seen.version = self._db.data_version()  # before the claim: no commit after it goes unseen
-        return self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit))
+        records = self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit))
+        if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
+            self._bell.ring()
+        return records
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Block up to ``timeout`` s until another connection (any process) commits to the file.

@@ -1,16 +1,25 @@
-"""Connections to one SQLite file: opening checks, one connection per thread, busy retries, error mapping.
+"""Connections to one SQLite file: opening checks, one connection per thread, busy waits, group commits.
 
 Each thread gets its own connection (reads never wait for each other; a WAL reader never blocks a
 writer), closed when that thread ends (its thread-local slot goes, and a finalizer closes it) or when
 the broker closes, whichever comes first: a worker whose threads come and go holds no stale file
-handles. Write transactions of one broker object are serialized by a process-local lock, so threads
-of one process queue up in Python instead of spinning in SQLite's busy handler. Writers of *other
-processes* meet ``SQLITE_BUSY``: SQLite's own handler only covers the first few milliseconds
-(``_SQLITE_WAIT``), then this module retries the whole transaction with short jittered sleeps
-(capped at ``_RETRY_MAX``) until ``busy_timeout`` has passed, then raises ``BrokerUnavailable``.
-SQLite's built-in schedule backs off to 100 ms sleeps, so a waiting process keeps losing the lock
-to a busy one; short random sleeps share the file far more fairly. Every ``sqlite3`` exception
-leaves here as a :mod:`conveyor.errors` type.
+handles. Every ``sqlite3`` exception leaves here as a :mod:`conveyor.errors` type.
+
+**Writes of one process** are serialized by a process-local lock, so its threads queue up in Python
+instead of spinning in SQLite's busy handler, and the writes that queued up while one ran or waited
+for the file are then made in *one* transaction, each in a savepoint of its own (a group commit: a
+worker's claim and its acker's settle, queued together behind another process's transaction, share
+one commit, one WAL sync under ``synchronous=FULL``). A write that fails rolls back its own savepoint
+only; a busy file or a failed commit retries or fails the whole group.
+
+**Writers of other processes** meet ``SQLITE_BUSY`` (SQLite's own busy handler is off: it sleeps 1,
+2, 5 ms, while the lock is held for well under a millisecond, and with several processes on the
+file its waiters kept losing the lock to busy ones). A writer that finds the file locked sleeps on
+the ``<path>-turn`` FIFO (``wake.Doorbell``), which every writer rings as its write transaction ends,
+so the next writer tries within a scheduler hop of the commit; one ring wakes one waiter. It retries
+the whole transaction until ``busy_timeout`` has passed, then raises ``BrokerUnavailable``. A writer
+that does not ring (another tool; a process killed mid-transaction, whose lock the kernel releases)
+is covered by the waits' timeouts: short, jittered and growing to ``_RETRY_MAX``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import TypeVar
 
 from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.schema import check_version, migrate, stored_version
+from conveyor.brokers.sqlite.wake import Doorbell
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError, SchemaError
 
 __all__ = ["Database"]
@@ -35,8 +45,7 @@ log = logging.getLogger("conveyor.brokers.sqlite")
 
 T = TypeVar("T")
 
-_SQLITE_WAIT = 0.01  # seconds SQLite's own busy handler waits before we take over
-_RETRY_FIRST = 0.0005
+_RETRY_FIRST = 0.002  # seconds: the first wait for a locked file (a ring ends it sooner)
 _RETRY_MAX = 0.01
 
 
@@ -47,6 +56,9 @@ class Database:
         self.config = config
         self.path = config.path
         self.write_lock = threading.Lock()
+        self._queued: list[_Write] = []  # writes waiting for write_lock, taken by whoever holds it
+        self._queued_lock = threading.Lock()
+        self._turn = Doorbell(config.path, "-turn")
         self._local = threading.local()
         self._conns: set[sqlite3.Connection] = set()  # open ones; whoever takes one out closes it
         self._conns_lock = threading.RLock()  # re-entrant: a finalizer may run wherever a slot goes
@@ -95,7 +107,7 @@ class Database:
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=_SQLITE_WAIT,
+                timeout=0.0,
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=256,
@@ -103,7 +115,7 @@ class Database:
         except sqlite3.Error as exc:
             raise ConfigurationError(f"cannot open {self.path}: {exc}") from None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(_SQLITE_WAIT * 1000)}")
+            conn.execute("PRAGMA busy_timeout = 0")  # _retry waits, woken by the turn FIFO
             conn.execute(f"PRAGMA synchronous = {self.config.synchronous}")
             conn.execute("PRAGMA temp_store = MEMORY")
             conn.execute("PRAGMA cache_size = -16000")
@@ -148,13 +160,43 @@ class Database:
             self._generation += 1
         for conn in conns:
             _close(conn, self.path)
+        self._turn.close()
 
     # -- transactions --------------------------------------------------------------------------
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, retried whole while the file is busy."""
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried whole while the file is busy; the
+        writes of other threads queued meanwhile may share it (each in its own savepoint)."""
+        write = _Write(fn)
+        with self._queued_lock:
+            self._queued.append(write)
         with self.write_lock:
-            return self._retry(lambda: self._transaction(fn, "BEGIN IMMEDIATE"))
+            if not write.done:  # else the thread that held the lock before made it
+                self._write_group()
+        return write.outcome()  # type: ignore[return-value]
+
+    def _write_group(self) -> None:
+        """Make every queued write in one transaction (write_lock held)."""
+        group: list[_Write] = []
+
+        def attempt() -> None:
+            with self._queued_lock:  # the ones queued while this thread waited for the file too
+                group.extend(self._queued)
+                self._queued.clear()
+            if len(group) == 1:
+                write = group[0]
+                write.result = self._transaction(write.fn, "BEGIN IMMEDIATE")
+                write.error = None
+            else:
+                self._transaction(lambda conn: _apply(conn, group, self.path), "BEGIN IMMEDIATE")
+
+        try:
+            self._retry(attempt)
+        except BaseException as exc:
+            for write in group:
+                write.result, write.error = None, exc
+        for write in group:
+            write.done = True
 
     def data_version(self) -> int:
         """``PRAGMA data_version`` of this thread's connection: it moves when another connection commits."""
@@ -180,6 +222,9 @@ class Database:
                 except sqlite3.Error:  # the original error matters more
                     log.debug("rollback on %s failed", self.path, exc_info=True)
             raise
+        finally:
+            if begin != "BEGIN":  # it held the write lock: the next writer waiting may go
+                self._turn.ring()
         return result
 
     def _retry(self, fn: Callable[[], T]) -> T:
@@ -197,8 +242,41 @@ class Database:
                         f"{self.path} stayed locked by another connection for more than"
                         f" {self.config.busy_timeout:g}s (busy_timeout): {exc}"
                     ) from None
-                time.sleep(min(random.uniform(0, delay), remaining))
+                self._turn.wait(min(random.uniform(delay / 2, delay), remaining))
                 delay = min(delay * 2, _RETRY_MAX)
+
+
+class _Write:
+    """One call of :meth:`Database.write`, made by whichever thread holds the write lock first."""
+
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        self.fn = fn
+        self.done = False
+        self.result: object = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> object:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _apply(conn: sqlite3.Connection, group: list[_Write], path: str) -> None:
+    """Run each write of ``group`` in a savepoint: one that raises leaves no trace and gets its error,
+    the others go on. A busy file, or a savepoint that cannot be rolled back, fails the whole group."""
+    for number, write in enumerate(group):
+        conn.execute(f"SAVEPOINT w{number}")
+        try:
+            write.result, write.error = write.fn(conn), None
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error) and _is_busy(exc):
+                raise
+            conn.execute(f"ROLLBACK TO w{number}")
+            write.result = None
+            write.error = _translate(exc, path) if isinstance(exc, sqlite3.Error) else exc
+        conn.execute(f"RELEASE w{number}")
 
 
 class _Slot:

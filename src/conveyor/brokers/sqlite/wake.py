@@ -1,11 +1,18 @@
-"""Waking idle consumers of other processes at once: a FIFO beside the database file (``<path>-wake``).
+"""Waking waiters of other processes at once: FIFOs beside the database file.
 
-A consumer waiting for work (``SQLiteBroker.wait_for_work``) holds the FIFO open for reading and
-sleeps in ``select`` on it; a broker that has just committed a transaction that made a task pending
-writes one byte to it. The writer opens it without blocking, so with no reader (nobody idle, or
+``<path>-wake``: a consumer waiting for work (``SQLiteBroker.wait_for_work``) holds the FIFO open
+for reading and sleeps in ``select`` on it; a broker that has just committed a transaction that
+made a task pending writes one byte to it. ``<path>-turn`` (``db.py``): a writer that found the
+file locked by another connection sleeps on it, and every writer rings it as its transaction ends.
+The writer opens it without blocking, so with no reader (nobody idle, or
 no consumer yet) a ring costs one failed ``open`` and nothing waits; a full pipe (readers busy) just
 drops the byte. The byte is a hint: the consumer still claims, and it still checks ``PRAGMA
 data_version`` on a longer interval for writers that do not ring (older versions, other tools).
+
+A ring wakes one waiter, not all: ``select`` reports the byte to every process sleeping on the FIFO,
+but only the one that reads it returns; the others sleep on. So one task enqueued wakes one idle
+worker, not every worker on the file to race for it (a claim that takes a full batch rings again,
+for the next one: ``SQLiteBroker.claim``), and one commit lets one waiting writer try the lock.
 
 Where FIFOs do not exist (Windows) or the path is taken by something that is not a FIFO, both
 sides turn themselves off and the consumer falls back to polling ``data_version`` alone.
@@ -32,8 +39,8 @@ _QUIET = 0.01
 class Doorbell:
     """The FIFO of one database file: ``ring`` after a commit, ``wait`` while idle. Thread-safe."""
 
-    def __init__(self, db_path: str) -> None:
-        self.path = f"{db_path}-wake"
+    def __init__(self, db_path: str, suffix: str = "-wake") -> None:
+        self.path = f"{db_path}{suffix}"
         self._mode = 0o600
         with contextlib.suppress(OSError):
             self._mode = os.stat(db_path).st_mode & 0o666  # whoever may write the database may ring
@@ -77,20 +84,28 @@ class Doorbell:
         return self._reading() is not None
 
     def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` s or until a ring; True if rung. False at once when not usable."""
+        """Sleep up to ``timeout`` s or until a ring this waiter takes; True if rung. False at once when
+        not usable."""
         fd = self._reading()
         if fd is None:
             return False
+        deadline = time.monotonic() + max(timeout, 0.0)
         try:
-            ready, _, _ = select.select([fd], [], [], max(timeout, 0.0))
-            if not ready:
-                return False
-            with contextlib.suppress(BlockingIOError):
-                while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
-                    pass
+            while True:
+                ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))
+                if not ready:
+                    return False
+                try:
+                    if not os.read(fd, 4096):
+                        return False  # end of file: cannot happen while we hold a write end
+                except BlockingIOError:  # another waiter took the ring: sleep on
+                    continue
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
+                        pass
+                return True
         except (OSError, ValueError):  # closed by close() meanwhile: the caller checks its data_version
             return False
-        return True
 
     def close(self) -> None:
         with self._lock:

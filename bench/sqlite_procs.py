@@ -1,0 +1,226 @@
+"""``python -m bench.sqlite_procs``: several worker processes on one SQLite file (issue 42).
+
+For each shape (1, 2, 4 processes by default) it starts the workers on an empty file, as a user
+does: ``--mode commands`` starts N separate ``python -m conveyor worker tasks:app`` commands,
+``--mode pool`` one ``python -m conveyor worker tasks:app -p N`` (a supervisor and N children).
+Once every process has registered, it enqueues ``--tasks`` no-op tasks in one transaction and
+times the drain from that commit to the last completion, with the CPU of the worker processes
+(children included) over that span. Each worker process counts the tasks it ran (written as it
+exits), which gives the shares between processes (fairness), and its log is searched for any line
+that mentions a locked database and for lines at WARNING or above. Every shape runs once per
+``--reps``, in turn, so a slow phase of the shared machine weighs on all of them alike; each row
+also gives its drain rate as a ratio to the same repetition's one-command row (the aim: 2 and 4
+processes at least as fast as one).
+
+Importable: ``curve(n_tasks, processes, mode)`` returns one dict per shape (see :func:`curve`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from conveyor import Conveyor
+from conveyor.model import TaskState
+
+__all__ = ["MODES", "curve", "main"]
+
+#: ``commands``: N separate ``conveyor worker`` commands; ``pool``: one ``conveyor worker -p N``.
+MODES = ("commands", "pool")
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+_TASKS_PY = """
+import atexit
+import os
+
+from conveyor import Conveyor
+
+app = Conveyor({url!r})
+done = 0
+
+
+@app.task
+def noop() -> None:
+    global done
+    done += 1
+
+
+@atexit.register
+def _count() -> None:
+    if done:
+        with open(os.path.join({directory!r}, f"done-{{os.getpid()}}"), "w") as file:
+            file.write(str(done))
+"""
+
+
+def _tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            threads = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK
+        for thread in threads:
+            try:
+                todo += [int(c) for c in (thread / "children").read_text().split()]
+            except OSError:
+                continue
+    return total
+
+
+def _start(directory: Path, args: list[str], number: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "conveyor", "worker", "tasks:app", *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), *sys.path])}
+    log = (directory / f"worker{number}.log").open("wb")
+    with log:
+        return subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log, start_new_session=True)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM (a graceful stop, so each process writes its count), then SIGKILL after 30 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _completed(app: Conveyor) -> int:
+    return sum(q.counts.get(TaskState.COMPLETED, 0) for q in app.broker.queues(app.now()))
+
+
+def _wait_registered(app: Conveyor, count: int, procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(app.broker.workers(app.now())) < count:
+        if any(proc.poll() is not None for proc in procs):
+            raise RuntimeError("a worker exited before it started")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{count} workers did not register within {timeout:.0f} s")
+        time.sleep(0.01)
+
+
+def _log_lines(directory: Path) -> list[str]:
+    return [line for log in directory.glob("worker*.log") for line in log.read_text(errors="replace").splitlines()]
+
+
+def drain(
+    n_tasks: int, processes: int, mode: str, synchronous: str = "FULL", worker_args: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One drain of ``n_tasks`` by ``processes`` worker processes in ``mode`` (see :data:`MODES`)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    with tempfile.TemporaryDirectory(prefix="conveyor-procs-") as tmp:
+        directory = Path(tmp)
+        url = f"sqlite:///{directory / 'bench.db'}?synchronous={synchronous}"
+        (directory / "tasks.py").write_text(_TASKS_PY.format(url=url, directory=str(directory)))
+        app = Conveyor(url)
+        noop = app.task(name="noop")(lambda: None)
+        if mode == "pool":
+            procs = [_start(directory, [*worker_args, "-p", str(processes)], 0)]
+        else:
+            procs = [_start(directory, list(worker_args), n) for n in range(processes)]
+        try:
+            _wait_registered(app, processes, procs, 60.0)
+            cpu_before = sum(_tree_cpu(proc.pid) for proc in procs)
+            noop.enqueue_many([((), {})] * n_tasks)
+            begin = time.perf_counter()
+            deadline = time.monotonic() + max(120.0, n_tasks / 100)
+            while _completed(app) < n_tasks:
+                if any(proc.poll() is not None for proc in procs):
+                    raise RuntimeError("a worker exited during the drain")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the drain did not finish in time")
+                time.sleep(0.005)
+            elapsed = time.perf_counter() - begin
+            cpu = sum(_tree_cpu(proc.pid) for proc in procs) - cpu_before
+        finally:
+            _stop(procs)
+            app.broker.close()
+        shares = sorted((int(path.read_text()) for path in directory.glob("done-*")), reverse=True)
+        lines = _log_lines(directory)
+        return {
+            "mode": mode,
+            "processes": processes,
+            "tasks": n_tasks,
+            "synchronous": synchronous,
+            "rate": n_tasks / elapsed,
+            "seconds": elapsed,
+            "cpu_us": cpu / n_tasks * 1e6,
+            "shares": shares,
+            "locked_lines": sum(1 for line in lines if "locked" in line.lower()),
+            "warning_lines": sum(1 for line in lines if " WARNING " in line or " ERROR " in line),
+        }
+
+
+def curve(
+    n_tasks: int = 20_000,
+    processes: Sequence[int] = (1, 2, 4),
+    mode: str = "commands",
+    synchronous: str = "FULL",
+    worker_args: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Drain ``n_tasks`` once per process count; one dict per count, in order.
+
+    Each dict: ``mode``, ``processes``, ``tasks``, ``synchronous``, ``rate`` (tasks/s), ``seconds``,
+    ``cpu_us`` (worker CPU per task, supervisor and children included), ``shares`` (tasks each
+    process ran, largest first), ``locked_lines`` (log lines mentioning a locked database: the aim
+    is 0) and ``warning_lines`` (log lines at WARNING or above).
+    """
+    return [drain(n_tasks, count, mode, synchronous, worker_args) for count in processes]
+
+
+def describe(point: dict[str, Any], one: float | None) -> str:
+    shape = f"{point['processes']} command(s)" if point["mode"] == "commands" else f"-p {point['processes']}"
+    total = sum(point["shares"]) or 1
+    shares = " / ".join(f"{100 * s / total:.0f}%" for s in point["shares"])
+    text = f"{shape:14s} drain {point['rate']:8,.0f}/s, CPU {point['cpu_us']:5.0f} µs/task"
+    if one:
+        text += f", {point['rate'] / one:.2f}x one command"
+    if point["processes"] > 1:
+        text += f", shares {shares}"
+    return text + f", locked lines {point['locked_lines']}, warnings {point['warning_lines']}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sqlite_procs", description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--processes", default="1,2,4", help="comma-separated process counts")
+    parser.add_argument("--mode", default="commands,pool", help="comma-separated: commands, pool")
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--synchronous", default="FULL")
+    parser.add_argument("--worker-args", default="", help="extra `conveyor worker` arguments")
+    args = parser.parse_args(argv)
+    counts = [int(p) for p in args.processes.split(",") if p]
+    modes = [m for m in args.mode.split(",") if m]
+    extra = args.worker_args.split()
+    print(f"{os.cpu_count()} CPUs, synchronous={args.synchronous}, {args.tasks:,} tasks, args {extra or 'defaults'}")
+    for rep in range(args.reps):
+        one: float | None = None
+        for mode in modes:
+            for count in counts:
+                point = drain(args.tasks, count, mode, args.synchronous, extra)
+                if mode == "commands" and count == 1:
+                    one = point["rate"]
+                print(f"rep {rep + 1}: {describe(point, one)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
