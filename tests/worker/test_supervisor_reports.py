@@ -110,7 +110,7 @@ def test_reports_are_written_together_by_the_reporting_thread(pipe: tuple[int, i
         reporter.started(second)
         assert select.select([read_fd], [], [], 10.0)[0]
         reporter.finished(first)
-        lines = []
+        lines: list[str] = []
         while len(lines) < 3:
             assert select.select([read_fd], [], [], 10.0)[0], lines
             lines += _read_all(read_fd).splitlines()
