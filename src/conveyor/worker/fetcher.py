@@ -133,7 +133,13 @@ class Fetcher:
         broker = app.broker
         synced = isinstance(broker, SettlesWithClaim)
         most = MOST_SYNCED if synced else MOST
-        self.prefetch = Prefetch(config.concurrency, config.prefetch, lambda: inflight.finished_total, most=most)
+        self.prefetch = Prefetch(
+            config.concurrency,
+            config.prefetch,
+            lambda: inflight.finished_total,
+            lambda: inflight.busy_total,
+            most=most,
+        )
         self.claimers = config.claimers or (2 if isinstance(broker, ClaimsAfterWait) else 1)
         # the acker whose outcomes each claim settles, where the broker does both in one call
         self.acker = acker if synced else None

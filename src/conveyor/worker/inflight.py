@@ -85,7 +85,8 @@ class Inflight:
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
         self._finished = 0  # held tasks whose outcome is with the acker
-        self.finished_total = 0  # tasks finished since the start (the adaptive prefetch's rate)
+        self.finished_total = 0  # tasks finished since the start (the adaptive prefetch's speed)
+        self.busy_total = 0.0  # seconds those tasks held their slots, summed
         self._reserved = 0  # room taken by claims in flight (see reserve())
         self._wanted: list[tuple[int, int]] = []  # what each waiting wait_room() needs
         # finish() wakes the waiters once _finished reaches this (see _arm()): one comparison per
@@ -163,6 +164,8 @@ class Inflight:
             held.finished = True
             self._finished += 1
             self.finished_total += 1
+            if held.started is not None:
+                self.busy_total += time.monotonic() - held.started
             if self._finished >= self._wake_at:  # a wait_room() has room now
                 self._wake_at = _NEVER
                 self._cond.notify_all()
