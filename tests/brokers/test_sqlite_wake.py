@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -120,3 +121,40 @@ def test_a_file_in_the_fifos_place_is_never_written_and_polling_still_wakes(
     producer.enqueue([NewTask("t", "job", "default", "[]")], NOW)
     assert consumer.wait_for_work(["default"], 10.0) is True  # PRAGMA data_version
     assert squatter.read_bytes() == b"not ours"
+
+
+def test_a_file_in_the_turn_fifos_place_makes_a_busy_writer_sleep_not_spin(
+    open_sqlite: Callable[[], SQLiteBroker], db_path: Path
+) -> None:
+    squatter = db_path.with_name(db_path.name + "-turn")
+    squatter.write_bytes(b"not ours")
+    broker = open_sqlite()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.5, holder.execute, ("COMMIT",))
+        release.start()
+        cpu = time.process_time()
+        broker.enqueue([NewTask("waited", "job", "default", "[]")], NOW)  # waits out the holder
+        assert time.process_time() - cpu < 0.1  # slept between its tries (a spin would burn the 0.5 s)
+        release.join()
+    finally:
+        holder.close()
+    assert broker.get("waited", NOW) is not None
+    assert squatter.read_bytes() == b"not ours"
+
+
+def test_a_writer_waiting_for_the_file_is_rung_when_the_holder_ends(db_path: Path) -> None:
+    """Every write transaction rings ``<path>-turn`` as it ends: a waiter listening there wakes."""
+    broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
+    waiter = Doorbell(str(db_path), "-turn")
+    try:
+        assert waiter.wait(0.0) is False  # listening from now on
+        broker.enqueue([NewTask("t", "job", "default", "[]")], NOW)
+        deadline = time.monotonic() + 10.0
+        while not waiter.wait(0.05):  # a ring before the broker saw a reader is lost: it rings again
+            assert time.monotonic() < deadline, "no ring"
+            broker.enqueue([NewTask(f"t{time.monotonic()}", "job", "default", "[]")], NOW)
+    finally:
+        waiter.close()
+        broker.close()

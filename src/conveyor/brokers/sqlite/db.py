@@ -242,8 +242,16 @@ class Database:
                         f"{self.path} stayed locked by another connection for more than"
                         f" {self.config.busy_timeout:g}s (busy_timeout): {exc}"
                     ) from None
-                self._turn.wait(min(random.uniform(delay / 2, delay), remaining))
+                self._pause(min(random.uniform(delay / 2, delay), remaining))
                 delay = min(delay * 2, _RETRY_MAX)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait for the next writer's ring, at most ``seconds``; sleep instead where there is no FIFO."""
+        started = time.monotonic()
+        if not self._turn.wait(seconds):  # timed out, or at once: no FIFO (Windows, a file in its place)
+            left = seconds - (time.monotonic() - started)
+            if left > 0:
+                time.sleep(left)
 
 
 class _Write:
