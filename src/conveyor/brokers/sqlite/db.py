@@ -167,12 +167,31 @@ class Database:
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried whole while the file is busy; the
         writes of other threads queued meanwhile may share it (each in its own savepoint)."""
+        if self.write_lock.acquire(blocking=False):  # no other write of this process: try it alone first
+            try:
+                if not self._queued:
+                    try:
+                        return self._transaction(fn, "BEGIN IMMEDIATE")
+                    except sqlite3.Error as exc:
+                        if not _is_busy(exc):
+                            raise _translate(exc, self.path) from exc
+                return self._write_queued(fn)  # the file is busy: wait, then write with whatever queued up
+            finally:
+                self.write_lock.release()
         write = _Write(fn)
         with self._queued_lock:
             self._queued.append(write)
         with self.write_lock:
             if not write.done:  # else the thread that held the lock before made it
                 self._write_group()
+        return write.outcome()  # type: ignore[return-value]
+
+    def _write_queued(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Queue ``fn`` and make the queued writes together (write_lock held)."""
+        write = _Write(fn)
+        with self._queued_lock:
+            self._queued.append(write)
+        self._write_group()
         return write.outcome()  # type: ignore[return-value]
 
     def _write_group(self) -> None:

@@ -54,8 +54,8 @@ class Doorbell:
 
     def ring(self) -> None:
         """Wake the consumers waiting on this file, if any (never blocks, never raises)."""
-        if not self.usable:
-            return
+        if not self.usable or (self._writer is None and time.monotonic() < self._quiet_until):
+            return  # (no lock for the common case: nobody listened a moment ago)
         with self._lock:
             self._forget_inherited()
             fd = self._writer
