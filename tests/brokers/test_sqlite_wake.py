@@ -158,3 +158,24 @@ def test_a_writer_waiting_for_the_file_is_rung_when_the_holder_ends(db_path: Pat
     finally:
         waiter.close()
         broker.close()
+
+
+def test_one_ring_wakes_one_waiting_consumer_not_all(db_path: Path) -> None:
+    """Idle workers of several processes sleep on one FIFO: one enqueued task wakes one of them, not a
+    herd racing to claim it (each waiter here has its own reader, as a process has)."""
+    waiters = [Doorbell(str(db_path)) for _ in range(3)]
+    bell = Doorbell(str(db_path))
+    woke: list[bool] = []
+    try:
+        for waiter in waiters:
+            assert waiter.wait(0.0) is False  # listening
+        threads = [threading.Thread(target=lambda w=w: woke.append(w.wait(0.5))) for w in waiters]
+        for thread in threads:
+            thread.start()
+        bell.ring()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        for doorbell in [*waiters, bell]:
+            doorbell.close()
+    assert sorted(woke) == [False, False, True]

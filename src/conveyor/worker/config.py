@@ -38,9 +38,9 @@ class WorkerConfig:
     processes (0): 0 runs the worker in this process; N >= 1 runs a supervisor with N child processes
         that replaces crashed ones and enforces hard timeouts by killing the child (see reliability.md).
     prefetch (None): tasks claimed beyond the free slots (they hold leases while they wait; released
-        at once on shutdown). None: as many as the worker starts in 10 ms at the rate it finished
-        tasks lately, at most 100 (``worker/prefetch.py``): large batches of short tasks, none of
-        slow ones. N: always N; 0 claims only for free slots.
+        at once on shutdown). None: as many as its slots finish in 10 ms at the time its tasks took
+        lately, at most 100 (``worker/prefetch.py``): large batches of short tasks, none of slow
+        ones. N: always N; 0 claims only for free slots.
     claimers (None): claims that may be in flight at once, each on its own thread (see fetcher.py).
         None: 2 on a broker that ``ClaimsAfterWait`` (Redis: while one claim's reply is handed to the
         pool, the next runs on the server), else 1 (memory, SQLite: claims there take a lock anyway).

@@ -1,7 +1,7 @@
 """Fetcher: claims tasks in batches into a bounded buffer, visiting the queues weighted or in order.
 
 It keeps at most ``concurrency + prefetch`` tasks busy (claimed and not finished; the prefetch
-allowance is fixed or follows the finishing rate: ``prefetch.py``): one
+allowance is fixed or follows the slots' speed: ``prefetch.py``): one
 ``claim(limit=room)`` takes as many as there are free slots (plus the prefetch allowance), so a busy
 worker makes one round trip per batch, not per task. Finished tasks whose outcome the acker has not
 written yet do not count (the next claim overlaps with the acker's write), but all held tasks

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 __all__ = ["HORIZON", "MOST", "MOST_SYNCED", "WINDOW", "Prefetch"]
 
-#: Seconds of work (at the recent finishing rate) held beyond the busy slots.
+#: Seconds of the slots' work (at the tasks' recent duration) held beyond the busy slots.
 HORIZON = 0.01
 #: The most tasks prefetched when the rate is high.
 MOST = 100
