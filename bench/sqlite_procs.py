@@ -154,6 +154,7 @@ def drain(
             _stop(procs)
             app.broker.close()
         shares = sorted((int(path.read_text()) for path in directory.glob("done-*")), reverse=True)
+        shares += [0] * (processes - len(shares))  # a process that ran nothing wrote no count
         lines = _log_lines(directory)
         return {
             "mode": mode,
@@ -179,8 +180,8 @@ def curve(
     """Drain ``n_tasks`` once per process count; one dict per count, in order.
 
     Each dict: ``mode``, ``processes``, ``tasks``, ``synchronous``, ``rate`` (tasks/s), ``seconds``,
-    ``cpu_us`` (worker CPU per task, supervisor and children included), ``shares`` (tasks each
-    process ran, largest first), ``locked_lines`` (log lines mentioning a locked database: the aim
+    ``cpu_us`` (worker CPU per task, supervisor and children included; read in 10 ms ticks),
+    ``shares`` (tasks each worker process ran, largest first, one per process), ``locked_lines`` (log lines mentioning a locked database: the aim
     is 0) and ``warning_lines`` (log lines at WARNING or above).
     """
     return [drain(n_tasks, count, mode, synchronous, worker_args) for count in processes]

@@ -34,8 +34,8 @@ def test_the_curve_gives_one_point_per_process_count(mode: str) -> None:
     points: list[dict[str, Any]] = json.loads(_python("-c", script))
     assert [(p["mode"], p["processes"], p["tasks"]) for p in points] == [(mode, 1, 400), (mode, 2, 400)]
     for point in points:
-        assert point["rate"] > 0 and point["cpu_us"] > 0
-        assert sum(point["shares"]) == 400 and len(point["shares"]) <= point["processes"]
+        assert point["rate"] > 0 and point["cpu_us"] >= 0  # (CPU is read in 10 ms ticks: 400 tasks may take 0)
+        assert sum(point["shares"]) == 400 and len(point["shares"]) == point["processes"]
         assert point["locked_lines"] == 0 and point["warning_lines"] == 0
 
 
