@@ -181,8 +181,9 @@ def curve(
 
     Each dict: ``mode``, ``processes``, ``tasks``, ``synchronous``, ``rate`` (tasks/s), ``seconds``,
     ``cpu_us`` (worker CPU per task, supervisor and children included; read in 10 ms ticks),
-    ``shares`` (tasks each worker process ran, largest first, one per process), ``locked_lines`` (log lines mentioning a locked database: the aim
-    is 0) and ``warning_lines`` (log lines at WARNING or above).
+    ``shares`` (tasks each worker process ran, largest first, one per process), ``locked_lines``
+    (log lines mentioning a locked database: the aim is 0) and ``warning_lines`` (log lines at
+    WARNING or above).
     """
     return [drain(n_tasks, count, mode, synchronous, worker_args) for count in processes]
 
