@@ -31,7 +31,7 @@ from typing import Any
 from conveyor import Conveyor
 from conveyor.model import TaskState
 
-__all__ = ["MODES", "curve", "main"]
+__all__ = ["MODES", "curve", "describe", "drain", "main"]
 
 #: ``commands``: N separate ``conveyor worker`` commands; ``pool``: one ``conveyor worker -p N``.
 MODES = ("commands", "pool")
@@ -189,6 +189,7 @@ def curve(
 
 
 def describe(point: dict[str, Any], one: float | None) -> str:
+    """One line for a point of :func:`curve`; ``one``: the one-command drain rate to compare with."""
     shape = f"{point['processes']} command(s)" if point["mode"] == "commands" else f"-p {point['processes']}"
     total = sum(point["shares"]) or 1
     shares = " / ".join(f"{100 * s / total:.0f}%" for s in point["shares"])
