@@ -8,8 +8,8 @@ not ended ``CANCEL_GRACE`` after ``at``) and ``end <task_id>``. ``started`` and 
 too, so a report that arrives late still sets the right deadline.
 
 Reports are not written one by one: a pool thread writing its own line for every start and end
-released the GIL for a system call and woke the supervisor twice per task (measured with ``-p 1``,
-no-op tasks on SQLite: 0.54x the drain of one plain ``conveyor worker``). They wait here for at most
+released the GIL for a system call and woke the supervisor twice per task, which halved the drain of
+short tasks (docs/architecture.md, "Several processes on one file"). They wait here for at most
 :data:`FLUSH_DELAY` and one thread writes them together; a task that starts and ends within that
 wait is never reported at all (the supervisor only acts on tasks that run past a timeout or a cancel,
 each at least a second away). A child killed meanwhile takes its last unsent starts with it: the

@@ -14,8 +14,9 @@ A worker that finished nothing within the window (idle) prefetches nothing.
 
 Why the slots' speed and not the rate the worker finished tasks at: that rate is bounded by the
 claims themselves. Several workers sharing one SQLite file each finished tasks at a fraction of
-the file's rate, so each claimed small batches, paid more commits per task, and a worker that got
-a larger batch by chance finished faster and so claimed larger ones still.
+the file's rate, so each claimed small batches and paid more commits per task, and a worker that
+got a larger batch by chance finished faster and so claimed larger ones still (docs/architecture.md,
+"Several processes on one file").
 
 Where every commit is a disk sync (a broker that ``SettlesWithClaim``: SQLite) the cap is
 :data:`MOST_SYNCED`: the work a worker holds must cover a commit's wait (milliseconds on a busy disk)
