@@ -111,8 +111,8 @@ def test_a_default_worker_holds_no_slow_task_beyond_its_slots(
 
 def test_a_broker_whose_commits_sync_gets_a_higher_cap() -> None:
     finished, clock = Finished(), FakeClock(0.0)
-    prefetch = Prefetch(10, None, finished, clock, most=MOST_SYNCED)
-    finished.count = 1_000_000
+    prefetch = Prefetch(10, None, finished, lambda: finished.busy, clock, most=MOST_SYNCED)
+    finished.run(1_000_000, 0.000_01)
     clock.set(1.0)  # 1M tasks/s: capped, higher than MOST
     assert MOST_SYNCED > MOST
     assert prefetch.capacity() == 10 + MOST_SYNCED
