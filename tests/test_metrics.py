@@ -6,8 +6,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from conveyor import Conveyor, DuplicateTask, QueueFull, Retry
+from conveyor.errors import BrokerUnavailable
 from conveyor.metrics import Metrics
 from conveyor.model import WorkerInfo
+from conveyor.testing import SpyBroker
 
 
 class StepTimer:
@@ -85,18 +87,13 @@ def test_worker_count_follows_heartbeats(app: Conveyor) -> None:
 
 
 def test_an_unreachable_broker_reports_down_instead_of_failing_the_scrape() -> None:
-    app = Conveyor("memory://")
+    spy = SpyBroker.from_url("memory://")
+    app = Conveyor(broker=spy)
     metrics = Metrics(app)
-    app.close()
-
-    def broken() -> list[object]:
-        from conveyor.errors import BrokerUnavailable
-
-        raise BrokerUnavailable("gone")
-
-    app.inspect.queues = broken  # type: ignore[method-assign,assignment]
+    spy.fail("queues", BrokerUnavailable("gone"), times=None)
     assert sample(metrics, "conveyor_broker_up") == 0
     assert b"conveyor_broker_up 0.0" in metrics.render()
+    app.close()
 
 
 def test_metrics_use_a_private_registry(app: Conveyor) -> None:

@@ -10,7 +10,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import pytest
@@ -32,7 +32,8 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
-from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState, WorkerInfo
+from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState
+from conveyor.testing import SpyBroker, poll_until
 from conveyor.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -72,15 +73,6 @@ def stored_body(broker: RedisBroker, task_id: str) -> tuple[str, str, str]:
 
 def task(task_id: str, queue: str = "q", payload: str = "[[], {}]") -> NewTask:
     return NewTask(id=task_id, name="job", queue=queue, payload=payload)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @pytest.fixture
@@ -600,7 +592,7 @@ def test_events_reach_other_broker_objects_through_pub_sub(redis_url: str) -> No
         producer.enqueue([task("e1")], NOW)
         (claimed,) = producer.claim(["q"], NOW, 30.0)
         producer.settle([Outcome("e1", claimed.lease_token or "", "complete")], NOW)
-        assert wait_until(lambda: len(seen) == 3)
+        poll_until(lambda: len(seen) == 3, message="three events from the other broker")
         assert [(e.task_id, e.old_state, e.new_state, e.queue, e.at) for e in seen] == [
             ("e1", None, "pending", "q", NOW),
             ("e1", "pending", "active", "q", NOW),
@@ -657,21 +649,14 @@ def test_a_starting_worker_logs_the_preflight_warnings_once(
     from conveyor import Conveyor
 
     own_server.client().config_set("maxmemory-policy", "allkeys-lru")
-    app = Conveyor(own_server.namespace_url())
-    beats: list[float] = []
-    register = app.broker.register_worker
-
-    def counted(info: WorkerInfo, now: float, ttl: float) -> None:
-        beats.append(now)
-        register(info, now, ttl)
-
-    app.broker.register_worker = counted  # type: ignore[method-assign]
+    spy = SpyBroker.from_url(own_server.namespace_url())
+    app = Conveyor(broker=spy)
     worker = app.worker(poll_interval=0.05, registry_interval=0.05)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     with caplog.at_level("WARNING", logger="conveyor"):
         thread.start()
         try:
-            assert wait_until(lambda: len(beats) >= 3)  # the registry beat three times
+            poll_until(lambda: spy.count("register_worker") >= 3, message="three registry beats")
         finally:
             worker.stop()
             thread.join(timeout=30.0)
@@ -735,7 +720,8 @@ def test_a_batch_larger_than_a_chunk_is_stored_in_order(broker: RedisBroker) -> 
 def test_a_worker_on_redis_keeps_two_claims_in_flight(redis_url: str) -> None:
     from conveyor import Conveyor, Worker, WorkerConfig
 
-    app = Conveyor(redis_url)
+    spy = SpyBroker.from_url(redis_url)
+    app = Conveyor(broker=spy)
     done: list[int] = []
 
     @app.task(queue="pipelined")
@@ -743,24 +729,16 @@ def test_a_worker_on_redis_keeps_two_claims_in_flight(redis_url: str) -> None:
         done.append(i)
 
     app.enqueue_many("job", [((i,), {}) for i in range(3000)], queue="pipelined")
-    threads: set[str] = set()
-    claim = app.broker.claim
-
-    def spy(queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
-        threads.add(threading.current_thread().name)
-        return claim(queues, now, lease_for, limit)
-
-    app.broker.claim = spy  # type: ignore[method-assign]
     worker = Worker(app, WorkerConfig(queues=("pipelined",), concurrency=8, prefetch=8, poll_interval=0.05))
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:
-        assert wait_until(lambda: len(done) == 3000, timeout=60.0)
+        poll_until(lambda: len(done) == 3000, timeout=60.0, message="3000 tasks done")
     finally:
         worker.stop()
         thread.join(timeout=30.0)
     assert worker.runtime is not None and worker.runtime.fetcher.claimers == 2  # the default on Redis
     assert sorted(done) == list(range(3000))  # each ran exactly once
-    assert threads == {"conveyor-fetcher", "conveyor-fetcher-2"}  # both claimed
+    assert {call.thread for call in spy.calls_to("claim")} == {"conveyor-fetcher", "conveyor-fetcher-2"}  # both claimed
     assert app.stats()["pipelined"]["completed"] == 3000
     app.close()

@@ -24,10 +24,10 @@ from conveyor import Conveyor, TaskHandle, TaskState
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.errors import BrokerError, BrokerUnavailable
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
 
 from .pki import Pki, make_pki
-from .test_redis import wait_until
 
 FAST = {"socket_connect_timeout": "1", "socket_timeout": "2"}
 
@@ -160,7 +160,7 @@ def drain_through_a_worker(url: str) -> list[str]:
         ]
         with running(app):
             assert [handle.result(timeout=30.0) for handle in handles] == [42, *range(1, 301)]
-            assert wait_until(lambda: states.count("completed") == 301, timeout=10.0)
+            poll_until(lambda: states.count("completed") == 301, timeout=10.0, message="301 completions")
         assert app.stats()["default"]["completed"] == 301
         return states
     finally:

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from conveyor import Conveyor, Worker
+from conveyor.brokers.base import Broker
+from conveyor.testing import SpyBroker, poll_until
 
 Start = Callable[..., Worker]
-Wait = Callable[..., None]
-
-
-def poll_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 async def sleep_until_cancelled(started: threading.Event, cancelled: threading.Event) -> None:
@@ -33,12 +24,6 @@ async def sleep_until_cancelled(started: threading.Event, cancelled: threading.E
     except asyncio.CancelledError:
         cancelled.set()
         raise
-
-
-@pytest.fixture
-def wait_until() -> Wait:
-    """``wait_until(predicate, timeout=5.0, what=...)``: poll with a deadline; fails the test on timeout."""
-    return poll_until
 
 
 @pytest.fixture
@@ -58,7 +43,9 @@ def start_worker(live_app: Conveyor) -> Iterator[Start]:
         worker = (app or live_app).worker(**settings)
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         thread.start()
-        poll_until(lambda: worker.runtime is not None and worker.runtime.started.is_set(), what="worker start")
+        poll_until(
+            lambda: worker.runtime is not None and worker.runtime.started.is_set(), message="the worker to start"
+        )
         running.append((worker, thread))
         return worker
 
@@ -67,3 +54,16 @@ def start_worker(live_app: Conveyor) -> Iterator[Start]:
         worker.stop()
         thread.join(timeout=10.0)
         assert not thread.is_alive(), "worker thread did not stop"
+
+
+@pytest.fixture
+def spy() -> SpyBroker[Broker]:
+    """A memory broker seen through a ``SpyBroker``: ``spied_app`` runs on it."""
+    return SpyBroker.from_url("memory://")
+
+
+@pytest.fixture
+def spied_app(spy: SpyBroker[Broker]) -> Iterator[Conveyor]:
+    application = Conveyor(broker=spy)
+    yield application
+    application.close()

@@ -14,9 +14,10 @@ import pytest
 
 from conveyor import ArchiveReason, Conveyor, TaskContext, TaskState, Worker
 from conveyor.model import TaskRecord
+from conveyor.testing import poll_until
 from conveyor.worker.inflight import Held
 
-from .conftest import Start, Wait, sleep_until_cancelled
+from .conftest import Start, sleep_until_cancelled
 
 #: Short leases so that a worker learns of a cancel fast: it does at its next heartbeat at the latest.
 HEARTBEAT = 0.1
@@ -41,9 +42,7 @@ def settled(worker: Worker) -> bool:
     return worker.runtime is not None and len(worker.runtime.inflight) == 0
 
 
-def test_cancel_raises_cancelled_error_in_a_running_async_handler(
-    app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_cancel_raises_cancelled_error_in_a_running_async_handler(app: Conveyor, start_worker: Start) -> None:
     started = threading.Event()
     seen: list[tuple[bool, bool]] = []
 
@@ -65,15 +64,15 @@ def test_cancel_raises_cancelled_error_in_a_running_async_handler(
     worker = start_worker(app, **SETTINGS)
     assert started.wait(5)
     assert handle.cancel() is TaskState.ARCHIVED
-    wait_until(lambda: bool(seen), what="CancelledError in the async handler")
+    poll_until(lambda: bool(seen), message="CancelledError in the async handler")
     assert seen == [(True, True)]
-    wait_until(lambda: settled(worker), what="the slot freed")
+    poll_until(lambda: settled(worker), message="the slot freed")
     assert_cancelled(app, handle.id)
     assert after.enqueue().result(timeout=5) == "ran"
 
 
 def test_a_sync_handler_in_a_thread_sees_ctx_cancelled_and_its_return_is_discarded(
-    app: Conveyor, start_worker: Start, wait_until: Wait
+    app: Conveyor, start_worker: Start
 ) -> None:
     started = threading.Event()
     seen: list[tuple[bool, bool, bool]] = []
@@ -91,15 +90,13 @@ def test_a_sync_handler_in_a_thread_sees_ctx_cancelled_and_its_return_is_discard
     worker = start_worker(app, **SETTINGS)
     assert started.wait(5)
     assert handle.cancel() is TaskState.ARCHIVED
-    wait_until(lambda: bool(seen), what="the handler to see ctx.cancelled")
+    poll_until(lambda: bool(seen), message="the handler to see ctx.cancelled")
     assert seen == [(True, True, True)]
-    wait_until(lambda: settled(worker), what="its outcome settled")
+    poll_until(lambda: settled(worker), message="its outcome settled")
     assert_cancelled(app, handle.id)
 
 
-def test_a_sync_handler_that_ignores_the_cancel_cannot_complete_the_task(
-    app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_a_sync_handler_that_ignores_the_cancel_cannot_complete_the_task(app: Conveyor, start_worker: Start) -> None:
     started = threading.Event()
     release = threading.Event()
 
@@ -114,14 +111,12 @@ def test_a_sync_handler_that_ignores_the_cancel_cannot_complete_the_task(
     assert started.wait(5)
     assert handle.cancel() is TaskState.ARCHIVED
     release.set()
-    wait_until(lambda: settled(worker), what="its late success settled (fenced)")
+    poll_until(lambda: settled(worker), message="its late success settled (fenced)")
     assert_cancelled(app, handle.id)
     assert worker.runtime is not None and worker.runtime.acker.processed == 0
 
 
-def test_a_sync_handler_that_raises_after_the_cancel_is_not_retried(
-    app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_a_sync_handler_that_raises_after_the_cancel_is_not_retried(app: Conveyor, start_worker: Start) -> None:
     started = threading.Event()
 
     @app.task(max_retries=5)
@@ -136,7 +131,7 @@ def test_a_sync_handler_that_raises_after_the_cancel_is_not_retried(
     worker = start_worker(app, **SETTINGS)
     assert started.wait(5)
     handle.cancel()
-    wait_until(lambda: settled(worker), what="its failure settled (fenced)")
+    poll_until(lambda: settled(worker), message="its failure settled (fenced)")
     assert_cancelled(app, handle.id)
 
 
@@ -154,7 +149,7 @@ def announcing(app: Conveyor, broker_url: str) -> Conveyor:
 
 
 def test_a_worker_stops_an_async_handler_at_once_when_the_broker_announces_the_cancel(
-    announcing: Conveyor, start_worker: Start, wait_until: Wait
+    announcing: Conveyor, start_worker: Start
 ) -> None:
     app = announcing
     started = threading.Event()
@@ -169,13 +164,11 @@ def test_a_worker_stops_an_async_handler_at_once_when_the_broker_announces_the_c
     assert started.wait(5)
     at = time.monotonic()
     handle.cancel()
-    wait_until(cancelled.is_set, timeout=2.0, what="CancelledError well before the next heartbeat")
+    poll_until(cancelled.is_set, timeout=2.0, message="CancelledError well before the next heartbeat")
     print(f"async handler cancelled {1000 * (time.monotonic() - at):.1f} ms after the cancel")  # noqa: T201
 
 
-def test_a_cancelled_task_waiting_in_the_workers_buffer_never_starts(
-    announcing: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_a_cancelled_task_waiting_in_the_workers_buffer_never_starts(announcing: Conveyor, start_worker: Start) -> None:
     app = announcing
     ran: list[str] = []
     release = threading.Event()
@@ -192,13 +185,15 @@ def test_a_cancelled_task_waiting_in_the_workers_buffer_never_starts(
     first.enqueue()
     waiting = second.enqueue()
     worker = start_worker(app, concurrency=1, prefetch=1, **SLOW_HEARTBEAT)
-    wait_until(lambda: waiting.status().state is TaskState.ACTIVE, what="the second task claimed into the buffer")
+    poll_until(lambda: waiting.status().state is TaskState.ACTIVE, message="the second task claimed into the buffer")
     assert ran == ["first"]
     waiting.cancel()
     assert worker.runtime is not None
-    wait_until(lambda: worker.runtime is not None and worker.runtime.inflight.get(waiting.id) is None, what="dropped")
+    poll_until(
+        lambda: worker.runtime is not None and worker.runtime.inflight.get(waiting.id) is None, message="dropped"
+    )
     release.set()
-    wait_until(lambda: settled(worker), what="the first task done")
+    poll_until(lambda: settled(worker), message="the first task done")
     assert ran == ["first"]
     assert_cancelled(app, waiting.id)
 
@@ -241,7 +236,6 @@ def run_reporting(live_app: Conveyor) -> Iterator[Callable[[Worker, Reports], No
 def test_a_task_cancelled_while_the_pool_starts_it_never_runs(
     live_app: Conveyor,
     run_reporting: Callable[[Worker, Reports], None],
-    wait_until: Wait,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The heartbeat finds the lease gone while the pool prepares the task (forced: inside ``prepare``):
@@ -275,7 +269,7 @@ def test_a_task_cancelled_while_the_pool_starts_it_never_runs(
     monkeypatch.setattr(worker.executor, "prepare", prepare_then_lose)
     reports = Reports()
     run_reporting(worker, reports)
-    wait_until(lambda: "second" in ran, what="the next task run")
+    poll_until(lambda: "second" in ran, message="the next task run")
     assert ran == ["second"]
     assert ("start", handle.id) not in reports.events
     assert worker.runtime is not None and worker.runtime.inflight.get(handle.id) is None
@@ -283,7 +277,7 @@ def test_a_task_cancelled_while_the_pool_starts_it_never_runs(
 
 
 def test_a_task_cancelled_just_after_it_started_stays_held_and_its_cancel_is_reported(
-    live_app: Conveyor, run_reporting: Callable[[Worker, Reports], None], wait_until: Wait
+    live_app: Conveyor, run_reporting: Callable[[Worker, Reports], None]
 ) -> None:
     """The other order (forced: as the pool reports the start): the task stays held until it ends and its
     cancel is reported, so a ``--processes`` supervisor stops a handler that does not return."""
@@ -311,6 +305,6 @@ def test_a_task_cancelled_just_after_it_started_stays_held_and_its_cancel_is_rep
     assert reports.events == [("start", handle.id), ("cancel", handle.id)]
     assert worker.runtime is not None and worker.runtime.inflight.get(handle.id) is not None
     release.set()
-    wait_until(lambda: settled(worker), what="its late return settled (fenced)")
+    poll_until(lambda: settled(worker), message="its late return settled (fenced)")
     assert reports.events[-1] == ("end", handle.id)
     assert_cancelled(app, handle.id)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 
 import pytest
 
 from conveyor import Conveyor, FakeClock, WorkerConfig
+from conveyor.brokers.base import Broker
 from conveyor.model import TaskRecord
+from conveyor.testing import SpyBroker
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.fetcher import Fetcher
 from conveyor.worker.inflight import Inflight
@@ -54,26 +55,29 @@ def test_wait_taken_returns_when_the_buffer_closes() -> None:
     assert results == [True]
 
 
-def fetcher_finding(records: list[TaskRecord]) -> tuple[Fetcher, Buffer, list[int]]:
-    """A fetcher whose wait for work and whose claims return ``records`` once (then nothing); the
-    limit of each call is recorded."""
-    app = Conveyor("memory://", clock=FakeClock(0.0))
+def fetcher_finding(count: int) -> tuple[Fetcher, Buffer, SpyBroker[Broker]]:
+    """A fetcher on a memory broker (seen through a spy, to read the limit of each claim) holding
+    ``count`` pending tasks. The memory broker cannot signal new work, so the fetcher's wait for work
+    is a sleep of ``poll_interval``: 10 ms."""
+    spy = SpyBroker.from_url("memory://")
+    app = Conveyor(broker=spy, clock=FakeClock(0.0))
+
+    @app.task
+    def job() -> None: ...
+
+    job.enqueue_many([((), {})] * count)
     buffer = Buffer()
-    fetcher = Fetcher(app, WorkerConfig(concurrency=4, poll_interval=60.0), Inflight(), buffer)
-    calls: list[int] = []
+    fetcher = Fetcher(app, WorkerConfig(concurrency=4, poll_interval=0.01), Inflight(), buffer)
+    return fetcher, buffer, spy
 
-    def found(room: int, queues: Sequence[str]) -> list[TaskRecord]:
-        calls.append(room)
-        return records if len(calls) == 1 else []
 
-    fetcher._wait_and_claim = found  # type: ignore[method-assign]
-    fetcher._claim = found  # type: ignore[method-assign]
-    return fetcher, buffer, calls
+def limits(spy: SpyBroker[Broker]) -> list[int]:
+    return [call.arguments["limit"] for call in spy.calls_to("claim")]
 
 
 def test_a_claimer_that_waited_for_work_lets_the_executors_take_it_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("conveyor.worker.fetcher.HAND_OVER_WAIT", 30.0)
-    fetcher, buffer, calls = fetcher_finding(claimed(2))
+    fetcher, buffer, spy = fetcher_finding(2)
     claimer = threading.Thread(target=fetcher._round, args=(RetryDelay(0.1, 1.0),), kwargs={"wait": True})
     claimer.start()
     claimer.join(timeout=0.05)
@@ -81,13 +85,13 @@ def test_a_claimer_that_waited_for_work_lets_the_executors_take_it_first(monkeyp
     assert buffer.get() is not None and buffer.get() is not None
     claimer.join(timeout=10.0)
     assert not claimer.is_alive()  # released by the last take, not by its 30 s wait
-    assert calls == [4]
+    assert limits(spy) == [4]
 
 
 def test_a_busy_claimer_does_not_wait_for_the_executors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("conveyor.worker.fetcher.HAND_OVER_WAIT", 30.0)
-    fetcher, buffer, calls = fetcher_finding(claimed(2))
+    fetcher, buffer, spy = fetcher_finding(2)
     started = time.monotonic()
     fetcher._round(RetryDelay(0.1, 1.0), wait=False)  # its last claim found work: it claims on at once
     assert time.monotonic() - started < 10.0
-    assert calls == [4] and len(buffer.close()) == 2
+    assert limits(spy) == [4] and len(buffer.close()) == 2

@@ -6,10 +6,10 @@ import threading
 from collections.abc import Callable
 
 from conveyor import Conveyor, FakeClock, Worker
+from conveyor.testing import poll_until
 from conveyor.worker.prefetch import HORIZON, MOST, MOST_SYNCED, WINDOW, Prefetch
 
 Start = Callable[..., Worker]
-Wait = Callable[..., None]
 
 
 class Finished:
@@ -89,9 +89,7 @@ def test_the_speed_is_read_once_per_window() -> None:
     assert prefetch.capacity() == 10 + min(MOST, int(10 / 0.002 * HORIZON))
 
 
-def test_a_default_worker_holds_no_slow_task_beyond_its_slots(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_a_default_worker_holds_no_slow_task_beyond_its_slots(live_app: Conveyor, start_worker: Start) -> None:
     gate = threading.Event()
 
     @live_app.task
@@ -102,11 +100,11 @@ def test_a_default_worker_holds_no_slow_task_beyond_its_slots(
         slow.enqueue()
     start_worker(concurrency=2)
     try:
-        wait_until(lambda: live_app.stats()["default"]["active"] == 2, what="two tasks running")
+        poll_until(lambda: live_app.stats()["default"]["active"] == 2, message="two tasks running")
         assert live_app.stats()["default"]["pending"] == 18  # no prefetch: another worker may take them
     finally:
         gate.set()
-    wait_until(lambda: live_app.stats()["default"]["completed"] == 20, what="all done")
+    poll_until(lambda: live_app.stats()["default"]["completed"] == 20, message="all done")
 
 
 def test_a_broker_whose_commits_sync_gets_a_higher_cap() -> None:

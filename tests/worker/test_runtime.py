@@ -13,10 +13,11 @@ from conveyor import BrokerPolicy, Conveyor, FakeClock, Fixed, TaskContext, Task
 from conveyor.brokers.memory import MemoryBroker
 from conveyor.model import ArchiveReason
 from conveyor.serializers import decode
+from conveyor.testing import poll_until
 from conveyor.worker.executor import Job
 from conveyor.worker.inflight import Held
 
-from .conftest import Start, Wait, sleep_until_cancelled
+from .conftest import Start, sleep_until_cancelled
 
 
 def test_sync_handlers_run_concurrently_up_to_concurrency(live_app: Conveyor, start_worker: Start) -> None:
@@ -117,7 +118,7 @@ def test_what_a_service_tells_a_task_before_it_asks_for_its_context_is_in_that_c
     assert (outcome.kind, outcome.reason) == ("archive", ArchiveReason.CANCELLED)  # not retried: cancelled
 
 
-def test_heartbeat_extends_leases_of_running_tasks(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
+def test_heartbeat_extends_leases_of_running_tasks(live_app: Conveyor, start_worker: Start) -> None:
     release = threading.Event()
 
     @live_app.task
@@ -127,17 +128,17 @@ def test_heartbeat_extends_leases_of_running_tasks(live_app: Conveyor, start_wor
 
     handle = long.enqueue()
     start_worker(lease_for=0.3, heartbeat_interval=0.05, reaper_interval=0.05)
-    wait_until(lambda: handle.status().state is TaskState.ACTIVE, what="task start")
+    poll_until(lambda: handle.status().state is TaskState.ACTIVE, message="task start")
     first = handle.status().lease_expires_at
     assert first is not None
-    wait_until(lambda: (handle.status().lease_expires_at or 0) > first + 0.3, what="lease extended")
+    poll_until(lambda: (handle.status().lease_expires_at or 0) > first + 0.3, message="lease extended")
     release.set()
     assert handle.result(timeout=5) == "done"
     assert handle.status().attempts == 1
     assert handle.status().stalls == 0
 
 
-def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
+def test_lost_lease_is_flagged_and_its_result_fenced() -> None:
     clock = FakeClock(1000.0)
     app = Conveyor("memory://", clock=clock, policy=BrokerPolicy(max_stalls=5))
     seen: list[tuple[int, bool]] = []
@@ -147,7 +148,7 @@ def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
     def slow(ctx: TaskContext) -> int:
         if ctx.attempt == 1:
             first_started.set()
-            wait_until(lambda: ctx.lease_lost, what="lease loss noticed")
+            poll_until(lambda: ctx.lease_lost, message="lease loss noticed")
         seen.append((ctx.attempt, ctx.lease_lost))
         return ctx.attempt
 
@@ -164,7 +165,7 @@ def test_lost_lease_is_flagged_and_its_result_fenced(wait_until: Wait) -> None:
             clock.advance(11.0)
             assert app.broker.reap(clock.now()) == 1
         assert handle.result(timeout=5) == 2
-        wait_until(lambda: len(seen) == 2, what="both executions")
+        poll_until(lambda: len(seen) == 2, message="both executions")
         assert sorted(seen) == [(1, True), (2, False)]
         assert handle.status().attempts == 2
     finally:
@@ -261,9 +262,7 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_sta
         thread.join(10)
 
 
-def test_a_task_whose_lease_is_lost_while_it_is_being_prepared_never_starts(
-    monkeypatch: pytest.MonkeyPatch, wait_until: Wait
-) -> None:
+def test_a_task_whose_lease_is_lost_while_it_is_being_prepared_never_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The twin of the test above for a task not started yet: a lease marked lost after the pool took the
     task and before it started (forced: right after ``prepare``) keeps it from starting, and it is dropped."""
     app = Conveyor("memory://", clock=FakeClock(1000.0))
@@ -291,7 +290,7 @@ def test_a_task_whose_lease_is_lost_while_it_is_being_prepared_never_starts(
     thread.start()
     try:
         assert prepared_once.wait(5)
-        wait_until(lambda: worker.runtime is not None and len(worker.runtime.inflight) == 0, what="dropped")
+        poll_until(lambda: worker.runtime is not None and len(worker.runtime.inflight) == 0, message="dropped")
         assert seen == []
     finally:
         worker.stop()
@@ -299,20 +298,18 @@ def test_a_task_whose_lease_is_lost_while_it_is_being_prepared_never_starts(
     assert seen == []
 
 
-def test_async_handler_is_cancelled_at_its_timeout(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
+def test_async_handler_is_cancelled_at_its_timeout(live_app: Conveyor, start_worker: Start) -> None:
     @live_app.task(timeout=0.05, max_retries=0)
     async def hangs() -> None:
         await asyncio.sleep(30)
 
     handle = hangs.enqueue()
     start_worker()
-    wait_until(lambda: handle.status().state is TaskState.ARCHIVED, what="archived")
+    poll_until(lambda: handle.status().state is TaskState.ARCHIVED, message="archived")
     assert (handle.status().last_error or "").startswith("TaskTimeout")
 
 
-def test_reaper_reclaims_expired_leases_with_no_traffic(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_reaper_reclaims_expired_leases_with_no_traffic(live_app: Conveyor, start_worker: Start) -> None:
     @live_app.task
     def noop() -> None: ...
 
@@ -320,19 +317,17 @@ def test_reaper_reclaims_expired_leases_with_no_traffic(
     lease = live_app.claim(lease_for=0.1)
     assert lease is not None
     start_worker(queues=["elsewhere"], reaper_interval=0.02)
-    wait_until(lambda: handle.status().state is TaskState.PENDING, what="reclaimed")
+    poll_until(lambda: handle.status().state is TaskState.PENDING, message="reclaimed")
     assert handle.status().stalls == 1
 
 
-def test_worker_registers_itself_and_unregisters_on_stop(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_worker_registers_itself_and_unregisters_on_stop(live_app: Conveyor, start_worker: Start) -> None:
     worker = start_worker(queues=["a", "b"], concurrency=3)
-    wait_until(lambda: len(live_app.broker.workers(live_app.now())) == 1, what="registered")
+    poll_until(lambda: len(live_app.broker.workers(live_app.now())) == 1, message="registered")
     info = live_app.broker.workers(live_app.now())[0]
     assert (info.queues, info.concurrency) == (("a", "b"), 3)
     worker.stop()
-    wait_until(lambda: worker.runtime is not None and worker.runtime.stopped.is_set(), what="stopped")
+    poll_until(lambda: worker.runtime is not None and worker.runtime.stopped.is_set(), message="stopped")
     assert live_app.broker.workers(live_app.now()) == []
 
 
@@ -352,7 +347,7 @@ def test_promoter_moves_due_retries_back_to_pending(live_app: Conveyor, start_wo
 
 
 def test_sync_handler_past_its_timeout_sees_timed_out_and_fails_with_task_timeout(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
+    live_app: Conveyor, start_worker: Start
 ) -> None:
     saw_flag = threading.Event()
 
@@ -368,6 +363,6 @@ def test_sync_handler_past_its_timeout_sees_timed_out_and_fails_with_task_timeou
 
     handle = cooperative.enqueue()
     start_worker(heartbeat_interval=0.05, lease_for=2.0)
-    wait_until(lambda: handle.status().state is TaskState.ARCHIVED, what="timed-out task archived")
+    poll_until(lambda: handle.status().state is TaskState.ARCHIVED, message="timed-out task archived")
     assert saw_flag.is_set()
     assert (handle.status().last_error or "").startswith("TaskTimeout")

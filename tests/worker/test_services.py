@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from conveyor import Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
+from conveyor.brokers.base import Broker
 from conveyor.errors import ConfigurationError
-from conveyor.model import Outcome, TaskRecord
+from conveyor.model import Outcome
+from conveyor.testing import Call, SpyBroker, poll_until
 from conveyor.worker.acker import Acker
 from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.buffer import Buffer
@@ -25,7 +27,6 @@ from conveyor.worker.loader import load_app
 from conveyor.worker.service import RetryDelay
 
 Start = Callable[..., Worker]
-Wait = Callable[..., None]
 
 
 def test_weighted_queue_order_follows_the_weights() -> None:
@@ -93,9 +94,7 @@ def test_a_raising_middleware_never_changes_the_outcome(live_app: Conveyor) -> N
     assert handle.result(timeout=1) == 1
 
 
-def test_middleware_is_told_of_every_claim_the_running_worker_makes(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_middleware_is_told_of_every_claim_the_running_worker_makes(live_app: Conveyor, start_worker: Start) -> None:
     claims: list[tuple[list[str], float, int]] = []
 
     class Claims(Middleware):
@@ -108,13 +107,13 @@ def test_middleware_is_told_of_every_claim_the_running_worker_makes(
 
     job.enqueue_many([((), {})] * 5)
     start_worker(queues=["default", "other"], strict=True, middleware=[Claims()])
-    wait_until(lambda: live_app.stats()["default"]["completed"] == 5, what="five completed")
-    wait_until(lambda: any(claimed == 0 for _, _, claimed in claims), what="an empty claim")
+    poll_until(lambda: live_app.stats()["default"]["completed"] == 5, message="five completed")
+    poll_until(lambda: any(claimed == 0 for _, _, claimed in claims), message="an empty claim")
     assert sum(claimed for _, _, claimed in claims) == 5
     assert all(queues == ["default", "other"] and seconds >= 0 for queues, seconds, _ in list(claims))
 
 
-def test_shutdown_releases_prefetched_tasks_at_once(live_app: Conveyor, start_worker: Start, wait_until: Wait) -> None:
+def test_shutdown_releases_prefetched_tasks_at_once(live_app: Conveyor, start_worker: Start) -> None:
     gate = threading.Event()
 
     @live_app.task
@@ -124,18 +123,16 @@ def test_shutdown_releases_prefetched_tasks_at_once(live_app: Conveyor, start_wo
 
     handles = [hold.enqueue() for _ in range(3)]
     worker = start_worker(concurrency=1, prefetch=2, shutdown_grace=5.0)
-    wait_until(lambda: live_app.stats()["default"]["active"] == 3, what="three claimed")
+    poll_until(lambda: live_app.stats()["default"]["active"] == 3, message="three claimed")
     worker.stop()
-    wait_until(lambda: live_app.stats()["default"]["pending"] == 2, what="prefetched released")
+    poll_until(lambda: live_app.stats()["default"]["pending"] == 2, message="prefetched released")
     assert live_app.stats()["default"]["active"] == 1
     gate.set()
-    wait_until(lambda: live_app.stats()["default"]["completed"] == 1, what="running task finished")
+    poll_until(lambda: live_app.stats()["default"]["completed"] == 1, message="running task finished")
     assert sorted(h.status().attempts for h in handles) == [0, 0, 1]
 
 
-def test_shutdown_releases_running_tasks_after_the_grace(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_shutdown_releases_running_tasks_after_the_grace(live_app: Conveyor, start_worker: Start) -> None:
     saw_lost = threading.Event()
 
     @live_app.task
@@ -146,9 +143,9 @@ def test_shutdown_releases_running_tasks_after_the_grace(
 
     handle = stubborn.enqueue()
     worker = start_worker(shutdown_grace=0.1)
-    wait_until(lambda: handle.status().state is TaskState.ACTIVE, what="start")
+    poll_until(lambda: handle.status().state is TaskState.ACTIVE, message="start")
     worker.stop()
-    wait_until(lambda: handle.status().state is TaskState.PENDING, what="released")
+    poll_until(lambda: handle.status().state is TaskState.PENDING, message="released")
     assert saw_lost.wait(5)
     assert handle.status().attempts == 0
 
@@ -284,9 +281,11 @@ def test_a_finished_task_claimed_again_before_its_acker_removed_it_counts_as_bus
     assert (inflight.busy(), len(inflight)) == (0, 0)
 
 
-def app_with_jobs(count: int) -> Conveyor:
-    """A memory app on a FakeClock at 0 with ``count`` pending no-op tasks in queue ``default``."""
-    app = Conveyor("memory://", clock=FakeClock(0.0))
+def app_with_jobs(count: int, spy: SpyBroker[Broker] | None = None) -> Conveyor:
+    """A memory app on a FakeClock at 0 with ``count`` pending no-op tasks in queue ``default`` (its broker
+    seen through ``spy``, if given)."""
+    clock = FakeClock(0.0)
+    app = Conveyor("memory://", clock=clock) if spy is None else Conveyor(broker=spy, clock=clock)
 
     @app.task
     def job() -> None: ...
@@ -326,36 +325,34 @@ def test_reservations_of_claims_in_flight_count_against_the_room() -> None:
     assert (inflight.reserved, inflight.room(4, 8)) == (0, 1)
 
 
-def test_two_claimers_overlap_and_never_ask_for_more_than_the_room(live_app: Conveyor, wait_until: Wait) -> None:
-    @live_app.task
+def test_two_claimers_overlap_and_never_ask_for_more_than_the_room(spied_app: Conveyor, spy: SpyBroker[Broker]) -> None:
+    @spied_app.task
     def job() -> None: ...
 
     job.enqueue_many([((), {})] * 50)
     inflight, buffer = Inflight(), Buffer()
-    fetcher = Fetcher(live_app, WorkerConfig(concurrency=4, prefetch=4, claimers=2), inflight, buffer)  # capacity 8
+    fetcher = Fetcher(spied_app, WorkerConfig(concurrency=4, prefetch=4, claimers=2), inflight, buffer)  # capacity 8
     assert len(fetcher.fetch(4)) == 4
     calls: list[tuple[int, int, int]] = []  # (limit, busy, reserved) when each claim was sent
     first_in, second_in = threading.Event(), threading.Event()
     overlapped: list[bool] = []
-    claim = live_app.broker.claim
 
-    def spy(queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
-        calls.append((limit, inflight.busy(), inflight.reserved))
+    def note(call: Call) -> None:
+        calls.append((call.arguments["limit"], inflight.busy(), inflight.reserved))
         if len(calls) == 1:
             first_in.set()
             overlapped.append(second_in.wait(10.0))  # held until the second claim is sent
         else:
             second_in.set()
-        return claim(queues, now, lease_for, limit)
 
-    live_app.broker.claim = spy  # type: ignore[method-assign]
+    spy.before("claim", note)
     fetcher.start()
     try:
         assert first_in.wait(5.0)
         for held in inflight.snapshot()[:2]:
             inflight.finish(held)  # two slots free while the first claim is still on its way
         assert second_in.wait(5.0)
-        wait_until(lambda: len(inflight) == 10 and not inflight.reserved, what="both claims held")
+        poll_until(lambda: len(inflight) == 10 and not inflight.reserved, message="both claims held")
     finally:
         fetcher.stop()
     assert overlapped == [True]
@@ -380,34 +377,32 @@ class CountingLock:
         self.lock.release()
 
 
-def test_only_one_idle_claimer_waits_for_work(live_app: Conveyor, wait_until: Wait) -> None:
-    @live_app.task
+def test_only_one_idle_claimer_waits_for_work(spied_app: Conveyor, spy: SpyBroker[Broker]) -> None:
+    @spied_app.task
     def job() -> None: ...
 
     job.enqueue_many([((), {})] * 5)
     inflight = Inflight()
-    fetcher = Fetcher(live_app, WorkerConfig(concurrency=10, poll_interval=0.01, claimers=3), inflight, Buffer())
+    fetcher = Fetcher(spied_app, WorkerConfig(concurrency=10, poll_interval=0.01, claimers=3), inflight, Buffer())
     assert len(fetcher.fetch(5)) == 5  # half the slots busy
     waiter = fetcher._waiter = CountingLock()  # type: ignore[assignment]
     calls: list[int] = []  # the limit of each claim
     in_second, go = threading.Event(), threading.Event()
-    claim = live_app.broker.claim
 
-    def spy(queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
-        calls.append(limit)
+    def note(call: Call) -> None:
+        calls.append(call.arguments["limit"])
         if len(calls) == 2:  # the first claim found nothing: this one waited for work first
             in_second.set()
             go.wait(10.0)
-        return claim(queues, now, lease_for, limit)
 
-    live_app.broker.claim = spy  # type: ignore[method-assign]
+    spy.before("claim", note)
     fetcher.start()
     try:
         assert in_second.wait(5.0)
         for held in inflight.snapshot():
             inflight.finish(held)  # room frees while that claimer still waits for work with its half
         timeouts = waiter.timeouts
-        wait_until(lambda: waiter.timeouts >= timeouts + 4, what="the other claimers waiting their turn")
+        poll_until(lambda: waiter.timeouts >= timeouts + 4, message="the other claimers waiting their turn")
         assert len(calls) == 2  # none of them claimed meanwhile, though there was room
     finally:
         go.set()
@@ -420,9 +415,7 @@ def waiting_for_room(inflight: Inflight, busy_below: int, held_below: int) -> tu
     woke: list[bool] = []
     waiter = threading.Thread(target=lambda: woke.append(inflight.wait_room(busy_below, held_below, timeout=10.0)))
     waiter.start()
-    deadline = time.monotonic() + 5.0
-    while not inflight._wanted and time.monotonic() < deadline:
-        time.sleep(0.001)
+    poll_until(lambda: inflight._wanted, interval=0.001, message="the thread to wait for room")
     return waiter, woke
 
 
@@ -437,14 +430,14 @@ def test_a_finished_task_wakes_a_fetcher_waiting_for_room() -> None:
     assert inflight.wait_room(1, 10, timeout=0.01) is False  # one still busy
 
 
-def test_a_fetcher_waiting_for_room_wakes_on_the_finish_that_makes_room_after_a_reservation(wait_until: Wait) -> None:
+def test_a_fetcher_waiting_for_room_wakes_on_the_finish_that_makes_room_after_a_reservation() -> None:
     app = app_with_jobs(3)
     inflight = Inflight()
     first, second, _third = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=3))
     waiter, woke = waiting_for_room(inflight, 3, 10)  # needs one of the three to finish
     assert inflight.reserve(4, 10) == 1  # another claimer takes the room one slot more allows
     inflight.finish(first)  # room for that claim, none for the waiter yet: it wakes and waits again
-    wait_until(lambda: inflight._wake_at == 2, what="the waiter waiting for a second finish")
+    poll_until(lambda: inflight._wake_at == 2, message="the waiter waiting for a second finish")
     assert waiter.is_alive() and woke == []
     inflight.finish(second)
     waiter.join(timeout=5.0)
@@ -516,18 +509,11 @@ def test_buffer_hands_each_record_out_once_and_close_returns_the_rest() -> None:
 
 
 def test_acker_settles_every_outcome_submitted_from_many_threads_in_batches() -> None:
-    app = app_with_jobs(400)
+    spy = SpyBroker.from_url("memory://")
+    app = app_with_jobs(400, spy)
     inflight = Inflight()
     helds = inflight.add(app.broker.claim(["default"], 0.0, 30.0, limit=400))
     acker = Acker(app, inflight)
-    batches: list[int] = []
-    settle = app.broker.settle
-
-    def counting_settle(outcomes: Sequence[Outcome], now: float) -> list[bool]:
-        batches.append(len(outcomes))
-        return settle(outcomes, now)
-
-    app.broker.settle = counting_settle  # type: ignore[method-assign]
     acker.start()
 
     def submit(part: list[Held]) -> None:
@@ -541,10 +527,11 @@ def test_acker_settles_every_outcome_submitted_from_many_threads_in_batches() ->
         thread.start()
     for thread in threads:
         thread.join(timeout=10)
-    deadline = time.monotonic() + 10.0
-    while acker.processed < 400 and time.monotonic() < deadline:  # no wake-up lost: all of them land
-        time.sleep(0.001)
-    acker.stop()
+    try:  # no wake-up lost: all of them land
+        poll_until(lambda: acker.processed >= 400, timeout=10.0, interval=0.001, message="400 outcomes settled")
+    finally:
+        acker.stop()
     assert (acker.processed, acker.failed, len(inflight)) == (400, 0, 0)
+    batches = [len(call.arguments["outcomes"]) for call in spy.calls_to("settle")]
     assert sum(batches) == 400 and max(batches) <= 256  # one settle per batch, at most _BATCH each
     assert all(app.broker.get(held.id, 0.0).state is TaskState.COMPLETED for held in helds)  # type: ignore[union-attr]

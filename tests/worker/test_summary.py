@@ -10,11 +10,11 @@ import pytest
 
 from conveyor import Conveyor, Worker, WorkerConfig
 from conveyor.retry import Fixed
+from conveyor.testing import poll_until
 from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.summary import Summary
 
 Start = Callable[..., Worker]
-Wait = Callable[..., None]
 
 
 def summary_of(worker: Worker) -> Summary:
@@ -24,9 +24,7 @@ def summary_of(worker: Worker) -> Summary:
     return found[0]
 
 
-def test_summary_counts_what_ended_since_its_last_line(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_summary_counts_what_ended_since_its_last_line(live_app: Conveyor, start_worker: Start) -> None:
     @live_app.task
     def ok() -> None:
         pass
@@ -45,17 +43,15 @@ def test_summary_counts_what_ended_since_its_last_line(
     flaky.enqueue()
     worker = start_worker(summary_interval=3600.0, promoter_interval=0.05)
     summary = summary_of(worker)
-    wait_until(lambda: live_app.stats()["default"]["archived"] == 2, what="boom and flaky archived")
-    wait_until(lambda: live_app.stats()["default"]["completed"] == 5, what="five done")
+    poll_until(lambda: live_app.stats()["default"]["archived"] == 2, message="boom and flaky archived")
+    poll_until(lambda: live_app.stats()["default"]["completed"] == 5, message="five done")
     line = summary.report(final=False)
     assert line is not None
     assert " 5 done, 2 failed, 1 retried " in line and line.endswith(" 0/10 slots busy")
     assert summary.report(final=False) is None  # nothing since: an idle worker writes nothing
 
 
-def test_summary_reports_busy_slots_while_nothing_ends(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait
-) -> None:
+def test_summary_reports_busy_slots_while_nothing_ends(live_app: Conveyor, start_worker: Start) -> None:
     gate = threading.Event()
 
     @live_app.task
@@ -65,7 +61,7 @@ def test_summary_reports_busy_slots_while_nothing_ends(
     hold.enqueue()
     worker = start_worker(summary_interval=3600.0, concurrency=4)
     summary = summary_of(worker)
-    wait_until(lambda: live_app.stats()["default"]["active"] == 1, what="the task to start")
+    poll_until(lambda: live_app.stats()["default"]["active"] == 1, message="the task to start")
     try:
         line = summary.report(final=False)
         assert line is not None and " 0 done, 0 failed, 0 retried " in line and line.endswith(" 1/4 slots busy")
@@ -74,7 +70,7 @@ def test_summary_reports_busy_slots_while_nothing_ends(
 
 
 def test_summary_line_is_logged_every_interval_at_info(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait, caplog: pytest.LogCaptureFixture
+    live_app: Conveyor, start_worker: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     @live_app.task
     def ok() -> None:
@@ -83,7 +79,7 @@ def test_summary_line_is_logged_every_interval_at_info(
     with caplog.at_level(logging.INFO, logger="conveyor"):
         ok.enqueue()
         start_worker(summary_interval=0.05)
-        wait_until(lambda: any(" 1 done, " in r.getMessage() for r in caplog.records), what="a summary line")
+        poll_until(lambda: any(" 1 done, " in r.getMessage() for r in caplog.records), message="a summary line")
     lines = [r for r in caplog.records if r.name == "conveyor.worker" and r.levelno == logging.INFO]
     assert not [r for r in lines if r.getMessage().startswith(("task started", "task completed"))]
     summary = next(r for r in lines if " 1 done, " in r.getMessage())
@@ -91,7 +87,7 @@ def test_summary_line_is_logged_every_interval_at_info(
 
 
 def test_each_task_start_and_success_is_a_debug_line(
-    live_app: Conveyor, start_worker: Start, wait_until: Wait, caplog: pytest.LogCaptureFixture
+    live_app: Conveyor, start_worker: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     @live_app.task
     def ok() -> None:
@@ -100,7 +96,7 @@ def test_each_task_start_and_success_is_a_debug_line(
     with caplog.at_level(logging.DEBUG, logger="conveyor"):
         handle = ok.enqueue()
         start_worker()
-        wait_until(lambda: any(r.getMessage().startswith("task completed") for r in caplog.records), what="a line")
+        poll_until(lambda: any(r.getMessage().startswith("task completed") for r in caplog.records), message="a line")
     mine = [r for r in caplog.records if handle.id in r.getMessage()]
     assert [(r.levelno, r.getMessage().split()[1]) for r in mine] == [
         (logging.DEBUG, "started"),
