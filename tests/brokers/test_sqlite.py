@@ -25,20 +25,13 @@ from conveyor.brokers.sqlite import SQLiteBroker, SQLiteConfig
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError, SchemaError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, TaskState
+from conveyor.testing import poll_until
 
 NOW = 1_000_000.0
 
 
 def _task(task_id: str, queue: str = "default") -> NewTask:
     return NewTask(task_id, "job", queue, "[]")
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -127,7 +120,7 @@ def test_every_connection_runs_with_the_configured_synchronous(
     for thread in readers:
         thread.join()
     broker.subscribe(lambda event: None)  # the event poller's thread opens one more
-    _wait_for(lambda: len(levels) >= 4)
+    poll_until(lambda: len(levels) >= 4)
     broker._events.close()
     assert levels == [level] * len(levels)
 
@@ -348,7 +341,7 @@ def test_a_threads_connection_is_closed_when_the_thread_ends(
         thread = threading.Thread(target=broker.get, args=("t", NOW))
         thread.start()
         thread.join()
-    _wait_for(lambda: _open_connections(db_path) == 1)
+    poll_until(lambda: _open_connections(db_path) == 1)
     assert broker.get("t", NOW) is not None
 
 
@@ -410,7 +403,7 @@ def test_close_while_a_thread_opens_its_connection_closes_that_one_too(
         assert connected.wait(5)
         broker.close()
         closed.set()
-        _wait_for(lambda: bool(outcome))
+        poll_until(lambda: bool(outcome))
         assert isinstance(outcome[0], BrokerError)
         with pytest.raises(sqlite3.ProgrammingError):  # closed, although its thread still runs
             opened[0].execute("SELECT 1")
@@ -436,10 +429,10 @@ def test_events_reach_another_broker_on_the_same_file_exactly_once(
         Event("e1", None, "pending", "default", NOW),
         Event("e1", "pending", "active", "default", NOW),
     ]
-    _wait_for(lambda: len(seen_by_watcher) == 2)
+    poll_until(lambda: len(seen_by_watcher) == 2)
     assert seen_by_watcher == seen_by_producer
     watcher.settle([Outcome("e1", lease.lease_token or "", "complete")], NOW)
-    _wait_for(lambda: len(seen_by_producer) == 3)  # the poller went past the producer's own events
+    poll_until(lambda: len(seen_by_producer) == 3)  # the poller went past the producer's own events
     assert seen_by_producer[2] == Event("e1", "active", "completed", "default", NOW)
     assert len(seen_by_watcher) == 3
 

@@ -17,6 +17,7 @@ import pytest
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.brokers.sqlite.wake import Doorbell
 from conveyor.model import BrokerPolicy, NewTask
+from conveyor.testing import poll_until
 
 NOW = 1_000_000.0
 
@@ -56,11 +57,16 @@ def test_a_ring_wakes_a_waiting_consumer_with_nothing_committed(
     waiter = threading.Thread(target=lambda: woke.append(consumer.wait_for_work(["default"], 30.0)))
     waiter.start()
     bell = Doorbell(str(db_path))
-    deadline = time.monotonic() + 10.0
-    while waiter.is_alive() and time.monotonic() < deadline:
+
+    def rung() -> bool:
         bell.ring()  # until the waiter holds the FIFO open: a ring before that reaches nobody
         waiter.join(0.01)
-    bell.close()
+        return not waiter.is_alive()
+
+    try:
+        poll_until(rung, timeout=10.0, interval=0.001, message="a ring to wake the waiter")
+    finally:
+        bell.close()
     assert woke == [True]  # only the FIFO can have woken it: data_version never moved
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-__all__ = ["Spawn", "clean_env", "conveyor_argv", "popen_conveyor", "wait_for"]
+__all__ = ["Spawn", "clean_env", "conveyor_argv", "popen_conveyor"]
 
 
 class Spawn(Protocol):
@@ -37,12 +35,3 @@ def popen_conveyor(args: list[str], *, env: dict[str, str], cwd: Path | None = N
     return subprocess.Popen(
         conveyor_argv(*args), env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)

@@ -16,9 +16,10 @@ from click.testing import CliRunner
 
 from conveyor import Conveyor, TaskState
 from conveyor.cli import cli as cli_group
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import free_port
 
-from .procs import Spawn, clean_env, conveyor_argv, wait_for
+from .procs import Spawn, clean_env, conveyor_argv
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,12 @@ def test_worker_runs_tasks_and_serves_metrics(tmp_path: Path, sqlite_url: str, s
     )
     app = Conveyor(sqlite_url)
     try:
-        wait_for(lambda: app.get("sum").state == TaskState.COMPLETED, what="the task to complete")
+        poll_until(
+            lambda: app.get("sum").state == TaskState.COMPLETED,
+            timeout=20.0,
+            interval=0.05,
+            message="the task to complete",
+        )
         assert app.get("sum").result == 5
 
         def scraped() -> str:
@@ -78,7 +84,12 @@ def test_worker_runs_tasks_and_serves_metrics(tmp_path: Path, sqlite_url: str, s
             except httpx.HTTPError:
                 return ""
 
-        wait_for(lambda: 'conveyor_tasks_processed_total{queue="default",task="add"} 1.0' in scraped(), what="metrics")
+        poll_until(
+            lambda: 'conveyor_tasks_processed_total{queue="default",task="add"} 1.0' in scraped(),
+            timeout=20.0,
+            interval=0.05,
+            message="metrics",
+        )
         text = scraped()
         assert 'conveyor_queue_tasks{queue="default",state="completed"} 1.0' in text
         assert "conveyor_task_duration_seconds_count" in text
@@ -106,7 +117,7 @@ def test_dashboard_serves_until_terminated(sqlite_url: str, spawn: Spawn) -> Non
             assert server.poll() is None, "the dashboard exited"
             return False
 
-    wait_for(healthy, what="the dashboard")
+    poll_until(healthy, timeout=20.0, interval=0.05, message="the dashboard")
     page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
     assert page.status_code == 200 and "Queues" in page.text
     server.send_signal(signal.SIGTERM)
@@ -171,7 +182,12 @@ def test_process_mode_exports_the_summed_counters_of_every_child(tmp_path: Path,
     )
     processed = 'conveyor_tasks_processed_total{queue="default",task="add"} 40.0'
     failed = 'conveyor_tasks_processed_total{queue="default",task="fail"} 5.0'
-    wait_for(lambda: processed in (text := scrape_metrics(port)) and failed in text, what="every task counted")
+    poll_until(
+        lambda: processed in (text := scrape_metrics(port)) and failed in text,
+        timeout=20.0,
+        interval=0.05,
+        message="every task counted",
+    )
     text = scrape_metrics(port)
     assert series(text, "conveyor_tasks_failed_total") == {'{queue="default",task="fail"}': 5.0}
     assert series(text, "conveyor_task_duration_seconds_count") == {

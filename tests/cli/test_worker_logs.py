@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, TaskState
+from conveyor.testing import poll_until
 
-from .procs import clean_env, conveyor_argv, wait_for
+from .procs import clean_env, conveyor_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -76,9 +77,16 @@ def test_default_worker_logs_a_summary_and_no_info_line_per_success(
         handles = [producer.enqueue("ok", [i]) for i in range(20)]
         handles += [producer.enqueue("boom"), producer.enqueue("flaky")]
         states = {TaskState.COMPLETED, TaskState.ARCHIVED}
-        wait_for(lambda: all(producer.get(h.id).state in states for h in handles), 30, "every task to end")
+        poll_until(
+            lambda: all(producer.get(h.id).state in states for h in handles),
+            timeout=30,
+            interval=0.05,
+            message="every task to end",
+        )
         # the default interval is 10 s: the first periodic line comes within 10 s of the worker's start
-        wait_for(lambda: SUMMARY.search(log.read_text()), 20, "the periodic summary line")
+        poll_until(
+            lambda: SUMMARY.search(log.read_text()), timeout=20, interval=0.05, message="the periodic summary line"
+        )
     finally:
         producer.close()
     proc.send_signal(signal.SIGTERM)

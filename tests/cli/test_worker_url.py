@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, TaskState
+from conveyor.testing import poll_until
 
-from .procs import Spawn, clean_env, wait_for
+from .procs import Spawn, clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,12 @@ def test_worker_serves_the_broker_the_url_names(app_dir: Path, spawn: Spawn, pro
         env["CONVEYOR_URL"] = url
     proc = spawn(args, env=env, cwd=app_dir)
     with Conveyor(url) as app:
-        wait_for(lambda: app.get("sum").state == TaskState.COMPLETED, what="the task to run on target.db")
+        poll_until(
+            lambda: app.get("sum").state == TaskState.COMPLETED,
+            timeout=20.0,
+            interval=0.05,
+            message="the task to run on target.db",
+        )
         assert app.get("sum").result == 5
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)

@@ -5,14 +5,15 @@ Tests here go through the public, backend-neutral API only, so a new backend pas
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from conveyor import BrokerPolicy, Conveyor, FakeClock, TaskState, Worker
+from conveyor.testing import poll_until
 
 AppFactory = Callable[..., Conveyor]
 Transition = tuple[str | None, str]
@@ -76,27 +77,11 @@ class Events:
 
     def wait_for(self, task_id: str, expected: list[Transition], timeout: float = 5.0) -> list[Transition]:
         """The task's transitions once they equal ``expected`` (or at the deadline, for the assert)."""
-        deadline = time.monotonic() + timeout
-        while self.of(task_id) != expected and time.monotonic() < deadline:
-            time.sleep(0.005)
+        with contextlib.suppress(AssertionError):  # the caller's assert shows what came instead
+            poll_until(lambda: self.of(task_id) == expected, timeout=timeout, interval=0.005)
         return self.of(task_id)
 
 
 @pytest.fixture
 def events(app: Conveyor) -> Events:
     return Events(app)
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Poll ``predicate`` until it holds or the deadline passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return predicate()
-        time.sleep(0.005)
-    return True
-
-
-@pytest.fixture(name="eventually")
-def eventually_fixture() -> Callable[..., bool]:
-    return eventually

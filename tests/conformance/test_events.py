@@ -7,12 +7,12 @@ expected sequence with a deadline.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
 
 from conveyor import Conveyor, FakeClock, TaskState, Worker
+from conveyor.testing import poll_until
 
 if TYPE_CHECKING:
     from conformance.conftest import Events
@@ -98,9 +98,7 @@ def test_lease_expiry_reports_active_to_pending(app: Conveyor, clock: FakeClock,
     assert events.wait_for(task_id, expected) == expected
 
 
-def test_unsubscribed_callback_is_not_called_again(
-    app: Conveyor, events: Events, noop: str, eventually: Callable[..., bool]
-) -> None:
+def test_unsubscribed_callback_is_not_called_again(app: Conveyor, events: Events, noop: str) -> None:
     first = app.enqueue(noop).id
     events.wait_for(first, [(None, "pending")])
     events.unsubscribe()
@@ -108,7 +106,7 @@ def test_unsubscribed_callback_is_not_called_again(
     still_subscribed: list[str] = []
     app.on_state_change(lambda task_id, old, new: still_subscribed.append(task_id))
     last = app.enqueue(noop).id
-    assert eventually(lambda: last in still_subscribed)  # delivery has caught up past `second`
+    poll_until(lambda: last in still_subscribed, message="the last event")  # delivery caught up past `second`
     assert events.of(second) == []
 
 
@@ -118,7 +116,6 @@ def test_a_raising_callback_is_logged_and_the_queue_keeps_working(
     events: Events,
     noop: str,
     caplog: pytest.LogCaptureFixture,
-    eventually: Callable[..., bool],
 ) -> None:
     def broken(task_id: str, old: str | None, new: str) -> None:
         raise RuntimeError("callback bug")
@@ -129,7 +126,7 @@ def test_a_raising_callback_is_logged_and_the_queue_keeps_working(
         assert worker.process_next()
         expected = [(None, "pending"), ("pending", "active"), ("active", "completed")]
         assert events.wait_for(task_id, expected) == expected
-        assert eventually(lambda: any(_raised_callback_bug(record) for record in caplog.records))
+        poll_until(lambda: any(_raised_callback_bug(r) for r in caplog.records), message="the callback's error logged")
     assert app.get(task_id).state is TaskState.COMPLETED
 
 

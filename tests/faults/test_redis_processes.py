@@ -20,6 +20,7 @@ import pytest
 from conveyor.brokers.redis import RedisBroker
 from conveyor.errors import BrokerUnavailable
 from conveyor.model import BrokerPolicy, NewTask, TaskState
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
@@ -79,16 +80,14 @@ def ledger(tmp_path: Path) -> collections.Counter[str]:
 
 
 def wait_drained(broker: RedisBroker, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def drained() -> bool:
         try:
             (info,) = broker.queues(time.time())
-            if info.counts["pending"] + info.counts["active"] + info.counts["scheduled"] == 0:
-                return
         except BrokerUnavailable:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the queue was not drained in time")
+            return False
+        return info.counts["pending"] + info.counts["active"] + info.counts["scheduled"] == 0
+
+    poll_until(drained, timeout=timeout, interval=0.1, message="the queue to drain")
 
 
 @pytest.fixture
@@ -139,10 +138,10 @@ def test_every_acknowledged_enqueue_completes_across_a_server_crash(server: Redi
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        assert _wait(lambda: len(acknowledged) >= 2000, 60)
+        poll_until(lambda: len(acknowledged) >= 2000, timeout=60, interval=0.05, message="2000 acknowledged")
         server.restart(crash=True)  # SIGKILL: only what the AOF (appendfsync always) holds survives
         before = len(acknowledged)
-        assert _wait(lambda: len(acknowledged) >= before + 2000, 60)
+        poll_until(lambda: len(acknowledged) >= before + 2000, timeout=60, interval=0.05, message="2000 more")
     finally:
         stop.set()
         producer.join()
@@ -155,12 +154,3 @@ def test_every_acknowledged_enqueue_completes_across_a_server_crash(server: Redi
     assert [task_id for task_id, state in states.items() if state is not TaskState.COMPLETED] == []
     assert set(acknowledged) <= set(ledger(tmp_path))
     broker.close()
-
-
-def _wait(predicate: object, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False

@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.model import BrokerPolicy, NewTask, TaskState
+from conveyor.testing import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +108,12 @@ def _drop_cut_line(ledger: Path) -> None:
             file.truncate(data.rfind(b"\n") + 1)
 
 
+def _progressed(victim: subprocess.Popen[bytes], ledger: Path, offset: int) -> bool:
+    """Whether the victim completed a task since its ledger held ``offset`` bytes (fails if it died)."""
+    assert victim.poll() is None, victim.communicate()[1].decode()
+    return "completed " in ledger.read_bytes()[offset:].decode(errors="replace")
+
+
 def test_processes_killed_inside_write_transactions_lose_nothing_acknowledged(tmp_path: Path) -> None:
     db = tmp_path / "killed.db"
     _open(db).close()  # schema in place: the kills below hit task transactions
@@ -115,11 +123,7 @@ def test_processes_killed_inside_write_transactions_lose_nothing_acknowledged(tm
     for round_ in range(8):
         offset = ledger.stat().st_size
         victim = _python(_VICTIM, f"sqlite:///{db}", str(ledger), f"r{round_}")
-        deadline = time.monotonic() + 30
-        while "completed " not in ledger.read_bytes()[offset:].decode(errors="replace"):
-            assert victim.poll() is None, victim.communicate()[1].decode()
-            assert time.monotonic() < deadline, "the victim made no progress"
-            time.sleep(0.01)
+        poll_until(partial(_progressed, victim, ledger, offset), timeout=30, message="the victim to make progress")
         time.sleep(rng.uniform(0.0, 0.05))  # land somewhere in its stream of write transactions
         victim.send_signal(signal.SIGKILL)
         victim.communicate(timeout=30)

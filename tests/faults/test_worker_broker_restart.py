@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apps.harness import Cluster, wait_for
+from apps.harness import Cluster
 
 from conveyor import Conveyor, TaskState
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -35,17 +36,19 @@ def test_workers_recover_alone_after_the_server_crashes_and_restarts(server: Red
         def logs() -> str:
             return "".join(cluster.log_of(proc) for proc in workers)
 
-        wait_for(lambda: len(cluster.entries("done")) >= TASKS // 4, 30, "a quarter of the tasks done")
+        poll_until(
+            lambda: len(cluster.entries("done")) >= TASKS // 4, timeout=30, message="a quarter of the tasks done"
+        )
 
         server.kill()  # SIGKILL: only what the AOF holds survives
-        wait_for(lambda: "retrying in" in logs(), 30, "the workers to notice the outage and back off")
+        poll_until(lambda: "retrying in" in logs(), timeout=30, message="the workers to notice the outage and back off")
         server.start()  # same port, same data directory
         restarted = time.monotonic()
 
         def all_completed() -> bool:
             return producer.stats()["default"]["completed"] == TASKS
 
-        wait_for(all_completed, 60, "every acknowledged task completed after the restart")
+        poll_until(all_completed, timeout=60, message="every acknowledged task completed after the restart")
         recovery = time.monotonic() - restarted
         assert all(proc.poll() is None for proc in workers), "a worker died instead of reconnecting"
         done = {entry.key for entry in cluster.entries("done")}

@@ -17,7 +17,6 @@ import random
 import re
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, Fixed, PermanentError, TaskState
 from conveyor.model import WorkerInfo
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import free_port
 from conveyor.web import create_app
 
@@ -119,10 +119,12 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Conveyor, dict[str, str]]]:
     server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="dashboard", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
+
+    def started() -> bool:
+        assert thread.is_alive(), "uvicorn stopped before it started"
+        return server.started
+
+    poll_until(started, timeout=15, message="uvicorn to start")
     try:
         yield f"http://127.0.0.1:{port}", app, ids
     finally:
@@ -258,21 +260,22 @@ def test_failed_view_search_and_worker_commands_in_chromium(served: tuple[str, C
             worker = app.worker(queues=["maintenance"], registry_interval=0.1, poll_interval=0.05)
             thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
             thread.start()
-            deadline = time.monotonic() + 10
-            while worker.runtime is None or worker.runtime.worker_id not in {w.id for w in app.inspect.workers()}:
-                assert time.monotonic() < deadline, "worker did not register"
-                time.sleep(0.02)
+            poll_until(
+                lambda: (
+                    worker.runtime is not None and worker.runtime.worker_id in {w.id for w in app.inspect.workers()}
+                ),
+                timeout=10,
+                message="the worker to register",
+            )
             runtime = worker.runtime
+            assert runtime is not None
             try:
                 page.click('header nav a:has-text("Workers")')
                 row = page.locator(f'article[data-worker="{runtime.worker_id}"]')
                 row.locator('button:has-text("Quiet")').click()
                 expect(page.locator(".flash")).to_contain_text("stop claiming")
                 expect(row.locator(".badge.cmd-quiet")).to_be_visible()
-                deadline = time.monotonic() + 5
-                while runtime.registry.obeyed != "quiet":
-                    assert time.monotonic() < deadline, "the worker did not obey quiet"
-                    time.sleep(0.02)
+                poll_until(lambda: runtime.registry.obeyed == "quiet", message="the worker to obey quiet")
                 page.screenshot(path=str(shots / "workers.png"), full_page=True)
                 row.locator('button:has-text("Stop")').click()
                 expect(page.locator(".flash")).to_contain_text("shut down")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, Fixed, PermanentError, TaskState
 from conveyor.selection import PAGE, BulkResult, TaskFilter, apply_all
+from conveyor.testing import poll_until
 from conveyor.web import failed as failed_module
 
 if TYPE_CHECKING:
@@ -123,14 +123,15 @@ def test_retry_all_matching_covers_every_page_of_the_selection(client: TestClien
 
 def _finished(client: TestClient, job_id: str) -> dict[str, Any]:
     """Poll a bulk job's progress until it ends (deadline 30 s)."""
-    deadline = time.monotonic() + 30
-    while True:
-        progress: dict[str, Any] = client.get(f"/api/jobs/{job_id}").json()
-        if progress["state"] != "running":
-            assert progress["state"] == "done", progress
-            return progress
-        assert time.monotonic() < deadline, f"job still running: {progress}"
-        time.sleep(0.01)
+    seen: list[dict[str, Any]] = []
+
+    def ended() -> dict[str, Any] | None:
+        seen.append(client.get(f"/api/jobs/{job_id}").json())
+        return None if seen[-1]["state"] == "running" else seen[-1]
+
+    progress = poll_until(ended, timeout=30, message=lambda: f"the job to end (still running: {seen[-1]})")
+    assert progress["state"] == "done", progress
+    return progress
 
 
 def test_delete_all_matching_deletes_only_the_selection(client: TestClient, app: Conveyor, csrf: Csrf) -> None:

@@ -20,13 +20,14 @@ T = TypeVar("T")
 
 
 def poll_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     *,
     timeout: float = 5.0,
     interval: float = 0.01,
     message: str | Callable[[], str] = "the condition",
 ) -> T:
-    """Call ``predicate`` every ``interval`` seconds until it returns a truthy value, and return that value.
+    """Call ``predicate`` every ``interval`` seconds until it returns a truthy value, and return that value
+    (a predicate typed to return ``X | None`` gives an ``X``).
 
     Raises ``AssertionError`` once ``timeout`` seconds passed without one: "timed out after 5.0 s waiting
     for <message>". ``message`` says what was awaited; give a function to describe the state at the

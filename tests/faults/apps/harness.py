@@ -1,4 +1,4 @@
-"""Starting real worker processes for fault tests, reading the ledger, and polling with deadlines."""
+"""Starting real worker processes for fault tests, and reading the ledger they write."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,16 +16,6 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 LEASE, HEARTBEAT, REAPER = 2.0, 0.5, 0.5
 FAST = ["--lease", str(LEASE), "--heartbeat", str(HEARTBEAT), "--reaper-interval", str(REAPER)]
 FAST += ["--poll-interval", "0.1", "--promoter-interval", "0.2", "--registry-interval", "0.5"]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll until ``predicate()``; returns ``time.time()`` when it held. AssertionError on timeout."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-    return time.time()
 
 
 @dataclass(frozen=True)
