@@ -199,3 +199,23 @@ def test_a_bad_call_raises_the_wrapped_methods_type_error(memory_spy: SpyBroker[
     with pytest.raises(TypeError):
         memory_spy.claim()  # type: ignore[call-arg]
     assert memory_spy.calls == []
+
+
+def test_paused_holds_other_threads_calls_and_lets_this_threads_through(memory_spy: SpyBroker[Broker]) -> None:
+    memory_spy.enqueue([new("a")], 100.0)
+    got: list[int] = []
+    other = threading.Thread(target=lambda: got.append(len(memory_spy.claim(["q"], 100.0, 30.0))))
+    with memory_spy.paused("claim"):
+        other.start()
+        other.join(0.05)
+        assert other.is_alive() and got == []  # waiting to start
+        assert memory_spy.workers(100.0) == []  # another method goes through
+        assert [r.id for r in memory_spy.claim(["q"], 100.0, 30.0)] == ["a"]  # this thread's call too
+    other.join(10.0)
+    assert got == [0]  # it ran after the pause, and found the task taken
+    assert [call.thread for call in memory_spy.calls_to("claim")][-1] == other.name
+
+
+def test_a_pause_is_not_nested(memory_spy: SpyBroker[Broker]) -> None:
+    with memory_spy.paused(), pytest.raises(RuntimeError), memory_spy.paused("claim"):
+        pass

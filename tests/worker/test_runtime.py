@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from conveyor import BrokerPolicy, Conveyor, FakeClock, Fixed, TaskContext, TaskState, Worker, current_task
-from conveyor.brokers.memory import MemoryBroker
 from conveyor.model import ArchiveReason
 from conveyor.serializers import decode
-from conveyor.testing import poll_until
+from conveyor.testing import SpyBroker, poll_until
 from conveyor.worker.executor import Job
 from conveyor.worker.inflight import Held
 
@@ -140,7 +139,8 @@ def test_heartbeat_extends_leases_of_running_tasks(live_app: Conveyor, start_wor
 
 def test_lost_lease_is_flagged_and_its_result_fenced() -> None:
     clock = FakeClock(1000.0)
-    app = Conveyor("memory://", clock=clock, policy=BrokerPolicy(max_stalls=5))
+    spy = SpyBroker.from_url("memory://", BrokerPolicy(max_stalls=5))
+    app = Conveyor(broker=spy, clock=clock)
     seen: list[tuple[int, bool]] = []
     first_started = threading.Event()
 
@@ -158,12 +158,11 @@ def test_lost_lease_is_flagged_and_its_result_fenced() -> None:
     thread.start()
     try:
         assert first_started.wait(5)
-        # The lease expires and is reclaimed in one step: under the broker's lock, so the heartbeat cannot
+        # The lease expires and is reclaimed in one step: the worker's calls wait, so the heartbeat cannot
         # extend the expired-but-still-current lease in between (the contract allows that extension).
-        assert isinstance(app.broker, MemoryBroker)
-        with app.broker._lock:
+        with spy.paused():
             clock.advance(11.0)
-            assert app.broker.reap(clock.now()) == 1
+            assert spy.reap(clock.now()) == 1
         assert handle.result(timeout=5) == 2
         poll_until(lambda: len(seen) == 2, message="both executions")
         assert sorted(seen) == [(1, True), (2, False)]
@@ -195,7 +194,8 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost(settings: dict[str, A
     the old future then runs in the fetcher's thread: it once deadlocked there, and the old handler was
     never cancelled)."""
     clock = FakeClock(1000.0)
-    app = Conveyor("memory://", clock=clock)
+    spy = SpyBroker.from_url("memory://")
+    app = Conveyor(broker=spy, clock=clock)
     started = threading.Event()
     cancelled = threading.Event()
 
@@ -212,10 +212,9 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost(settings: dict[str, A
     thread.start()
     try:
         assert started.wait(5)
-        assert isinstance(app.broker, MemoryBroker)
-        with app.broker._lock:  # expire and reclaim atomically: the worker's reaper may not take it first
+        with spy.paused():  # expire and reclaim atomically: the worker's reaper may not take it first
             clock.advance(advance)
-            assert app.broker.reap(clock.now()) == 1
+            assert spy.reap(clock.now()) == 1
         assert cancelled.wait(5), "the old handler kept running"
         result: Any = handle.result(timeout=5)
         assert result == "second"

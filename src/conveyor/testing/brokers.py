@@ -8,6 +8,9 @@ assigning over its methods::
     app = Conveyor(broker=spy)
     spy.fail("settle", BrokerUnavailable("down"), times=2)   # the next two settles raise
     spy.before("claim", lambda call: started.set())          # runs in the claiming thread
+    with spy.paused():                                       # other threads' calls wait meanwhile
+        clock.advance(60)
+        spy.reap(clock.now())
     ...
     assert [call.arguments["limit"] for call in spy.calls_to("claim")] == [8, 2]
 
@@ -21,12 +24,13 @@ read from the wrapped broker. The wrapped broker's calls to itself do not go thr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any, Generic, ParamSpec, TypeVar
@@ -77,7 +81,8 @@ class _Fault:
 
 class SpyBroker(Generic[B]):
     """A broker that records each call made through it and passes it on to ``wrapped``, unless a fault
-    set with :meth:`fail`, :meth:`delay` or :meth:`before` acts on it first. Thread-safe."""
+    set with :meth:`fail`, :meth:`delay` or :meth:`before` acts on it first, or :meth:`paused` holds it
+    back. Thread-safe."""
 
     def __init__(self, wrapped: B) -> None:
         if not isinstance(wrapped, Broker):
@@ -87,6 +92,8 @@ class SpyBroker(Generic[B]):
         self._calls: list[Call] = []
         self._faults: dict[str, list[_Fault]] = {}
         self._signatures: dict[str, inspect.Signature] = {}
+        self._door = threading.Condition(self._lock)
+        self._pause: tuple[int, frozenset[str] | None] | None = None  # (owner thread, methods held or all)
         own = {name for klass in type(self).__mro__ for name in vars(klass)}
         for name in _public_methods(wrapped):
             if name not in own:  # a capability: an instance attribute, so static isinstance checks see it
@@ -147,6 +154,24 @@ class SpyBroker(Generic[B]):
             raise TypeError(f"hook must be callable, not {type(hook).__name__}")
         self._add(name, _Fault(_check_times(times), hook=hook))
 
+    @contextlib.contextmanager
+    def paused(self, *names: str) -> Iterator[None]:
+        """While inside, calls of ``names`` (none named: every method) from other threads wait to start;
+        this thread's calls go through. Calls already under way go on. For a step other threads must not
+        interleave with (advance the clock, then reap, before a worker's heartbeat extends the lease)."""
+        for name in names:
+            self._check_name(name)
+        with self._door:
+            if self._pause is not None:
+                raise RuntimeError("this SpyBroker is paused already")
+            self._pause = (threading.get_ident(), frozenset(names) or None)
+        try:
+            yield
+        finally:
+            with self._door:
+                self._pause = None
+                self._door.notify_all()
+
     def clear(self) -> None:
         """Forget every fault still set (recorded calls stay)."""
         with self._lock:
@@ -175,7 +200,9 @@ class SpyBroker(Generic[B]):
         except TypeError:
             return method(*args, **kwargs)  # raises the wrapped method's own TypeError
         bound.apply_defaults()
-        with self._lock:
+        with self._door:
+            while self._held(name):
+                self._door.wait()
             call = Call(name, dict(bound.arguments), threading.current_thread().name, len(self._calls))
             self._calls.append(call)
             faults = self._faults.get(name, [])
@@ -193,6 +220,12 @@ class SpyBroker(Generic[B]):
                 error = fault.error if isinstance(fault.error, BaseException) else fault.error()
                 raise error.with_traceback(None)
         return method(*args, **kwargs)
+
+    def _held(self, name: str) -> bool:
+        if self._pause is None:
+            return False
+        owner, names = self._pause
+        return owner != threading.get_ident() and (names is None or name in names)
 
     def _wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
