@@ -41,7 +41,7 @@ define redis_again
 	fi
 endef
 
-.PHONY: demo test lint types browser unit unit-newest bench bench-smoke clean
+.PHONY: demo test lint types browser unit unit-fast unit-newest bench bench-smoke clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,16 @@ unit: $(STAMP)
 	@echo "== the suite on Python $(call VERSION_OF,$(BIN)) ($(VENV))"
 	$(PYTEST)
 	$(call redis_again,$(BIN))
+
+# The quick loop while working: every test but the `slow` ones (processes of their own, the browser,
+# benchmarks, long property runs), which `make test` still runs. Its temporary files (SQLite databases
+# above all) go to /dev/shm where there is one: each test's fsyncs then cost nothing, which on a busy
+# shared disk is most of the run's time. No cache: parallel checkouts share none.
+FAST_TMP := $(firstword $(wildcard /dev/shm) /tmp)
+unit-fast: $(STAMP)
+	@tmp=$$(mktemp -d $(FAST_TMP)/conveyor-unit-fast.XXXXXX) && \
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --basetemp=$$tmp/pytest; \
+	status=$$?; rm -rf $$tmp; exit $$status
 
 ifneq ($(NEWEST),)
 $(NEWEST_VENV)/.installed-dev: pyproject.toml

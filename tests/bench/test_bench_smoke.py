@@ -155,6 +155,7 @@ def test_server_flush_frees_the_memory_before_it_returns() -> None:
     assert left < filled / 20
 
 
+@pytest.mark.slow
 def test_sqlite_sync_benchmark_compares_both_modes(tmp_path: Path) -> None:
     out = run_bench("bench.sqlite_sync", "--tasks", "50", "--reps", "1", "--dir", str(tmp_path), timeout=60)
     for phase in ("enqueue one by one", "Worker.run drain", "drain one per claim"):

@@ -238,6 +238,7 @@ def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> 
             assert _snapshot(candidate, now) == _snapshot(drivers[0].broker, now), f"state after step {step}: {op!r}"
 
 
+@pytest.mark.slow  # 300 examples a backend, Redis on a server of its own: ~35 s of the suite
 @pytest.mark.parametrize("backend", sorted(CANDIDATES))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(operations, min_size=1, max_size=40))

@@ -275,6 +275,7 @@ def test_long_bodies_results_and_errors_of_a_batch_are_stored_whole(broker: Redi
     assert [e.error for e in again.errors] == [text("e1")]
 
 
+@pytest.mark.slow  # a server of its own
 def test_the_library_is_loaded_once_and_again_after_function_flush(own_server: RedisServer) -> None:
     broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
     client = own_server.client()
@@ -290,6 +291,7 @@ def test_the_library_is_loaded_once_and_again_after_function_flush(own_server: R
         broker.close()
 
 
+@pytest.mark.slow  # a server of its own
 def test_read_only_operations_answer_on_a_server_out_of_memory(own_server: RedisServer) -> None:
     broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
     broker.enqueue([task("kept")], NOW)
@@ -397,6 +399,7 @@ def test_namespaces_are_isolated(redis_server: RedisServer) -> None:
 # -- faults ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a server of its own
 def test_calls_raise_broker_unavailable_quickly_when_the_server_is_down(own_server: RedisServer) -> None:
     url = own_server.namespace_url() + "&socket_connect_timeout=0.5&socket_timeout=1"
     broker = RedisBroker.from_url(url, BrokerPolicy())
@@ -416,6 +419,7 @@ def test_calls_raise_broker_unavailable_quickly_when_the_server_is_down(own_serv
         broker.close()
 
 
+@pytest.mark.slow  # a server of its own
 def test_out_of_memory_is_a_clear_error_and_writes_nothing(own_server: RedisServer) -> None:
     broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
     try:
@@ -632,6 +636,7 @@ def test_preflight_finds_persistence_off_and_the_default_eviction_policy_ok(brok
     ]
 
 
+@pytest.mark.slow  # a server of its own
 def test_preflight_warns_about_an_evicting_memory_policy(own_server: RedisServer) -> None:
     own_server.client().config_set("maxmemory-policy", "allkeys-lru")
     broker = RedisBroker.from_url(own_server.namespace_url(), BrokerPolicy())
@@ -643,6 +648,7 @@ def test_preflight_warns_about_an_evicting_memory_policy(own_server: RedisServer
         broker.close()
 
 
+@pytest.mark.slow  # a server of its own
 def test_a_starting_worker_logs_the_preflight_warnings_once(
     own_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

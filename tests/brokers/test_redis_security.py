@@ -29,6 +29,8 @@ from conveyor.testing.redis_server import RedisServer, find_server_binary, free_
 
 from .pki import Pki, make_pki
 
+pytestmark = pytest.mark.slow  # each test starts servers of its own
+
 FAST = {"socket_connect_timeout": "1", "socket_timeout": "2"}
 
 

@@ -212,6 +212,7 @@ except ConfigurationError as exc:
 """
 
 
+@pytest.mark.slow  # a process of its own
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_read_only_file_or_directory_is_a_configuration_error(
     open_sqlite: Callable[..., SQLiteBroker], db_path: Path, what: str
@@ -452,6 +453,7 @@ def test_unsubscribed_files_record_no_events_and_the_table_is_trimmed(
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 5
 
 
+@pytest.mark.slow  # processes of their own
 def test_several_processes_can_create_the_same_file_at_once(db_path: Path) -> None:
     script = (
         "import sys\n"

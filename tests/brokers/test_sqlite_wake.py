@@ -85,6 +85,7 @@ def test_a_consumer_sleeps_after_a_ringing_process_has_gone(
     assert time.monotonic() - started >= 0.1
 
 
+@pytest.mark.slow  # processes of their own
 def test_an_enqueue_in_another_process_rings_once_a_consumer_listens(
     open_sqlite: Callable[[], SQLiteBroker], db_path: Path
 ) -> None:

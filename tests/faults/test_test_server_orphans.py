@@ -16,7 +16,10 @@ import redis
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import find_server_binary
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only"),
+]
 
 STARTER = """
 import time
