@@ -10,30 +10,17 @@ from collections.abc import Iterator
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.brokers.base import (
-    AnnouncesCancels,
-    Broker,
-    ChecksServer,
-    ClaimsAfterWait,
-    CommandsWorkers,
-    DeclaresTasks,
-    ForgetsQueues,
-    KeepsHistory,
-    WaitsForWork,
-)
+from conveyor.brokers import capabilities
+from conveyor.brokers.base import Broker
 from conveyor.errors import BrokerUnavailable, ConfigurationError
-from conveyor.model import NewTask
+from conveyor.model import BrokerPolicy, NewTask
 from conveyor.testing import Call, SpyBroker, poll_until
 
+#: Every optional capability Protocol a broker may have.
 CAPABILITIES = [
-    AnnouncesCancels,
-    ChecksServer,
-    ClaimsAfterWait,
-    CommandsWorkers,
-    DeclaresTasks,
-    ForgetsQueues,
-    KeepsHistory,
-    WaitsForWork,
+    value
+    for value in vars(capabilities).values()
+    if isinstance(value, type) and getattr(value, "_is_runtime_protocol", False)
 ]
 
 
@@ -59,7 +46,8 @@ def test_every_method_of_the_broker_protocol_is_declared() -> None:
 
 
 def test_it_is_a_broker_with_exactly_the_capabilities_of_the_wrapped_one(spy: SpyBroker[Broker]) -> None:
-    assert isinstance(spy, Broker)
+    assert len(CAPABILITIES) >= 10
+    assert isinstance(spy, Broker) and isinstance(spy, SpyBroker)
     for capability in CAPABILITIES:
         assert isinstance(spy, capability) == isinstance(spy.wrapped, capability), capability.__name__
 
@@ -81,8 +69,12 @@ def test_a_capability_call_is_recorded_too(memory_spy: SpyBroker[Broker]) -> Non
     assert [c.name for c in memory_spy.calls] == ["watch_cancels"]
 
 
-def test_other_attributes_are_read_from_the_wrapped_broker(memory_spy: SpyBroker[Broker]) -> None:
-    assert memory_spy.policy is memory_spy.wrapped.policy  # type: ignore[attr-defined]
+def test_other_attributes_are_read_and_written_through_to_the_wrapped_broker(memory_spy: SpyBroker[Broker]) -> None:
+    wrapped = memory_spy.wrapped
+    assert isinstance(wrapped, capabilities.AppliesPolicy)
+    assert memory_spy.policy is wrapped.policy
+    memory_spy.policy = BrokerPolicy(max_stalls=9)  # type: ignore[attr-defined]  # (mypy: no __setattr__)
+    assert wrapped.policy.max_stalls == 9
     with pytest.raises(AttributeError):
         _ = memory_spy.no_such_attribute
 

@@ -18,8 +18,10 @@ Every public method of the wrapped broker goes through the spy: the ``Broker`` p
 declared here (so the spy type-checks as a ``Broker``), and the wrapped broker's other methods (its
 optional capabilities, such as ``wait_for_work`` or ``claim_after_wait``) are wrapped per instance as it
 is built. So ``isinstance(spy, WaitsForWork)`` holds exactly when it holds for the wrapped broker, and
-the worker takes the same paths as with the broker alone. Other attributes (``policy``, a client) are
-read from the wrapped broker. The wrapped broker's calls to itself do not go through the spy.
+the worker takes the same paths as with the broker alone. Its other attributes (``policy``, a client)
+are properties reading and writing the wrapped broker's (on a subclass made for the wrapped broker's
+attributes), so a capability declaring an attribute (``AppliesPolicy``) holds alike. The wrapped
+broker's calls to itself do not go through the spy.
 """
 
 from __future__ import annotations
@@ -95,9 +97,13 @@ class SpyBroker(Generic[B]):
         self._door = threading.Condition(self._lock)
         self._pause: tuple[int, frozenset[str] | None] | None = None  # (owner thread, methods held or all)
         own = {name for klass in type(self).__mro__ for name in vars(klass)}
-        for name in _public_methods(wrapped):
+        methods = _public_methods(wrapped)
+        for name in methods:
             if name not in own:  # a capability: an instance attribute, so static isinstance checks see it
                 setattr(self, name, self._wrap(getattr(wrapped, name)))
+        data = tuple(sorted(_public_names(wrapped) - set(methods) - own))
+        if data:  # its other attributes (``policy``, ...) as properties of a subclass, for the same reason
+            self.__class__ = _reading_through(type(self), data)
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy | None = None) -> SpyBroker[Broker]:
@@ -317,6 +323,39 @@ def _public_methods(obj: object) -> list[str]:
             if not name.startswith("_") and isinstance(value, FunctionType | classmethod | staticmethod)
         )
     return sorted(names)
+
+
+def _public_names(obj: object) -> set[str]:
+    """Every public attribute name of ``obj``: its own and its class's."""
+    names = {name for name in vars(obj) if not name.startswith("_")}
+    for klass in type(obj).__mro__:
+        if klass is not object:
+            names.update(name for name in vars(klass) if not name.startswith("_"))
+    return names
+
+
+_SUBCLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+
+
+def _reading_through(cls: type[SpyBroker[Any]], names: tuple[str, ...]) -> type[SpyBroker[Any]]:
+    """A subclass of ``cls`` whose properties ``names`` read (and write) the wrapped broker's (one per
+    class and names: a race makes two, which is harmless)."""
+    made = _SUBCLASSES.get((cls, names))
+    if made is not None:
+        return made
+
+    def through(name: str) -> property:
+        def read(spy: SpyBroker[Any]) -> Any:
+            return getattr(spy.wrapped, name)
+
+        def write(spy: SpyBroker[Any], value: Any) -> None:
+            setattr(spy.wrapped, name, value)
+
+        return property(read, write, doc=f"The wrapped broker's ``{name}``.")
+
+    made = type(cls.__name__, (cls,), {name: through(name) for name in names} | {"__module__": cls.__module__})
+    _SUBCLASSES[(cls, names)] = made
+    return made
 
 
 def _check_times(times: int | None) -> int | None:
