@@ -185,6 +185,7 @@ def test_a_cancelled_task_waiting_in_the_workers_buffer_never_starts(announcing:
     first.enqueue()
     waiting = second.enqueue()
     worker = start_worker(app, concurrency=1, prefetch=1, **SLOW_HEARTBEAT)
+    poll_until(lambda: ran, message="the first task to start")  # one claim may take both before it starts
     poll_until(lambda: waiting.status().state is TaskState.ACTIVE, message="the second task claimed into the buffer")
     assert ran == ["first"]
     waiting.cancel()
