@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
+from conveyor.testing import poll_until
 
-from .procs import Spawn, clean_env, wait_for
+from .procs import Spawn, clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +53,16 @@ def test_worker_processes_on_one_file_share_the_tasks_and_never_meet_a_locked_da
     else:
         workers = [spawn(["worker", "shared_tasks:app"], env=env, cwd=tmp_path) for _ in range(PROCESSES)]
     try:
-        wait_for(lambda: len(app.broker.workers(app.now())) == PROCESSES, 60, "every worker process registered")
+        poll_until(
+            lambda: len(app.broker.workers(app.now())) == PROCESSES,
+            timeout=60,
+            message="every worker process registered",
+        )
         ids: list[str] = []
         for _ in range(10):  # the producer writes to the file while the workers claim and settle
             ids += [handle.id for handle in whoami.enqueue_many([((), {})] * 500)]
             ids += [whoami.enqueue().id for _ in range(100)]
-        wait_for(lambda: app.stats()["default"]["completed"] == len(ids), 120, "every task completed")
+        poll_until(lambda: app.stats()["default"]["completed"] == len(ids), timeout=120, message="every task completed")
         ran_by = Counter(app.get(task_id).result for task_id in ids)
     finally:
         app.close()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor import Conveyor, TaskState
-from conveyor.brokers.base import SettlesWithClaim
+from conveyor.brokers.base import Broker, SettlesWithClaim
 from conveyor.model import Outcome
+from conveyor.testing import SpyBroker, poll_until
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
@@ -19,7 +21,7 @@ from conveyor.worker.fetcher import Fetcher
 from conveyor.worker.inflight import Held, Inflight
 from conveyor.worker.prefetch import MOST_SYNCED
 
-from .conftest import Start, Wait, poll_until
+from .conftest import Start
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def test_take_leaves_the_stop_marker_for_the_acker(sqlite_app: Conveyor) -> None
     assert acker.take() == []
 
 
-def test_a_lingering_acker_leaves_outcomes_to_the_claim_until_nudged(sqlite_app: Conveyor, wait_until: Wait) -> None:
+def test_a_lingering_acker_leaves_outcomes_to_the_claim_until_nudged(sqlite_app: Conveyor) -> None:
     inflight = Inflight()
     acker = Acker(sqlite_app, inflight, linger=60.0)
     soon = threading.Event()
@@ -111,23 +113,29 @@ def test_a_lingering_acker_leaves_outcomes_to_the_claim_until_nudged(sqlite_app:
         _complete(acker, helds[1])
         soon.clear()
         acker.nudge()  # no claim soon: the acker writes it now, not after its 60 s linger
-        wait_until(lambda: _state(sqlite_app, helds[1].id) is TaskState.COMPLETED, what="the nudged settle")
+        poll_until(lambda: _state(sqlite_app, helds[1].id) is TaskState.COMPLETED, message="the nudged settle")
     finally:
         acker.stop()
 
 
-def test_a_busy_sqlite_worker_settles_with_its_claims(sqlite_app: Conveyor, start_worker: Start) -> None:
-    settles: list[int] = []
-    broker = sqlite_app.broker
-    settle = broker.settle
+@pytest.fixture
+def spy() -> Iterator[SpyBroker[Broker]]:
+    """A SQLite broker seen through a ``SpyBroker``, closed after the worker stopped."""
+    with tempfile.TemporaryDirectory() as folder:
+        spied = SpyBroker.from_url(f"sqlite:///{Path(folder) / 'spied.db'}")
+        yield spied
+        spied.close()
 
-    def counting_settle(outcomes: Sequence[Outcome], now: float) -> list[bool]:
-        settles.append(len(outcomes))
-        return settle(outcomes, now)
 
-    broker.settle = counting_settle  # type: ignore[method-assign]
-    for _ in range(994):
-        sqlite_app.enqueue("job")
-    start_worker(sqlite_app)
-    poll_until(lambda: _completed(sqlite_app) == 1000, 30.0, "the drain")
+def test_a_busy_sqlite_worker_settles_with_its_claims(spy: SpyBroker[Broker], start_worker: Start) -> None:
+    app = Conveyor(broker=spy)
+
+    @app.task
+    def job() -> None: ...
+
+    for _ in range(1000):
+        app.enqueue("job")
+    start_worker(app)
+    poll_until(lambda: _completed(app) == 1000, timeout=30.0, message="the drain")
+    settles = [len(call.arguments["outcomes"]) for call in spy.calls_to("settle")]
     assert sum(settles) < 500  # most outcomes rode with a claim instead of a settle of their own
