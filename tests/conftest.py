@@ -8,7 +8,7 @@ stopped by PID) and a fresh namespace per test.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,25 @@ def clock() -> FakeClock:
 
 @pytest.fixture(params=BACKENDS)
 def broker_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    backend: str = request.param
+    return backend_url(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def url_of_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """``url_of_backend(backend)``: what ``broker_url`` gives for ``backend``, for a conftest that
+    parametrizes ``broker_url`` over other backends (the conformance suite adds ``redis-cluster``)."""
+    return lambda backend: backend_url(request, backend, tmp_path)
+
+
+def backend_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:
+    """A fresh broker URL of ``backend`` for the requesting test (``redis-cluster``: a namespace on the
+    session's 3-master cluster)."""
+    if backend == "redis-cluster":
+        backend = "redis"
+        if not _available(backend):
+            pytest.skip(f"{backend} broker not built yet")
+        cluster_url: str = request.getfixturevalue("redis_cluster_url")
+        return cluster_url
     if not _available(backend):
         pytest.skip(f"{backend} broker not built yet")
     if backend == "memory":

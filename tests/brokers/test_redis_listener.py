@@ -31,7 +31,7 @@ def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: Redi
         heard.put(data)
 
     channel = broker.keys.prefix + "test-listener"
-    listener = Listener(broker.client, channel, 2.0, on_message, what="test")
+    listener = Listener(lambda: broker.client, channel, 2.0, on_message, what="test")
     try:
         assert listener.start()
         broker.client.publish(channel, "bad")
@@ -42,7 +42,9 @@ def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: Redi
 
 
 def test_close_ends_the_thread_and_a_later_start_does_not_restart_it(broker: RedisBroker) -> None:
-    listener = Listener(broker.client, broker.keys.prefix + "test-listener", 2.0, lambda data: None, what="test")
+    listener = Listener(
+        lambda: broker.client, broker.keys.prefix + "test-listener", 2.0, lambda data: None, what="test"
+    )
     assert listener.start()
     thread = listener._thread
     listener.close()

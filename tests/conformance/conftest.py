@@ -1,6 +1,8 @@
 """Fixtures of the conformance suite: every test that takes ``app`` runs once per broker backend.
 
 Tests here go through the public, backend-neutral API only, so a new backend passes them unchanged.
+Here the Redis broker runs twice: on one server, and on a 3-master Redis Cluster (``redis-cluster``,
+one cluster per session, a namespace per test).
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from conveyor import BrokerPolicy, Conveyor, FakeClock, TaskState, Worker
 from conveyor.testing import poll_until
 
 AppFactory = Callable[..., Conveyor]
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
+def broker_url(request: pytest.FixtureRequest, url_of_backend: Callable[[str], str]) -> str:
+    return url_of_backend(request.param)
+
+
 Transition = tuple[str | None, str]
 
 

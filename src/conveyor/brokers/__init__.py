@@ -1,8 +1,8 @@
 """Broker backends, chosen by URL scheme.
 
 ``memory://`` (in-process, deterministic), ``sqlite:///path.db`` (embedded default),
-``redis://`` / ``rediss://`` (distributed). Backends are imported lazily so that using one never
-requires another's client library.
+``redis://`` / ``rediss://`` (distributed; ``redis+cluster://`` / ``rediss+cluster://`` on a Redis
+Cluster). Backends are imported lazily so that using one never requires another's client library.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ _BACKENDS = {
     "sqlite": "conveyor.brokers.sqlite:SQLiteBroker",
     "redis": "conveyor.brokers.redis:RedisBroker",
     "rediss": "conveyor.brokers.redis:RedisBroker",
+    "redis+cluster": "conveyor.brokers.redis:RedisBroker",
+    "rediss+cluster": "conveyor.brokers.redis:RedisBroker",
 }
 
 

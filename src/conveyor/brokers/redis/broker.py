@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, Finding
 from conveyor.brokers.redis import admin
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
 from conveyor.brokers.redis.cancels import CancelWatch
+from conveyor.brokers.redis.cluster import ClusterCalls, is_cluster_node
 from conveyor.brokers.redis.codec import decode_claimed, decode_events, decode_record
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
-from conveyor.brokers.redis.faults import Refused, failure, translate_errors
+from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
@@ -65,6 +69,19 @@ def _scripts() -> Scripts:
     return _SCRIPTS
 
 
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """The client a broker talks through and the connections its operations use."""
+
+    client: redis.Redis
+    conns: Connections | ClusterCalls
+
+    @classmethod
+    def cluster(cls, client: RedisCluster) -> _Link:
+        # typed as redis.Redis: RedisCluster has the same command methods the broker's modules call
+        return cls(cast("redis.Redis", client), ClusterCalls(client))
+
+
 class RedisBroker:
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
 
@@ -72,16 +89,17 @@ class RedisBroker:
         self.config = config
         self.policy = policy or BrokerPolicy()
         self.keys = Keys(config.namespace)
-        self._client = config.client()
-        self._conns = Connections(self._client.connection_pool)
+        self._plain = config.client()  # one server, or a cluster URL's first seed (TIME, INFO)
+        self._link: _Link | None = None  # the client and the hot path's connections, chosen at first use
+        self._link_lock = threading.Lock()
         self._key = self.keys.due  # the one key every call declares (see lua/_lib.lua)
         self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)
         self._events = EventHub(
-            self._client, self.keys.events, self.keys.listening, self._origin, config.socket_connect_timeout
+            lambda: self._client, self.keys.events, self.keys.listening, self._origin, config.socket_connect_timeout
         )
-        self._cancels = CancelWatch(self._client, self.keys.cancels, config.socket_connect_timeout)
+        self._cancels = CancelWatch(lambda: self._client, self.keys.cancels, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
 
     @classmethod
@@ -90,8 +108,49 @@ class RedisBroker:
 
     @property
     def client(self) -> redis.Redis:
-        """The underlying redis-py client (for diagnostics and tests; not part of the Broker contract)."""
+        """The underlying redis-py client (for diagnostics and tests; not part of the Broker contract):
+        on a cluster, redis-py's ``RedisCluster`` (``cluster.ClusterClient``), which has the same
+        command methods."""
         return self._client
+
+    @property
+    def cluster(self) -> bool:
+        """True when the broker talks to a Redis Cluster (a ``redis+cluster://`` URL, or a node found
+        to be one); finding out may take one round trip."""
+        return self._client is not self._plain
+
+    @property
+    def _client(self) -> redis.Redis:
+        link = self._link
+        return (link or self._connect()).client
+
+    @property
+    def _conns(self) -> Connections | ClusterCalls:
+        link = self._link
+        return (link or self._connect()).conns
+
+    def _connect(self) -> _Link:
+        """Choose the client at first use: the cluster client for a cluster URL or for a plain URL
+        whose server says it is a cluster node (one ``INFO cluster``), else the plain client. Raises
+        ``conveyor.errors`` if the server cannot be reached (and tries again at the next call)."""
+        with self._link_lock:
+            if self._link is not None:
+                return self._link
+            with translate_errors():
+                if self.config.cluster:
+                    self._link = _Link.cluster(self.config.cluster_client())
+                elif is_cluster_node(self._plain):
+                    host, port = self.config.seeds[0]
+                    log.info(
+                        "%s:%s is a node of a Redis Cluster: using the cluster client (redis+cluster:// names"
+                        " a cluster by several seed nodes)",
+                        host,
+                        port,
+                    )
+                    self._link = _Link.cluster(self.config.cluster_client())
+                else:
+                    self._link = _Link(self._plain, Connections(self._plain.connection_pool))
+            return self._link
 
     # -- calling scripts -----------------------------------------------------------------------
 
@@ -110,7 +169,7 @@ class RedisBroker:
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
             command = self._scripts.command(name, self._head(now), args)
             early, reply = self._scripts.call(self._conns, self._client, command, before)
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise failure(exc) from exc
         return (early, *self._result(reply))
 
@@ -120,7 +179,7 @@ class RedisBroker:
         commands = (self._scripts.command(name, self._head(now), args) for args in calls)
         try:
             self._scripts.call_each(self._conns, self._client, commands, lambda reply: handle(self._result(reply)[0]))
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise failure(exc) from exc
 
     def _result(self, reply: Any) -> tuple[Any, float]:
@@ -325,15 +384,19 @@ class RedisBroker:
     def close(self) -> None:
         self._cancels.close()
         self._events.close()
-        self._conns.close()
-        self._client.close()
+        link, self._link = self._link, None
+        if link is not None:
+            link.conns.close()
+            if link.client is not self._plain:
+                link.client.close()
+        self._plain.close()
 
     # -- Redis specifics -----------------------------------------------------------------------
 
     def server_clock(self) -> ServerClock:
         """A clock agreeing with the server's TIME (see ``serverclock.py``); one per broker object."""
         if self._clock is None:
-            self._clock = ServerClock(self._client, self.config.clock_refresh)
+            self._clock = ServerClock(self._plain, self.config.clock_refresh)  # any node's TIME will do
         return self._clock
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:

@@ -26,7 +26,7 @@ log = logging.getLogger("conveyor.brokers.redis.cancels")
 class CancelWatch:
     """The watchers of one broker object, and the listener thread that tells them."""
 
-    def __init__(self, client: redis.Redis, channel: str, ready_timeout: float) -> None:
+    def __init__(self, client: Callable[[], redis.Redis], channel: str, ready_timeout: float) -> None:
         self._lock = threading.Lock()
         self._watchers: list[Callable[[str], None]] = []
         self._listener = Listener(client, channel, ready_timeout, self._on_message, what="cancels")

@@ -1,6 +1,9 @@
 """``redis://`` URL options and the client built from them.
 
-``redis://[user:pass@]host:port/db?namespace=...`` (``rediss://`` for TLS). Conveyor's own query
+``redis://[user:pass@]host:port/db?namespace=...`` (``rediss://`` for TLS) names one server;
+``redis+cluster://[user:pass@]host:port[,host:port...][/?namespace=...]`` (``rediss+cluster://`` for TLS)
+names a Redis Cluster by one or more seed nodes (database 0 only: a cluster has no other). A plain URL
+naming a node of a cluster works too: the broker notices it (``cluster.py``). Conveyor's own query
 options are taken out; every other query option goes to redis-py unchanged: ``ssl_ca_certs`` (a private
 CA), ``ssl_certfile`` and ``ssl_keyfile`` (client certificates), ``ssl_cert_reqs``, ... (see
 ``docs/operations.md``; ``tests/brokers/test_redis_security.py`` runs them against a TLS server).
@@ -28,8 +31,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode
+from redis.connection import parse_url
 from redis.retry import Retry
 
+from conveyor.brokers.redis.cluster import ClusterClient
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.tls import TlsConnection
 from conveyor.errors import ConfigurationError
@@ -49,13 +55,29 @@ class RedisConfig:
     retries: int = 2
     clock_refresh: float = 60.0
 
+    @property
+    def cluster(self) -> bool:
+        """True for a ``redis+cluster://`` or ``rediss+cluster://`` URL."""
+        return urlsplit(self.url).scheme.endswith("+cluster")
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme.startswith("rediss")
+
+    @property
+    def seeds(self) -> list[tuple[str, int]]:
+        """The URL's ``host:port`` pairs (one for a plain URL)."""
+        return _seeds(urlsplit(self.url).netloc.rpartition("@")[2])
+
     @classmethod
     def from_url(cls, url: str) -> RedisConfig:
         parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss"):
-            raise ConfigurationError(f"not a redis:// or rediss:// URL: {url!r}")
+        if parts.scheme not in _SCHEMES:
+            raise ConfigurationError(f"not a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL: {url!r}")
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         _check_options(url, parts.scheme, query)
+        if parts.scheme.endswith("+cluster"):
+            _check_cluster(url, parts.path, query)
         try:
             config = cls(
                 url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),
@@ -74,10 +96,11 @@ class RedisConfig:
         return config
 
     def client(self) -> redis.Redis:
-        """A pooled, thread-safe client that decodes replies as UTF-8 text."""
-        tls = {"connection_class": TlsConnection} if urlsplit(self.url).scheme == "rediss" else {}
+        """A pooled, thread-safe client that decodes replies as UTF-8 text (of a cluster URL: on its
+        first seed node, for what any node answers: TIME, INFO)."""
+        tls = {"connection_class": TlsConnection} if self.tls else {}
         return redis.Redis.from_url(
-            self.url,
+            self._node_url(self.seeds[0]),
             **tls,
             decode_responses=True,
             socket_timeout=self.socket_timeout,
@@ -87,6 +110,37 @@ class RedisConfig:
             health_check_interval=30,
         )
 
+    def cluster_client(self) -> ClusterClient:
+        """redis-py's cluster client seeded with the URL's nodes, with this URL's credentials, TLS
+        options and timeouts (``max_connections`` per node)."""
+        options = parse_url(self._node_url(self.seeds[0]))  # type: ignore[no-untyped-call]
+        for name in ("host", "port", "db", "connection_class"):
+            options.pop(name, None)
+        if self.tls:
+            options["connection_class"] = TlsConnection
+        return ClusterClient(
+            startup_nodes=[ClusterNode(host, port) for host, port in self.seeds],  # type: ignore[no-untyped-call]
+            decode_responses=True,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_connect_timeout,
+            max_connections=self.max_connections,
+            retry=Retry(ExponentialBackoff(cap=0.25, base=0.025), max(3, self.retries)),
+            health_check_interval=30,
+            **options,
+        )
+
+    def _node_url(self, node: tuple[str, int]) -> str:
+        """This URL for one node: ``redis://`` or ``rediss://``, that host and port, the same options."""
+        parts = urlsplit(self.url)
+        if not self.cluster:
+            return self.url
+        auth, at, _ = parts.netloc.rpartition("@")
+        host = f"[{node[0]}]" if ":" in node[0] else node[0]
+        scheme = "rediss" if self.tls else "redis"
+        return urlunsplit(parts._replace(scheme=scheme, netloc=f"{auth}{at}{host}:{node[1]}", path="/0"))
+
+
+_SCHEMES = frozenset({"redis", "rediss", "redis+cluster", "rediss+cluster"})
 
 _OURS = frozenset(
     {"namespace", "socket_timeout", "socket_connect_timeout", "max_connections", "retries", "clock_refresh"}
@@ -128,12 +182,14 @@ _TLS_OPTIONS = frozenset(
 def _check_options(url: str, scheme: str, query: dict[str, str]) -> None:
     """Refuse an option redis-py would choke on later, with a message naming the valid ones (an
     unknown option would otherwise fail at the first command, as a TypeError from deep in redis-py)."""
-    valid = _OURS | _CLIENT_OPTIONS | (_TLS_OPTIONS if scheme == "rediss" else frozenset())
+    valid = _OURS | _CLIENT_OPTIONS | (_TLS_OPTIONS if scheme.startswith("rediss") else frozenset())
     for key in query:
         if key in valid:
             continue
         if key in _TLS_OPTIONS:
-            raise ConfigurationError(f"redis URL option {key!r} needs TLS: use rediss:// instead of redis://")
+            raise ConfigurationError(
+                f"redis URL option {key!r} needs TLS: use {scheme.replace('redis', 'rediss', 1)}:// instead of {scheme}://"
+            )
         safe = urlunsplit(urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2], query=""))
         raise ConfigurationError(
             f"unknown redis URL option {key!r} in {safe}; valid options: {', '.join(sorted(valid))}"
@@ -145,3 +201,31 @@ def _positive(name: str, text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {text!r}")
     return value
+
+
+def _seeds(hosts: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` (IPv6 hosts in brackets; port 6379 when left out) as pairs."""
+    seeds = []
+    for item in hosts.split(","):
+        host, port = item.strip(), 6379
+        if host.startswith("["):
+            address, _, rest = host[1:].partition("]")
+            host, port = address, int(rest[1:]) if rest.startswith(":") else 6379
+        elif ":" in host:
+            host, _, text = host.rpartition(":")
+            port = int(text)
+        seeds.append((host or "localhost", port))
+    return seeds
+
+
+def _check_cluster(url: str, path: str, query: dict[str, str]) -> None:
+    """A cluster URL's seeds must parse and it may name no database but 0."""
+    if path not in ("", "/", "/0") or query.get("db", "0") != "0":
+        raise ConfigurationError(f"a Redis Cluster has database 0 only; remove the database from {url!r}")
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    try:
+        seeds = _seeds(hosts)
+    except ValueError:
+        seeds = []
+    if not seeds or any(not 0 < port < 65536 for _, port in seeds):
+        raise ConfigurationError(f"bad redis+cluster URL {url!r}: give the seed nodes as host:port[,host:port...]")

@@ -39,7 +39,9 @@ LISTENING_REFRESH = 2.0
 class EventHub:
     """Subscribers of one broker object, and the listener thread that feeds them."""
 
-    def __init__(self, client: redis.Redis, channel: str, listening: str, origin: str, ready_timeout: float) -> None:
+    def __init__(
+        self, client: Callable[[], redis.Redis], channel: str, listening: str, origin: str, ready_timeout: float
+    ) -> None:
         self._client = client
         self._listening = listening
         self._origin = origin
@@ -80,7 +82,7 @@ class EventHub:
     def _keep_listening(self, subscribed: bool) -> None:
         """Set the ``listening`` key on (re)connecting, then every :data:`LISTENING_REFRESH` seconds."""
         if subscribed or time.monotonic() >= self._renew_at:
-            self._client.set(self._listening, self._origin, px=int(LISTENING_TTL * 1000))
+            self._client().set(self._listening, self._origin, px=int(LISTENING_TTL * 1000))
             self._renew_at = time.monotonic() + LISTENING_REFRESH
 
     def _on_message(self, data: str) -> None:

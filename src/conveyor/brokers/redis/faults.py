@@ -17,22 +17,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from redis.exceptions import ClusterError, RedisClusterException, ResponseError
 
 from conveyor.brokers.redis.tls import TlsTrouble
 from conveyor.errors import BrokerError, BrokerUnavailable
 
-__all__ = ["NEEDED_ACL", "Refused", "failure", "translate_errors", "translated"]
+__all__ = ["CLIENT_ERRORS", "NEEDED_ACL", "Refused", "failure", "translate_errors", "translated"]
+
+#: What redis-py raises: its errors, and the cluster client's own (``RedisClusterException`` when no
+#: seed node answers or a slot has no node, which is not a ``RedisError``).
+CLIENT_ERRORS = (redis.RedisError, RedisClusterException)
 
 
 #: What a Redis ACL user needs for namespace NS (keys and channels under its hash tag), as ``ACL SETUSER``
 #: takes it after ``on >password``, and nothing more: no command that reaches beyond the namespace
 #: (``FLUSHALL``, ``FUNCTION FLUSH``, ``SCAN``, ...), so tenants sharing a server cannot harm or see each
 #: other. ``+config|get`` may be added where one app owns the server, so that the preflight can read the
-#: persistence and eviction settings (it reads every setting, ``requirepass`` included). Tested in
-#: ``tests/brokers/test_redis_security.py``.
+#: persistence and eviction settings (it reads every setting, ``requirepass`` included). The
+#: ``cluster|...`` reads are what the cluster client needs to learn the topology (harmless on one
+#: server). Tested in ``tests/brokers/test_redis_security.py``.
 NEEDED_ACL = (
     "~{NS}:* &{NS}:* -@all +@read +@write +@scripting +@pubsub +@transaction +@connection +time -@dangerous"
     " -scan -randomkey -function|flush -function|delete -function|restore -script|flush"
+    " +cluster|slots +cluster|shards +cluster|info +cluster|myid"
 )
 
 
@@ -47,8 +54,10 @@ def _tls_trouble(exc: BaseException) -> str | None:
     return None
 
 
-def translated(exc: redis.RedisError) -> BrokerError:
+def translated(exc: redis.RedisError | RedisClusterException) -> BrokerError:
     """The ``conveyor.errors`` exception for a redis-py exception (the caller raises it ``from exc``)."""
+    if isinstance(exc, RedisClusterException) or (isinstance(exc, ClusterError) and not isinstance(exc, ResponseError)):
+        return BrokerUnavailable(f"the Redis Cluster cannot serve the call now: {exc}")
     if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
         return BrokerUnavailable(
             f"Redis refused to authenticate this client ({exc}): give the password in the URL, "
@@ -76,7 +85,7 @@ def translated(exc: redis.RedisError) -> BrokerError:
         text = str(exc)
         if text.startswith("OOM"):
             return BrokerError(f"Redis is out of memory (maxmemory reached); nothing was written: {text}")
-        if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN")):
+        if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
             return BrokerUnavailable(f"Redis cannot serve the call now: {text}")
         return BrokerError(f"Redis refused the call: {text}")
     return BrokerError(f"Redis client error: {exc}")
@@ -87,11 +96,11 @@ def translate_errors() -> Iterator[None]:
     """Map every redis-py exception to ``conveyor.errors`` (see :func:`translated`)."""
     try:
         yield
-    except redis.RedisError as exc:
+    except CLIENT_ERRORS as exc:
         raise translated(exc) from exc
 
 
-def failure(exc: redis.RedisError) -> Exception:
+def failure(exc: redis.RedisError | RedisClusterException) -> Exception:
     """What a failed call raises: ``Refused`` for a script's own refusal, else a typed broker error."""
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("CONVEYOR_"):
         return Refused(str(exc))

@@ -23,6 +23,10 @@ log = logging.getLogger("conveyor.brokers.redis")
 class Listener:
     """A thread that calls ``on_message(data)`` for every message on ``channel``.
 
+    ``client()`` gives the client to subscribe with (the broker's, chosen at its first use: on a
+    cluster, the cluster client subscribes on a node serving the channel's slot; a script's ``PUBLISH``
+    reaches every node).
+
     ``tick(subscribed)``, if given, runs before every wait for a message (``subscribed``: the
     connection was just made); a ``RedisError`` from it reconnects like one from the connection. The
     listener reports itself ready after the first subscription and, if given, the first tick.
@@ -30,7 +34,7 @@ class Listener:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Callable[[], redis.Redis],
         channel: str,
         ready_timeout: float,
         on_message: Callable[[str], None],
@@ -72,7 +76,7 @@ class Listener:
             try:
                 subscribed = pubsub is None
                 if pubsub is None:
-                    pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                    pubsub = self._client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
                     pubsub.subscribe(self._channel)
                     pubsub.get_message(timeout=self._ready_timeout)  # the subscribe confirmation
                 if self._tick is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.connections import Arg, Command, Connections
 
 __all__ = [
@@ -119,7 +120,7 @@ class Scripts:
         return ("FCALL", self._names[name], *head, *args)
 
     def call(
-        self, conns: Connections, client: redis.Redis, call: Command, before: Sequence[Command] = ()
+        self, conns: Connections | ClusterCalls, client: redis.Redis, call: Command, before: Sequence[Command] = ()
     ) -> tuple[list[Any], Any]:
         """Send ``before`` and then ``call`` (an ``FCALL``) in one write; their replies.
 
@@ -137,7 +138,11 @@ class Scripts:
         return replies[:-1], replies[-1]
 
     def call_each(
-        self, conns: Connections, client: redis.Redis, calls: Iterator[Command], handle: Callable[[Any], None]
+        self,
+        conns: Connections | ClusterCalls,
+        client: redis.Redis,
+        calls: Iterator[Command],
+        handle: Callable[[Any], None],
     ) -> None:
         """Run ``calls`` one after another, each made while the server runs the one before
         (:meth:`Connections.execute_each`); ``handle`` gets each reply, in order. Loads the library

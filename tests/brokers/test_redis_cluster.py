@@ -1,0 +1,183 @@
+"""The Redis broker on a Redis Cluster: addressing, recognising a cluster node, routing, events.
+
+The whole contract on a cluster is the conformance suite's job (its ``redis-cluster`` parameter); these
+are what only a cluster has. They run on the session's private 3-master cluster (``redis_cluster``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from conveyor.brokers import open_broker
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.errors import BrokerUnavailable, ConfigurationError
+from conveyor.model import BrokerPolicy, Event, NewTask, Outcome
+from conveyor.testing.redis_cluster import LocalCluster
+from conveyor.testing.redis_server import free_port
+
+pytestmark = pytest.mark.redis
+
+NOW = 1_000_000.0
+
+
+def task(task_id: str, queue: str = "q") -> NewTask:
+    return NewTask(id=task_id, name="job", queue=queue, payload="[[], {}]")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def drain_one(broker: RedisBroker, task_id: str) -> None:
+    """Enqueue, claim and complete one task; assert each step took."""
+    assert broker.enqueue([task(task_id)], NOW) == [None]
+    (claimed,) = broker.claim(["q"], NOW, 30.0)
+    assert claimed.id == task_id
+    assert broker.settle([Outcome(task_id, claimed.lease_token or "", "complete")], NOW) == [True]
+    record = broker.get(task_id, NOW)
+    assert record is not None and record.state == "completed"
+
+
+def test_a_cluster_url_names_its_seed_nodes_and_keeps_the_options() -> None:
+    config = RedisConfig.from_url(
+        "redis+cluster://user:pw@10.0.0.1:7000,10.0.0.2:7001,[::1]:7002/?namespace=app&socket_timeout=3"
+    )
+    assert config.cluster and not config.tls
+    assert config.seeds == [("10.0.0.1", 7000), ("10.0.0.2", 7001), ("::1", 7002)]
+    assert (config.namespace, config.socket_timeout) == ("app", 3.0)
+    assert RedisConfig.from_url("rediss+cluster://h:7000?namespace=app&ssl_ca_certs=/ca.pem").tls
+    assert not RedisConfig.from_url("redis://h:7000/0").cluster
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+cluster://h:7000/2", "database 0 only"),
+        ("redis+cluster://h:7000/?db=1", "database 0 only"),
+        ("redis+cluster://h:port/", "host:port"),
+        ("redis+cluster://h:7000/?ssl_ca_certs=/ca.pem", "rediss+cluster://"),
+        ("redis+sentinel://h:7000/", "redis+cluster://"),
+    ],
+)
+def test_a_bad_cluster_url_is_a_configuration_error(url: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says.replace("+", r"\+")):
+        RedisConfig.from_url(url)
+
+
+def test_a_cluster_url_serves_the_contract(redis_cluster_url: str) -> None:
+    broker = open_broker(redis_cluster_url)
+    assert isinstance(broker, RedisBroker)
+    try:
+        drain_one(broker, "a")
+        assert broker.cluster
+    finally:
+        broker.close()
+
+
+def test_a_plain_url_naming_any_node_of_a_cluster_is_recognised_and_logged(
+    redis_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    namespace = "t" + uuid.uuid4().hex
+    for index, master in enumerate(redis_cluster.masters):  # only one of them owns the namespace's slot
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="conveyor.brokers.redis"):
+            broker = RedisBroker.from_url(f"redis://127.0.0.1:{master.port}/0?namespace={namespace}", BrokerPolicy())
+            try:
+                drain_one(broker, f"task-{index}")
+                assert broker.cluster
+            finally:
+                broker.close()
+        assert any("is a node of a Redis Cluster" in record.getMessage() for record in caplog.records)
+
+
+def test_a_plain_server_keeps_the_plain_client(redis_url: str) -> None:
+    broker = RedisBroker.from_url(redis_url, BrokerPolicy())
+    try:
+        drain_one(broker, "a")
+        assert not broker.cluster
+    finally:
+        broker.close()
+
+
+def _getkeys_calls(cluster: LocalCluster) -> int:
+    total = 0
+    for master in cluster.masters:
+        stats = master.info("commandstats")
+        entry = stats.get("cmdstat_command|getkeys", "")
+        if entry:
+            total += int(str(entry).split("calls=")[1].split(",")[0]) if "calls=" in str(entry) else 0
+    return total
+
+
+def test_operations_are_routed_by_their_key_without_asking_the_server(redis_cluster: LocalCluster) -> None:
+    """redis-py asks ``COMMAND GETKEYS`` before each ``FCALL`` unless told where its key is: a round
+    trip per call, carrying the whole call again."""
+    broker = RedisBroker.from_url(redis_cluster.namespace_url(), BrokerPolicy())
+    try:
+        before = _getkeys_calls(redis_cluster)
+        drain_one(broker, "a")
+        broker.enqueue([task(f"b{i}") for i in range(20)], NOW)
+        assert len(broker.claim(["q"], NOW, 30.0, limit=20)) == 20
+        assert _getkeys_calls(redis_cluster) == before
+    finally:
+        broker.close()
+
+
+def test_a_dead_seed_node_is_skipped(redis_cluster: LocalCluster) -> None:
+    alive = redis_cluster.masters[1].port
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{alive}/?namespace=t{uuid.uuid4().hex}"
+    broker = RedisBroker.from_url(url + "&socket_connect_timeout=0.5", BrokerPolicy())
+    try:
+        drain_one(broker, "a")
+    finally:
+        broker.close()
+
+
+def test_an_unreachable_cluster_is_broker_unavailable_quickly() -> None:
+    url = f"redis+cluster://127.0.0.1:{free_port()}/?namespace=t&socket_connect_timeout=0.5&socket_timeout=1"
+    broker = RedisBroker.from_url(url, BrokerPolicy())
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable):
+            broker.enqueue([task("a")], NOW)
+        assert time.monotonic() - started < 5.0
+    finally:
+        broker.close()
+
+
+def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalCluster) -> None:
+    namespace = "t" + uuid.uuid4().hex
+    urls = [f"redis+cluster://127.0.0.1:{m.port}/?namespace={namespace}" for m in redis_cluster.masters]
+    producer = RedisBroker.from_url(urls[0], BrokerPolicy())
+    listener = RedisBroker.from_url(urls[2], BrokerPolicy())
+    seen: list[Event] = []
+    lock = threading.Lock()
+
+    def record(event: Event) -> None:
+        with lock:
+            seen.append(event)
+
+    try:
+        listener.subscribe(record)
+        drain_one(producer, "e1")
+        assert wait_until(lambda: len(seen) == 3)
+        assert [(e.task_id, e.old_state, e.new_state) for e in seen] == [
+            ("e1", None, "pending"),
+            ("e1", "pending", "active"),
+            ("e1", "active", "completed"),
+        ]
+    finally:
+        producer.close()
+        listener.close()
