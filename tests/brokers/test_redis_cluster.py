@@ -181,3 +181,53 @@ def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalClus
     finally:
         producer.close()
         listener.close()
+
+
+def _owner(cluster: LocalCluster, namespace: str) -> int:
+    """The index of the master that owns the namespace's slot."""
+    slot = int(cluster.masters[0].call("CLUSTER", "KEYSLOT", "{" + namespace + "}"))
+    count = len(cluster.masters)
+    for index in range(count):
+        if index * 16384 // count <= slot < (index + 1) * 16384 // count:
+            return index
+    raise AssertionError(slot)
+
+
+@pytest.mark.slow
+def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> None:
+    """SIGKILL the master holding the namespace: calls fail as BrokerUnavailable (never another error)
+    until the replica takes over, then succeed again through the same broker object, with what
+    had reached the replica."""
+    with LocalCluster(masters=3, replicas=1, node_timeout=1.0) as cluster:
+        namespace = "t" + uuid.uuid4().hex
+        url = f"{cluster.url}?namespace={namespace}&socket_connect_timeout=0.5&socket_timeout=1"
+        broker = RedisBroker.from_url(url, BrokerPolicy())
+        try:
+            broker.enqueue([task(f"before-{i}") for i in range(50)], NOW)
+            owner = _owner(cluster, namespace)
+            (replica,) = cluster.replicas_of[owner]
+            assert wait_until(
+                lambda: (
+                    replica.info("replication").get("master_repl_offset")
+                    == cluster.masters[owner].info("replication").get("master_repl_offset")
+                )
+            )
+            cluster.masters[owner].kill()
+            started = time.monotonic()
+            unavailable = 0
+            while True:
+                try:
+                    broker.enqueue([task("after")], NOW)
+                    break
+                except BrokerUnavailable:
+                    unavailable += 1
+                    assert time.monotonic() - started < 30.0, "no failover within 30 s"
+            recovered = time.monotonic() - started
+            assert replica.info("replication")["role"] == "master"
+            claimed = broker.claim(["q"], NOW, 30.0, limit=100)
+            assert sorted(record.id for record in claimed) == sorted([*(f"before-{i}" for i in range(50)), "after"])
+            logging.getLogger(__name__).info(
+                "recovered after %.2f s, %d calls refused meanwhile", recovered, unavailable
+            )
+        finally:
+            broker.close()
