@@ -34,8 +34,8 @@ def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: Redi
     listener = Listener(lambda: broker.client, channel, 2.0, on_message, what="test")
     try:
         assert listener.start()
-        broker.client.publish(channel, "bad")
-        broker.client.publish(channel, "good")
+        broker.client.spublish(channel, "bad")
+        broker.client.spublish(channel, "good")
         assert heard.get(timeout=5) == "good"
     finally:
         listener.close()

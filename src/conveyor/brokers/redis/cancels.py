@@ -1,4 +1,4 @@
-"""Cancel announcements (``AnnouncesCancels``): ``cancel.lua`` PUBLISHes the id of each active task it
+"""Cancel announcements (``AnnouncesCancels``): ``cancel.lua`` SPUBLISHes the id of each active task it
 cancels on the namespace's ``cancels`` channel, and :class:`CancelWatch` listens there for
 ``watch_cancels`` (one thread and one pub/sub connection per broker object, from the first watcher on).
 

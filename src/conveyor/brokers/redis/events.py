@@ -1,6 +1,6 @@
 """Event delivery: local subscribers at once, other processes' events through Redis pub/sub.
 
-Scripts PUBLISH every transition they make on the namespace's channel, tagged with the calling broker
+Scripts SPUBLISH every transition they make on the namespace's shard channel, tagged with the calling broker
 object's origin id. The caller delivers its own events synchronously (from the script's reply, so a
 subscriber sees them before the call returns, as with ``memory://``); a listener thread, started with
 the first subscriber, delivers everyone else's. Latency for other processes: one pub/sub hop (well

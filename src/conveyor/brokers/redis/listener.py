@@ -1,4 +1,11 @@
-"""One pub/sub channel listened to by a thread of its own, started by the first callback that needs it.
+"""One shard channel listened to by a thread of its own, started by the first callback that needs it.
+
+The scripts ``SPUBLISH`` (sharded pub/sub, Redis 7+): a message goes only to the nodes serving the
+channel's slot, which is the namespace's (the channel carries its hash tag), not over the whole
+cluster bus as a plain ``PUBLISH`` would; on one server it works as plain pub/sub does. On a cluster
+the listener subscribes with ``SSUBSCRIBE`` through redis-py's ``ClusterPubSub``, on the node serving
+the slot; redis-py moves the subscription when the slot moves, and a failed node is a lost
+connection, after which the listener subscribes again on the new owner.
 
 Events (``events.py``) and cancel announcements (``cancels.py``) both need the same machinery: a
 thread with its own pub/sub connection, reconnecting with backoff after a ``RedisError`` (pub/sub is
@@ -12,8 +19,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import redis
+from redis.cluster import ClusterPubSub
 
 __all__ = ["Listener"]
 
@@ -23,9 +32,7 @@ log = logging.getLogger("conveyor.brokers.redis")
 class Listener:
     """A thread that calls ``on_message(data)`` for every message on ``channel``.
 
-    ``client()`` gives the client to subscribe with (the broker's, chosen at its first use: on a
-    cluster, the cluster client subscribes on a node serving the channel's slot; a script's ``PUBLISH``
-    reaches every node).
+    ``client()`` gives the client to subscribe with (the broker's, chosen at its first use).
 
     ``tick(subscribed)``, if given, runs before every wait for a message (``subscribed``: the
     connection was just made); a ``RedisError`` from it reconnects like one from the connection. The
@@ -77,13 +84,13 @@ class Listener:
                 subscribed = pubsub is None
                 if pubsub is None:
                     pubsub = self._client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-                    pubsub.subscribe(self._channel)
-                    pubsub.get_message(timeout=self._ready_timeout)  # the subscribe confirmation
+                    pubsub.ssubscribe(self._channel)
+                    _read(pubsub, self._ready_timeout)  # the subscribe confirmation
                 if self._tick is not None:
                     self._tick(subscribed)
                 self._ready.set()
-                message = pubsub.get_message(timeout=0.1)
-                if message is not None and message.get("type") == "message":
+                message = _read(pubsub, 0.1)
+                if message is not None and message.get("type") == "smessage":
                     self._on_message(message["data"])
                 backoff = 0.05
             except redis.RedisError as exc:
@@ -95,6 +102,16 @@ class Listener:
             except Exception:
                 log.exception("%s listener failed on a message; going on", self._what)
         _close_quietly(pubsub)
+
+
+def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
+    """The next message, if one comes within ``timeout`` (a cluster's shard messages come through
+    ``get_sharded_message``, which reads the connection of the node serving the channel)."""
+    if isinstance(pubsub, ClusterPubSub):
+        sharded: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)  # type: ignore[no-untyped-call]
+        return sharded
+    message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
+    return message
 
 
 def _close_quietly(pubsub: redis.client.PubSub | None) -> None:

@@ -30,7 +30,7 @@
 -- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events};
 -- a string result with nothing else to return comes as one string, now .. "\n" .. result (a table
--- reply costs the server a conversion, a string nothing). Events are also PUBLISHed as
+-- reply costs the server a conversion, a string nothing). Events are also SPUBLISHed as
 -- "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
 -- Events are made only when someone wants them (EMIT: the caller has local subscribers, or LISTENING
 -- exists). Operations check everything before their first write, and a function that may write is
@@ -176,7 +176,7 @@ local function finish(result)
   end
   if EVENTS and #EVENTS > 0 then
     local blob = table.concat(EVENTS, '\n')
-    redis.call('PUBLISH', CHANNEL, ORIGIN .. '\n' .. NOWS .. '\n' .. blob)
+    redis.call('SPUBLISH', CHANNEL, ORIGIN .. '\n' .. NOWS .. '\n' .. blob)
     if WANT then return {result, NOWS, blob} end
   end
   if type(result) == 'string' then return NOWS .. '\n' .. result end

@@ -4,7 +4,7 @@
 -- Returns: the task's state after the call, or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | pending | retry | active -> archived(cancelled) (CANCELLABLE in brokers/base.py).
 -- An active task's lease token is cleared with it, so its holder's later settle or extend is fenced,
--- and its id is PUBLISHed on the namespace's `cancels` channel so that its worker stops it at once.
+-- and its id is SPUBLISHed on the namespace's `cancels` shard channel so that its worker stops it at once.
 local t = existing(A(1))
 if not t then return redis.error_reply('CONVEYOR_NOTFOUND') end
 local was = t.s
@@ -13,5 +13,5 @@ if was == 'scheduled' or was == 'pending' or was == 'retry' or was == 'active' t
 else
   return redis.error_reply('CONVEYOR_INVALID ' .. was)
 end
-if was == 'active' then redis.call('PUBLISH', P .. 'cancels', t.id) end
+if was == 'active' then redis.call('SPUBLISH', P .. 'cancels', t.id) end
 return finish(t.s)
