@@ -17,6 +17,7 @@ import pytest
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome
 from conveyor.testing.redis_cluster import LocalCluster
@@ -171,6 +172,9 @@ def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalClus
 
     try:
         listener.subscribe(record)
+        owner = redis_cluster.masters[_owner(redis_cluster, namespace)]
+        channel = listener.keys.events
+        assert owner.call("PUBSUB", "SHARDNUMSUB", channel) == [channel, 1]  # sharded, on the slot's node
         drain_one(producer, "e1")
         assert wait_until(lambda: len(seen) == 3)
         assert [(e.task_id, e.old_state, e.new_state) for e in seen] == [
@@ -185,12 +189,7 @@ def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalClus
 
 def _owner(cluster: LocalCluster, namespace: str) -> int:
     """The index of the master that owns the namespace's slot."""
-    slot = int(cluster.masters[0].call("CLUSTER", "KEYSLOT", "{" + namespace + "}"))
-    count = len(cluster.masters)
-    for index in range(count):
-        if index * 16384 // count <= slot < (index + 1) * 16384 // count:
-            return index
-    raise AssertionError(slot)
+    return _owner_of_slot(cluster, keyslot("{" + namespace + "}"))
 
 
 @pytest.mark.slow
@@ -231,3 +230,48 @@ def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> N
             )
         finally:
             broker.close()
+
+
+def test_a_cancel_of_a_running_task_is_announced_to_a_broker_seeded_with_another_node(
+    redis_cluster: LocalCluster,
+) -> None:
+    namespace = "t" + uuid.uuid4().hex
+    urls = [f"redis+cluster://127.0.0.1:{m.port}/?namespace={namespace}" for m in redis_cluster.masters]
+    worker = RedisBroker.from_url(urls[1], BrokerPolicy())
+    admin = RedisBroker.from_url(urls[2], BrokerPolicy())
+    announced: list[str] = []
+    try:
+        worker.watch_cancels(announced.append)
+        worker.enqueue([task("running")], NOW)
+        assert [record.id for record in worker.claim(["q"], NOW, 30.0)] == ["running"]
+        admin.cancel("running", NOW)
+        assert wait_until(lambda: announced == ["running"])
+    finally:
+        worker.close()
+        admin.close()
+
+
+def test_keyslot_agrees_with_the_server(redis_cluster: LocalCluster) -> None:
+    keys = ["foo", "{user1000}.following", "{}x", "a{b", "{conveyor}:v4:due", "{t|emails|2r}:v5:rows", "é{ü}"]
+    keys += [f"key-{i}" for i in range(200)]
+    node = redis_cluster.masters[0]
+    assert [keyslot(key) for key in keys] == [int(node.call("CLUSTER", "KEYSLOT", key)) for key in keys]
+
+
+@pytest.mark.parametrize("partitions", [2, 3, 6, 48])
+def test_partition_labels_sit_in_evenly_spaced_slot_windows(partitions: int) -> None:
+    labels = partition_labels("conveyor", "emails", partitions)
+    assert len(set(labels)) == partitions
+    windows = [keyslot("{conveyor|" + label + "}") * partitions // SLOTS for label in labels]
+    assert windows == list(range(partitions))
+    assert labels == partition_labels("conveyor", "emails", partitions)  # the same in every process
+
+
+def test_six_partitions_put_two_on_each_of_three_masters(redis_cluster: LocalCluster) -> None:
+    owners = [_owner_of_slot(redis_cluster, keyslot("{t|" + label + "}")) for label in partition_labels("t", "q", 6)]
+    assert sorted(owners) == [0, 0, 1, 1, 2, 2]
+
+
+def _owner_of_slot(cluster: LocalCluster, slot: int) -> int:
+    count = len(cluster.masters)
+    return next(i for i in range(count) if i * SLOTS // count <= slot < (i + 1) * SLOTS // count)

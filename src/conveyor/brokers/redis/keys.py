@@ -53,12 +53,74 @@ from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError
 
-__all__ = ["LAYOUT", "NAMESPACE_RE", "Keys"]
+__all__ = ["LAYOUT", "NAMESPACE_RE", "SLOTS", "Keys", "keyslot", "partition_labels"]
 
 #: The storage layout's version, part of every key (see above).
 LAYOUT = "v4"
 
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+#: The hash slots of a Redis Cluster.
+SLOTS = 16384
+
+
+def _crc16_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return table
+
+
+_CRC16 = _crc16_table()
+
+
+def keyslot(key: str) -> int:
+    """The Redis Cluster slot of ``key``: CRC16 (XMODEM) of its hash tag (the text between the first
+    ``{`` and the next ``}``, if not empty) or of the whole key, modulo :data:`SLOTS`."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    crc = 0
+    for byte in key.encode():
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc % SLOTS
+
+
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def partition_labels(namespace: str, label: str, partitions: int) -> list[str]:
+    """The hash-tag labels of a queue's ``partitions`` partitions (layout 5, see docs/architecture.md):
+    ``label`` for one, else ``label|<suffix>`` with, for partition n, the first suffix (0, 1, ... in
+    base 36) whose tag ``{namespace|label|suffix}`` falls in the n-th of ``partitions`` equal windows
+    of the slots, so the partitions sit evenly spaced over the slot range (and over masters owning
+    equal ranges). A pure function of its arguments, so every process finds the same labels."""
+    if partitions < 1 or partitions > SLOTS:
+        raise ConfigurationError(f"partitions must be between 1 and {SLOTS}, got {partitions}")
+    if partitions == 1:
+        return [label]
+    labels = []
+    for n in range(partitions):
+        low, high = n * SLOTS // partitions, (n + 1) * SLOTS // partitions
+        candidate = 0
+        while True:
+            suffix, rest = "", candidate
+            while True:
+                rest, digit = divmod(rest, 36)
+                suffix = _DIGITS[digit] + suffix
+                if not rest:
+                    break
+            found = f"{label}|{suffix}"
+            if low <= keyslot("{" + namespace + "|" + found + "}") < high:
+                labels.append(found)
+                break
+            candidate += 1
+    return labels
 
 
 @dataclass(frozen=True, slots=True)
