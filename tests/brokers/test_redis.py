@@ -154,7 +154,7 @@ def test_a_task_is_stored_as_one_row_its_body_last_and_the_absent_values_read_as
 
 
 def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBroker) -> None:
-    """Calls declare one key (``due``) and the scripts build every other name from its prefix: each of
+    """Calls declare one key (``seq``) and the scripts build every other name from its prefix: each of
     the namespace's shared keys, written by some operation, is found under the name ``keys.py`` gives."""
     later = NewTask(id="b", name="job", queue="emails", payload="[]", run_at=NOW + 60, expires_at=NOW + 600,
                     unique_key="u", unique_until=NOW + 600)  # fmt: skip

@@ -92,7 +92,7 @@ class RedisBroker:
         self._plain = config.client()  # one server, or a cluster URL's first seed (TIME, INFO)
         self._link: _Link | None = None  # the client and the hot path's connections, chosen at first use
         self._link_lock = threading.Lock()
-        self._key = self.keys.due  # the one key every call declares (see lua/_lib.lua)
+        self._key = self.keys.seq  # the one key every call declares (see lua/_lib.lua)
         self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)

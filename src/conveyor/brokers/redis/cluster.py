@@ -6,11 +6,10 @@ client's job, never ours. Two things are added to it:
 - :class:`ClusterClient` routes ``FCALL`` by its first key, as redis-py routes ``EVALSHA``: redis-py
   otherwise asks the server which arguments are keys (``COMMAND GETKEYS``, one more round trip with the
   whole call's arguments) before every ``FCALL``, since the command's keys are "movable".
-- :class:`ClusterCalls` offers ``Connections``' two methods (``execute``, ``execute_each``) on top of the
-  cluster client, so the broker's operations run unchanged: each command goes through
-  ``RedisCluster.execute_command`` (routing, redirects and retries included), error replies returned
-  in their place. A blocking pop and the claim queued behind it therefore go as two round trips on a
-  cluster rather than one write.
+- :class:`ClusterCalls` offers ``Connections``' two methods (``execute``, ``execute_each``) on a
+  cluster, so the broker's operations run unchanged: on the connections of the master redis-py's slot
+  table names, and through ``RedisCluster.execute_command`` (redirects, topology refresh, retries)
+  whenever that node answers with a redirect or cannot be reached.
 
 A plain ``redis://`` URL naming a node of a cluster is recognised by :func:`is_cluster_node` (``INFO
 cluster`` says ``cluster_enabled:1``) when the broker first talks to the server; the broker then
@@ -19,15 +18,21 @@ switches to the cluster client, seeded with that node, and logs it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
 
-from conveyor.brokers.redis.connections import Command
+from conveyor.brokers.redis.connections import Command, Connections
+from conveyor.brokers.redis.keys import keyslot
 
-__all__ = ["ClusterCalls", "ClusterClient", "is_cluster_node"]
+__all__ = ["MOVING_PATIENCE", "ClusterCalls", "ClusterClient", "is_cluster_node", "moving"]
+
+#: Seconds a call refused mid-migration (:func:`moving`) is retried before its error is returned.
+MOVING_PATIENCE = 5.0
 
 
 class ClusterClient(RedisCluster):
@@ -43,15 +48,73 @@ class ClusterClient(RedisCluster):
 
 
 class ClusterCalls:
-    """``Connections.execute`` and ``execute_each`` through a cluster client."""
+    """``Connections.execute`` and ``execute_each`` on a cluster.
+
+    The fast path sends a call's commands (they share one slot: an ``FCALL``, maybe a blocking pop on
+    the same namespace before it) on a ``Connections`` of the master that redis-py's slot table says
+    serves the slot, as on one server. Anything else goes through ``RedisCluster.execute_command``,
+    which follows redirects and refreshes the topology: a ``MOVED``, ``ASK``, ``TRYAGAIN`` or
+    ``CLUSTERDOWN`` reply (the server ran nothing of the command), or a connection that failed after
+    its retries. So redirects, failovers and migrations stay redis-py's job; the fast path only saves
+    its per-command bookkeeping (~33 µs of client CPU per call, measured with bench.cluster_cost).
+    """
 
     def __init__(self, client: RedisCluster) -> None:
         self._client = client
+        self._slots: dict[str, int] = {}  # routing key -> slot (the broker uses a handful of keys)
+        self._nodes: dict[int, Connections] = {}  # by id() of the node's pool: a new pool, new connections
+
+    def _routed(self, commands: Sequence[Command]) -> Connections | None:
+        """The connections of the master serving the slot of the last command's key, or None."""
+        command = commands[-1]
+        if command[0] != "FCALL" or len(command) < 4 or not command[2]:
+            return None
+        key = str(command[3])
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = keyslot(key)
+        node = self._client.nodes_manager.get_node_from_slot(slot)
+        connection = node.redis_connection or self._client.get_redis_connection(node)
+        pool = connection.connection_pool
+        conns = self._nodes.get(id(pool))
+        if conns is None:
+            conns = self._nodes[id(pool)] = Connections(pool)
+        return conns
 
     def execute(self, commands: Sequence[Command]) -> list[Any]:
-        """Run ``commands`` one after another; their replies in order, an error reply as a
-        ``redis.ResponseError`` in its place (connection errors and timeouts raise, after the
-        client's retries)."""
+        """Run ``commands``; their replies in order, an error reply as a ``redis.ResponseError`` in its
+        place (connection errors and timeouts raise, after the cluster client's retries).
+
+        While the cluster moves the namespace's slot, a call the source sends on (``ASK``) can meet
+        the target before the slot is handed over, and the script's first undeclared key is refused
+        there (:func:`moving`); the scripts read before they write, so nothing was written and the
+        call is sent again, with backoff, for up to :data:`MOVING_PATIENCE` seconds."""
+        replies = self._execute(commands)
+        pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+        while any(isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(pause)  # waiting for the operator's tool to finish moving the slot
+            pause = min(pause * 2, 0.2)
+            replies = self._through_client(commands)
+        return replies
+
+    def _execute(self, commands: Sequence[Command]) -> list[Any]:
+        try:
+            conns = self._routed(commands)
+        except RedisClusterException:  # no node for the slot in the table: let redis-py find one
+            conns = None
+        if conns is not None:
+            try:
+                replies = conns.execute(commands)
+            except (redis.ConnectionError, redis.TimeoutError):
+                pass  # the node may be gone: the cluster client refreshes the topology and retries
+            else:
+                if not any(isinstance(reply, redis.ResponseError) and _redirected(reply) for reply in replies):
+                    return replies
+        return self._through_client(commands)
+
+    def _through_client(self, commands: Sequence[Command]) -> list[Any]:
         replies: list[Any] = []
         for command in commands:
             try:
@@ -67,7 +130,21 @@ class ClusterCalls:
             handle(command, self.execute([command])[0])
 
     def close(self) -> None:
-        """Nothing of its own to close: the cluster client's pools are closed with the client."""
+        """Disconnect the fast path's connections (the cluster client's pools close with the client)."""
+        for conns in self._nodes.values():
+            conns.close()
+
+
+def moving(reply: redis.ResponseError) -> bool:
+    """True for a script refused because its slot is being moved between nodes (Valkey and Redis 7
+    word it differently; both say "non local key")."""
+    return "non local key" in str(reply)
+
+
+def _redirected(reply: redis.ResponseError) -> bool:
+    """True for the replies of a node that did not run the command, because another should (redis-py
+    parses them into these classes, the ``MOVED``/``ASK`` word taken off the message)."""
+    return isinstance(reply, (AskError, TryAgainError, ClusterDownError))
 
 
 def is_cluster_node(client: redis.Redis) -> bool:

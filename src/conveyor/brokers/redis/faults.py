@@ -85,7 +85,7 @@ def translated(exc: redis.RedisError | RedisClusterException) -> BrokerError:
         text = str(exc)
         if text.startswith("OOM"):
             return BrokerError(f"Redis is out of memory (maxmemory reached); nothing was written: {text}")
-        if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
+        if text.startswith(("BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")) or "non local key" in text:
             return BrokerUnavailable(f"Redis cannot serve the call now: {text}")
         return BrokerError(f"Redis refused the call: {text}")
     return BrokerError(f"Redis client error: {exc}")

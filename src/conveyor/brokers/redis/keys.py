@@ -48,6 +48,7 @@ tie-break of the contract without packing two numbers into one double)::
 
 from __future__ import annotations
 
+import binascii
 import re
 from dataclasses import dataclass
 
@@ -64,19 +65,6 @@ NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 SLOTS = 16384
 
 
-def _crc16_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-        table.append(crc & 0xFFFF)
-    return table
-
-
-_CRC16 = _crc16_table()
-
-
 def keyslot(key: str) -> int:
     """The Redis Cluster slot of ``key``: CRC16 (XMODEM) of its hash tag (the text between the first
     ``{`` and the next ``}``, if not empty) or of the whole key, modulo :data:`SLOTS`."""
@@ -85,10 +73,7 @@ def keyslot(key: str) -> int:
         end = key.find("}", start + 1)
         if end > start + 1:
             key = key[start + 1 : end]
-    crc = 0
-    for byte in key.encode():
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
-    return crc % SLOTS
+    return binascii.crc_hqx(key.encode(), 0) % SLOTS
 
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"

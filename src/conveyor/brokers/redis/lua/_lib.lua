@@ -2,11 +2,15 @@
 -- Functions library from it and the operation files (each becomes a function `conveyor_<version>_<op>`),
 -- loaded once per server: the helpers below are built at load time, not on every call.
 --
--- KEYS[1] (the same for every operation: keys.Keys.due): the namespace's `due` zset. It is the one key
+-- KEYS[1] (the same for every operation: keys.Keys.seq): the namespace's `seq` counter. It is the one key
 -- declared, for routing: every other key is built from its prefix "{ns}:v4:" (hash tag: one slot),
--- with the names keys.py gives them (a test checks they match): declaring them all would cost every
--- call server time per argument (docs/performance-notes.md).
--- The shared keys (see keys.py for their types):
+-- with the names keys.py gives them (a test checks they match). `seq`, not another, because it always
+-- exists once the namespace holds anything (the first enqueue or `configure` makes it; nothing deletes
+-- it): while a cluster migrates the slot, the source node runs a call as long as the declared key is
+-- still there and sends it to the target (ASK) once it is gone, so a slot moved whole (all its keys in one
+-- MIGRATE) is never seen half-moved (a `due` zset, deleted when empty, sent calls to the target while
+-- the data was still on the source). Declaring them all would cost every call
+-- server time per argument (docs/performance-notes.md). The shared keys (see keys.py for their types):
 --   DUE       scheduled + retry tasks by next_run_at     LEASES    active tasks by lease_expires_at
 --   EXPIRING  pending/scheduled/retry by expires_at      SEQ       enqueue counter
 --   QUEUES    known queue names                          UNIQ      unique_key -> holder task id
@@ -51,17 +55,17 @@ local EXPIRED_ERROR = 'Expired: not started before its deadline'
 local RETRY_ERROR = 'Retry'
 local LEASE_EXPIRED_ERROR = 'LeaseExpired: lease expired without an acknowledgement ({stalls} stall(s))'
 
--- the shared key names of a namespace, by its `due` key: built once per namespace, not per call (a
+-- the shared key names of a namespace, by its `seq` key: built once per namespace, not per call (a
 -- pure function of the name, so nothing of a call's state carries over)
 local NAMES = {}
-local function names(due)
-  local n = NAMES[due]
+local function names(seq)
+  local n = NAMES[seq]
   if not n then
-    local p = string.sub(due, 1, -4) -- "{ns}:v4:due" -> "{ns}:v4:"
-    n = {p, p .. 'leases', p .. 'expiring', p .. 'seq', p .. 'queues', p .. 'uniq', p .. 'events', p .. 'wake',
-      p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits',
+    local p = string.sub(seq, 1, -4) -- "{ns}:v4:seq" -> "{ns}:v4:"
+    n = {p, p .. 'due', p .. 'leases', p .. 'expiring', seq, p .. 'queues', p .. 'uniq', p .. 'events',
+      p .. 'wake', p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits',
       p .. 'tracebacks'}
-    NAMES[due] = n
+    NAMES[seq] = n
   end
   return n
 end
@@ -77,9 +81,8 @@ local function begin(keys, argv)
     NOWS = ARGV[1]
     NOW = tonumber(NOWS)
   end
-  DUE = KEYS[1]
-  local n = names(DUE)
-  P, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS = unpack(n)
+  P, DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS =
+    unpack(names(KEYS[1]))
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = EMIT and {} or nil, false, false, nil, nil, {}

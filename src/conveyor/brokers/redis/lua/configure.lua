@@ -6,6 +6,7 @@
 --             O(pending), done once per configuration change).
 local q = A(1)
 local old = settings(q).ag
+redis.call('INCRBY', SEQ, 0) -- the declared key exists from now on (see _lib.lua)
 redis.call('SADD', QUEUES, q)
 for i, field in ipairs({'ms', 'cc', 'ag'}) do
   if A(1 + i) == '' then redis.call('HDEL', skey(q), field) else redis.call('HSET', skey(q), field, A(1 + i)) end

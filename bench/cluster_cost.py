@@ -1,0 +1,108 @@
+"""The Redis broker on one server against a private 3-master cluster: what each costs per task.
+
+    .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3]
+
+Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
+``conveyor.testing``): one-task enqueues (``singles`` calls), batch enqueues (500 a call) and a drain
+(claim 500, settle them), each timed on the client (wall and CPU of this process) and on the servers
+(``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``), with the share of the
+commands each master ran (``INFO commandstats`` deltas). On this 2-core machine wall-clock scaling
+cannot show, so server CPU per task and its spread over masters are the figures that decide it: a
+master's capacity is 1 / its CPU per task. Each run uses a namespace of its own; targets alternate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from conveyor.brokers.redis import RedisBroker
+from conveyor.model import BrokerPolicy, NewTask, Outcome
+from conveyor.testing.redis_cluster import LocalCluster
+from conveyor.testing.redis_server import RedisServer
+
+NOW = 1_000_000.0
+
+
+def _cpu(server: RedisServer) -> float:
+    info = server.client().info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _calls(server: RedisServer) -> int:
+    info = server.client().info("commandstats")
+    return sum(int(entry["calls"]) for entry in info.values())
+
+
+def _task() -> NewTask:
+    return NewTask(id=uuid.uuid4().hex, name="job", queue="q", payload='[[1], {"x": "0123456789abcdef"}]')
+
+
+def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object]) -> dict[str, object]:
+    cpu0, calls0 = [_cpu(s) for s in servers], [_calls(s) for s in servers]
+    wall0, client0 = time.perf_counter(), time.process_time()
+    work()
+    wall, client = time.perf_counter() - wall0, time.process_time() - client0
+    cpu = [_cpu(s) - c for s, c in zip(servers, cpu0, strict=True)]
+    calls = [_calls(s) - c for s, c in zip(servers, calls0, strict=True)]
+    total = sum(calls) or 1
+    return {
+        "rate": count / wall,
+        "client_us": client / count * 1e6,
+        "server_us": sum(cpu) / count * 1e6,
+        "share": [round(c / total, 2) for c in calls],
+    }
+
+
+def run(url: str, servers: Sequence[RedisServer], tasks: int, singles: int) -> dict[str, dict[str, object]]:
+    broker = RedisBroker.from_url(url, BrokerPolicy())
+    try:
+        broker.enqueue([_task()], NOW)  # first use: client chosen, library loaded
+        out = {}
+        out["enqueue 1"] = _phase(servers, singles, lambda: [broker.enqueue([_task()], NOW) for _ in range(singles)])
+        out["enqueue 500"] = _phase(
+            servers, tasks, lambda: [broker.enqueue([_task() for _ in range(500)], NOW) for _ in range(tasks // 500)]
+        )
+
+        def drain() -> None:
+            while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
+                broker.settle([Outcome(r.id, r.lease_token or "", "complete") for r in claimed], NOW)
+
+        out["drain"] = _phase(servers, tasks + singles + 1, drain)
+        return out
+    finally:
+        broker.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--singles", type=int, default=2_000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    results: dict[str, dict[str, list[dict[str, object]]]] = {"server": {}, "cluster": {}}
+    with RedisServer() as server, LocalCluster(masters=3) as cluster:
+        for _ in range(args.reps):
+            for name, url, servers in (
+                ("server", server.namespace_url(), [server]),
+                ("cluster", cluster.namespace_url(), list(cluster.masters)),
+            ):
+                for phase, figures in run(url, servers, args.tasks, args.singles).items():
+                    results[name].setdefault(phase, []).append(figures)
+    for name, phases in results.items():
+        for phase, runs in phases.items():
+            rates = [float(str(r["rate"])) for r in runs]
+            client = [float(str(r["client_us"])) for r in runs]
+            srv = [float(str(r["server_us"])) for r in runs]
+            print(
+                f"{name:8} {phase:12} {statistics.median(rates):9.0f}/s ({min(rates):.0f}-{max(rates):.0f})"
+                f"  client CPU {statistics.median(client):6.1f} us/task  server CPU {statistics.median(srv):6.1f}"
+                f" us/task  command share per master {runs[-1]['share']}"
+            )
+
+
+if __name__ == "__main__":
+    main()
