@@ -17,6 +17,7 @@ import pytest
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome
@@ -339,3 +340,27 @@ def test_moving_the_namespaces_slot_under_load_loses_nothing_and_raises_nothing(
             assert int(source.call("CLUSTER", "COUNTKEYSINSLOT", slot)) == 0
         finally:
             broker.close()
+
+
+def test_an_acl_user_with_the_documented_permissions_runs_on_a_cluster(redis_cluster: LocalCluster) -> None:
+    """``NEEDED_ACL`` (set on every node: a cluster's ACLs are per node) is enough for the cluster client
+    to learn the topology, run the operations, listen to events and read the worker registry."""
+    namespace = "t" + uuid.uuid4().hex
+    user = "u" + uuid.uuid4().hex[:8]
+    for node in redis_cluster.nodes:
+        node.call("ACL", "SETUSER", user, "reset", "on", ">pw", *NEEDED_ACL.replace("NS", namespace).split())
+    url = f"redis+cluster://{user}:pw@{redis_cluster.seeds}/?namespace={namespace}"
+    producer = RedisBroker.from_url(url, BrokerPolicy())
+    listener = RedisBroker.from_url(url, BrokerPolicy())
+    seen: list[Event] = []
+    try:
+        listener.subscribe(seen.append)
+        drain_one(producer, "a")
+        assert wait_until(lambda: len(seen) == 3)
+        assert [queue.name for queue in producer.queues(NOW)] == ["q"]
+        assert producer.workers(NOW) == []
+    finally:
+        producer.close()
+        listener.close()
+        for node in redis_cluster.nodes:
+            node.call("ACL", "DELUSER", user)
