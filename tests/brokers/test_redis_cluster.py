@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from conveyor import Conveyor
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
@@ -364,3 +365,37 @@ def test_an_acl_user_with_the_documented_permissions_runs_on_a_cluster(redis_clu
         listener.close()
         for node in redis_cluster.nodes:
             node.call("ACL", "DELUSER", user)
+
+
+def _blpops(cluster: LocalCluster) -> int:
+    entries = [master.info("commandstats").get("cmdstat_blpop", "") for master in cluster.masters]
+    return sum(int(str(entry).split("calls=")[1].split(",")[0]) for entry in entries if "calls=" in str(entry))
+
+
+def test_a_running_worker_drains_and_wakes_on_a_cluster(redis_cluster: LocalCluster) -> None:
+    """The runtime on the server clock: idle claims go as a blocking pop with the claim queued behind
+    it, on the connection of the master serving the namespace."""
+    app = Conveyor(redis_cluster.namespace_url())
+    blpops = _blpops(redis_cluster)
+    done: list[int] = []
+
+    @app.task
+    def record(n: int) -> None:
+        done.append(n)
+
+    worker = app.worker(concurrency=4)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: worker.runtime is not None and worker.runtime.started.is_set())
+        record.enqueue_many([((n,), {}) for n in range(300)])
+        assert wait_until(lambda: len(done) == 300, timeout=30.0)
+        record.enqueue(300)  # to a worker that found the queue empty
+        assert wait_until(lambda: len(done) == 301)
+        assert sorted(done) == list(range(301))
+        assert _blpops(redis_cluster) > blpops
+    finally:
+        worker.stop()
+        thread.join(timeout=10.0)
+        app.close()
+    assert not thread.is_alive()

@@ -18,6 +18,7 @@ switches to the cluster client, seeded with that node, and logs it.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -62,7 +63,8 @@ class ClusterCalls:
     def __init__(self, client: RedisCluster) -> None:
         self._client = client
         self._slots: dict[str, int] = {}  # routing key -> slot (the broker uses a handful of keys)
-        self._nodes: dict[int, Connections] = {}  # by id() of the node's pool: a new pool, new connections
+        self._nodes: dict[str, Connections] = {}  # by node name, "host:port"
+        self._lock = threading.Lock()
 
     def _routed(self, commands: Sequence[Command]) -> Connections | None:
         """The connections of the master serving the slot of the last command's key, or None."""
@@ -74,11 +76,13 @@ class ClusterCalls:
         if slot is None:
             slot = self._slots[key] = keyslot(key)
         node = self._client.nodes_manager.get_node_from_slot(slot)
-        connection = node.redis_connection or self._client.get_redis_connection(node)
-        pool = connection.connection_pool
-        conns = self._nodes.get(id(pool))
+        conns = self._nodes.get(node.name)
         if conns is None:
-            conns = self._nodes[id(pool)] = Connections(pool)
+            with self._lock:  # cold: once per node; two threads must not each make (and leak) a set
+                conns = self._nodes.get(node.name)
+                if conns is None:
+                    connection = node.redis_connection or self._client.get_redis_connection(node)
+                    conns = self._nodes[node.name] = Connections(connection.connection_pool)
         return conns
 
     def execute(self, commands: Sequence[Command]) -> list[Any]:
@@ -131,7 +135,9 @@ class ClusterCalls:
 
     def close(self) -> None:
         """Disconnect the fast path's connections (the cluster client's pools close with the client)."""
-        for conns in self._nodes.values():
+        with self._lock:
+            sets = list(self._nodes.values())
+        for conns in sets:
             conns.close()
 
 
