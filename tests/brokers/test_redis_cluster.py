@@ -198,13 +198,17 @@ def _owner(cluster: LocalCluster, namespace: str) -> int:
 def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> None:
     """SIGKILL the master holding the namespace: calls fail as BrokerUnavailable (never another error)
     until the replica takes over, then succeed again through the same broker object, with what
-    had reached the replica."""
+    had reached the replica; a broker that only listens subscribes again on the new master."""
     with LocalCluster(masters=3, replicas=1, node_timeout=1.0) as cluster:
         namespace = "t" + uuid.uuid4().hex
         url = f"{cluster.url}?namespace={namespace}&socket_connect_timeout=0.5&socket_timeout=1"
         broker = RedisBroker.from_url(url, BrokerPolicy())
+        listener = RedisBroker.from_url(url, BrokerPolicy())  # only listens: nothing else refreshes its topology
+        seen: list[Event] = []
         try:
+            listener.subscribe(seen.append)
             broker.enqueue([task(f"before-{i}") for i in range(50)], NOW)
+            assert wait_until(lambda: len(seen) == 50)
             owner = _owner(cluster, namespace)
             (replica,) = cluster.replicas_of[owner]
             assert wait_until(
@@ -230,8 +234,18 @@ def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> N
             logging.getLogger(__name__).info(
                 "recovered after %.2f s, %d calls refused meanwhile", recovered, unavailable
             )
+            heard = 0  # pub/sub is at-most-once: events published before it subscribes again are missed
+
+            def heard_again() -> bool:
+                nonlocal heard
+                heard += 1
+                broker.enqueue([task(f"heard-{heard}")], NOW)
+                return wait_until(lambda: any(event.task_id.startswith("heard") for event in seen), timeout=0.2)
+
+            assert wait_until(heard_again, timeout=15.0)
         finally:
             broker.close()
+            listener.close()
 
 
 def test_a_cancel_of_a_running_task_is_announced_to_a_broker_seeded_with_another_node(

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from redis.cluster import ClusterPubSub
+from redis.cluster import ClusterPubSub, RedisCluster
+from redis.exceptions import RedisClusterException
 
 __all__ = ["Listener"]
 
@@ -97,6 +98,7 @@ class Listener:
                 log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
                 _close_quietly(pubsub)
                 pubsub = None
+                _refresh_topology(self._client())
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             except Exception:
@@ -112,6 +114,16 @@ def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
         return sharded
     message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
     return message
+
+
+def _refresh_topology(client: redis.Redis) -> None:
+    """On a cluster, read the topology again: the node serving the channel may have failed over, and a
+    process that only listens makes no other call that would teach its client the new master."""
+    if isinstance(client, RedisCluster):
+        try:
+            client.nodes_manager.initialize()
+        except (redis.RedisError, RedisClusterException):
+            log.debug("could not read the cluster's topology; trying again at the next reconnect", exc_info=True)
 
 
 def _close_quietly(pubsub: redis.client.PubSub | None) -> None:
