@@ -83,7 +83,8 @@ def test_an_unknown_scheme_names_the_known_ones(empty_dir: Path) -> None:
     result = run("--url", "postgres://x/y", "stats")
     assert result.exit_code == 1
     assert result.stderr == (
-        "Error: unsupported broker URL 'postgres://x/y': scheme must be one of memory://, redis://, rediss://, sqlite://\n"
+        "Error: unsupported broker URL 'postgres://x/y': scheme must be one of memory://, redis://, redis+cluster://, rediss://,"
+        " rediss+cluster://, sqlite://\n"
     )
 
 
