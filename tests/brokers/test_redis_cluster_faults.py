@@ -1,0 +1,137 @@
+"""The Redis broker through a cluster's faults: a master failing over to its replica, and the
+namespace's slot moved to another master under load. Each test builds a cluster of its own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+import pytest
+
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.keys import keyslot
+from conveyor.errors import BrokerUnavailable
+from conveyor.model import BrokerPolicy, Event, Outcome
+from conveyor.testing.redis_cluster import LocalCluster
+
+from .test_redis_cluster import NOW, owner_of, owner_of_slot, task, wait_until
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> None:
+    """SIGKILL the master holding the namespace: calls fail as BrokerUnavailable (never another error)
+    until the replica takes over, then succeed again through the same broker object, with what
+    had reached the replica; a broker that only listens subscribes again on the new master."""
+    with LocalCluster(masters=3, replicas=1, node_timeout=1.0) as cluster:
+        namespace = "t" + uuid.uuid4().hex
+        url = f"{cluster.url}?namespace={namespace}&socket_connect_timeout=0.5&socket_timeout=1"
+        broker = RedisBroker.from_url(url, BrokerPolicy())
+        listener = RedisBroker.from_url(url, BrokerPolicy())  # only listens: nothing else refreshes its topology
+        seen: list[Event] = []
+        try:
+            listener.subscribe(seen.append)
+            broker.enqueue([task(f"before-{i}") for i in range(50)], NOW)
+            assert wait_until(lambda: len(seen) == 50)
+            owner = owner_of(cluster, namespace)
+            (replica,) = cluster.replicas_of[owner]
+            assert wait_until(
+                lambda: (
+                    replica.info("replication").get("master_repl_offset")
+                    == cluster.masters[owner].info("replication").get("master_repl_offset")
+                )
+            )
+            cluster.masters[owner].kill()
+            started = time.monotonic()
+            unavailable = 0
+            while True:
+                try:
+                    broker.enqueue([task("after")], NOW)
+                    break
+                except BrokerUnavailable:
+                    unavailable += 1
+                    assert time.monotonic() - started < 30.0, "no failover within 30 s"
+            recovered = time.monotonic() - started
+            assert replica.info("replication")["role"] == "master"
+            claimed = broker.claim(["q"], NOW, 30.0, limit=100)
+            assert sorted(record.id for record in claimed) == sorted([*(f"before-{i}" for i in range(50)), "after"])
+            logging.getLogger(__name__).info(
+                "recovered after %.2f s, %d calls refused meanwhile", recovered, unavailable
+            )
+            heard = 0  # pub/sub is at-most-once: events published before it subscribes again are missed
+
+            def heard_again() -> bool:
+                nonlocal heard
+                heard += 1
+                broker.enqueue([task(f"heard-{heard}")], NOW)
+                return wait_until(lambda: any(event.task_id.startswith("heard") for event in seen), timeout=0.2)
+
+            assert wait_until(heard_again, timeout=15.0)
+        finally:
+            broker.close()
+            listener.close()
+
+
+def test_moving_the_namespaces_slot_under_load_loses_nothing_and_raises_nothing() -> None:
+    """The slot moved as ``redis-cli --cluster reshard`` moves it (IMPORTING, MIGRATING, MIGRATE, then
+    SETSLOT NODE everywhere), all its keys in one MIGRATE, while a producer-consumer loop runs: every
+    task enqueued is completed once, and no call fails."""
+    with LocalCluster(masters=3) as cluster:
+        namespace = "t" + uuid.uuid4().hex
+        slot = keyslot("{" + namespace + "}")
+        source = cluster.masters[owner_of_slot(cluster, slot)]
+        target = next(master for master in cluster.masters if master is not source)
+        broker = RedisBroker.from_url(cluster.namespace_url(namespace), BrokerPolicy())
+        errors: list[BaseException] = []
+        counts = {"enqueued": 0, "completed": 0}
+        stop = threading.Event()
+
+        def load() -> None:
+            batch = 0
+            while not stop.is_set():
+                try:
+                    broker.enqueue([task(f"t{batch}-{i}") for i in range(20)], NOW)
+                    counts["enqueued"] += 20
+                    batch += 1
+                    claimed = broker.claim(["q"], NOW, 60.0, limit=15)
+                    settled = broker.settle([Outcome(r.id, r.lease_token or "", "complete") for r in claimed], NOW)
+                    counts["completed"] += sum(settled)
+                except BaseException as exc:
+                    errors.append(exc)
+
+        thread = threading.Thread(target=load)
+        thread.start()
+        try:
+            assert wait_until(lambda: counts["completed"] > 500)
+            target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            moved = (
+                0  # moved right after marking, as the tools do: while marked, a script that would create a key waits
+            )
+            while keys := source.call("CLUSTER", "GETKEYSINSLOT", slot, 100_000):
+                source.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+            done = counts["completed"]
+            assert wait_until(lambda: counts["completed"] > done + 500)  # served by the target, asked
+            for master in cluster.masters:
+                master.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            done = counts["completed"]
+            assert wait_until(lambda: counts["completed"] > done + 500)  # and after the hand-over
+        finally:
+            stop.set()
+            thread.join()
+        try:
+            assert errors == []
+            assert moved > 5
+            while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
+                counts["completed"] += sum(
+                    broker.settle([Outcome(r.id, r.lease_token or "", "complete") for r in claimed], NOW)
+                )
+            assert counts["completed"] == counts["enqueued"]
+            (queue,) = broker.queues(NOW)
+            assert queue.counts["completed"] == counts["enqueued"]
+            assert int(source.call("CLUSTER", "COUNTKEYSINSLOT", slot)) == 0
+        finally:
+            broker.close()
