@@ -16,23 +16,22 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, Finding
 from conveyor.brokers.redis import admin
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
 from conveyor.brokers.redis.cancels import CancelWatch
-from conveyor.brokers.redis.cluster import ClusterCalls, is_cluster_node
+from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.codec import decode_claimed, decode_events, decode_record
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.transitions import refusal
@@ -69,19 +68,6 @@ def _scripts() -> Scripts:
     return _SCRIPTS
 
 
-@dataclass(frozen=True, slots=True)
-class _Link:
-    """The client a broker talks through and the connections its operations use."""
-
-    client: redis.Redis
-    conns: Connections | ClusterCalls
-
-    @classmethod
-    def cluster(cls, client: RedisCluster) -> _Link:
-        # typed as redis.Redis: RedisCluster has the same command methods the broker's modules call
-        return cls(cast("redis.Redis", client), ClusterCalls(client))
-
-
 class RedisBroker:
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
 
@@ -90,7 +76,7 @@ class RedisBroker:
         self.policy = policy or BrokerPolicy()
         self.keys = Keys(config.namespace)
         self._plain = config.client()  # one server, or a cluster URL's first seed (TIME, INFO)
-        self._link: _Link | None = None  # the client and the hot path's connections, chosen at first use
+        self._link: Link | None = None  # the client and the hot path's connections, chosen at first use
         self._link_lock = threading.Lock()
         self._key = self.keys.seq  # the one key every call declares (see lua/_lib.lua)
         self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
@@ -129,27 +115,12 @@ class RedisBroker:
         link = self._link
         return (link or self._connect()).conns
 
-    def _connect(self) -> _Link:
-        """Choose the client at first use: the cluster client for a cluster URL or for a plain URL
-        whose server says it is a cluster node (one ``INFO cluster``), else the plain client. Raises
-        ``conveyor.errors`` if the server cannot be reached (and tries again at the next call)."""
+    def _connect(self) -> Link:
+        """Choose the client at the first call (``link.py``); raises ``conveyor.errors`` if the server
+        cannot be reached, and tries again at the next call."""
         with self._link_lock:
-            if self._link is not None:
-                return self._link
-            with translate_errors():
-                if self.config.cluster:
-                    self._link = _Link.cluster(self.config.cluster_client())
-                elif is_cluster_node(self._plain):
-                    host, port = self.config.seeds[0]
-                    log.info(
-                        "%s:%s is a node of a Redis Cluster: using the cluster client (redis+cluster:// names"
-                        " a cluster by several seed nodes)",
-                        host,
-                        port,
-                    )
-                    self._link = _Link.cluster(self.config.cluster_client())
-                else:
-                    self._link = _Link(self._plain, Connections(self._plain.connection_pool))
+            if self._link is None:
+                self._link = connect(self.config, self._plain)
             return self._link
 
     # -- calling scripts -----------------------------------------------------------------------
@@ -386,9 +357,7 @@ class RedisBroker:
         self._events.close()
         link, self._link = self._link, None
         if link is not None:
-            link.conns.close()
-            if link.client is not self._plain:
-                link.client.close()
+            link.close(self._plain)
         self._plain.close()
 
     # -- Redis specifics -----------------------------------------------------------------------
