@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 
@@ -22,6 +21,7 @@ from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome
+from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import free_port
 
@@ -32,15 +32,6 @@ NOW = 1_000_000.0
 
 def task(task_id: str, queue: str = "q") -> NewTask:
     return NewTask(id=task_id, name="job", queue=queue, payload="[[], {}]")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def drain_one(broker: RedisBroker, task_id: str) -> None:
@@ -178,7 +169,7 @@ def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalClus
         channel = listener.keys.events
         assert owner.call("PUBSUB", "SHARDNUMSUB", channel) == [channel, 1]  # sharded, on the slot's node
         drain_one(producer, "e1")
-        assert wait_until(lambda: len(seen) == 3)
+        poll_until(lambda: len(seen) == 3)
         assert [(e.task_id, e.old_state, e.new_state) for e in seen] == [
             ("e1", None, "pending"),
             ("e1", "pending", "active"),
@@ -207,7 +198,7 @@ def test_a_cancel_of_a_running_task_is_announced_to_a_broker_seeded_with_another
         worker.enqueue([task("running")], NOW)
         assert [record.id for record in worker.claim(["q"], NOW, 30.0)] == ["running"]
         admin.cancel("running", NOW)
-        assert wait_until(lambda: announced == ["running"])
+        poll_until(lambda: announced == ["running"])
     finally:
         worker.close()
         admin.close()
@@ -253,7 +244,7 @@ def test_an_acl_user_with_the_documented_permissions_runs_on_a_cluster(redis_clu
     try:
         listener.subscribe(seen.append)
         drain_one(producer, "a")
-        assert wait_until(lambda: len(seen) == 3)
+        poll_until(lambda: len(seen) == 3)
         assert [queue.name for queue in producer.queues(NOW)] == ["q"]
         assert producer.workers(NOW) == []
     finally:
@@ -283,11 +274,11 @@ def test_a_running_worker_drains_and_wakes_on_a_cluster(redis_cluster: LocalClus
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        assert wait_until(lambda: worker.runtime is not None and worker.runtime.started.is_set())
+        poll_until(lambda: worker.runtime is not None and worker.runtime.started.is_set())
         record.enqueue_many([((n,), {}) for n in range(300)])
-        assert wait_until(lambda: len(done) == 300, timeout=30.0)
+        poll_until(lambda: len(done) == 300, timeout=30.0)
         record.enqueue(300)  # to a worker that found the queue empty
-        assert wait_until(lambda: len(done) == 301)
+        poll_until(lambda: len(done) == 301)
         assert sorted(done) == list(range(301))
         assert _blpops(redis_cluster) > blpops
     finally:
