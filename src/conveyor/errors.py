@@ -18,6 +18,8 @@ Everything Conveyor raises on its own account derives from one root::
     ├── ResultTimeout             ``TaskHandle.result(timeout=...)`` gave up waiting (also TimeoutError)
     └── BrokerError               the store misbehaved
         ├── BrokerUnavailable     the store cannot be reached (or stays busy) within the time allowed
+        ├── ReplicationTimeout    an enqueue reached fewer replicas than ``wait_replicas`` in time;
+        │                         ``.withdrawn`` ids were removed, ``.started`` ids already claimed
         └── SchemaError           the store's data was written by an incompatible (newer) version
 
 Wrong argument *types* raise the builtin ``TypeError`` and wrong values ``ValueError`` (our
@@ -40,6 +42,7 @@ __all__ = [
     "PermanentError",
     "QueueFull",
     "QueueNotFound",
+    "ReplicationTimeout",
     "ResultTimeout",
     "Retry",
     "SchemaError",
@@ -148,6 +151,28 @@ class BrokerError(ConveyorError):
 
 class BrokerUnavailable(BrokerError):
     """The store cannot be reached, or stayed busy, within the time allowed."""
+
+
+class ReplicationTimeout(BrokerError):
+    """An enqueue was written on the master but fewer than ``wanted`` replicas confirmed it in time.
+
+    A failover now could lose it, so the broker withdrew what it could: ``withdrawn`` holds the ids
+    removed (never claimed: enqueueing them again is safe), ``started`` the ids a worker had already
+    claimed in the meantime (they ran or run; enqueueing them again may run them twice).
+    ``acknowledged`` is how many replicas did confirm.
+    """
+
+    def __init__(
+        self, wanted: int, acknowledged: int, withdrawn: tuple[str, ...] = (), started: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(
+            f"the enqueue reached {acknowledged} of the {wanted} replica(s) asked for (wait_replicas) in time; "
+            f"withdrawn: {len(withdrawn)} task(s), already started: {len(started)}"
+        )
+        self.wanted = wanted
+        self.acknowledged = acknowledged
+        self.withdrawn = withdrawn
+        self.started = started
 
 
 class SchemaError(BrokerError):

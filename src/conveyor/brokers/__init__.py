@@ -2,7 +2,8 @@
 
 ``memory://`` (in-process, deterministic), ``sqlite:///path.db`` (embedded default),
 ``redis://`` / ``rediss://`` (distributed; ``redis+cluster://`` / ``rediss+cluster://`` on a Redis
-Cluster). Backends are imported lazily so that using one never requires another's client library.
+Cluster, ``redis+sentinel://`` / ``rediss+sentinel://`` for a primary under Sentinel). Backends are
+imported lazily so that using one never requires another's client library.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _BACKENDS = {
     "rediss": "conveyor.brokers.redis:RedisBroker",
     "redis+cluster": "conveyor.brokers.redis:RedisBroker",
     "rediss+cluster": "conveyor.brokers.redis:RedisBroker",
+    "redis+sentinel": "conveyor.brokers.redis:RedisBroker",
+    "rediss+sentinel": "conveyor.brokers.redis:RedisBroker",
 }
 
 

@@ -32,6 +32,7 @@ from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.link import Link, connect
+from conveyor.brokers.redis.replication import ReplicaWait
 from conveyor.brokers.redis.scripts import Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.transitions import refusal
@@ -87,6 +88,7 @@ class RedisBroker:
         )
         self._cancels = CancelWatch(lambda: self._client, self.keys.cancels, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
+        self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> RedisBroker:
@@ -139,7 +141,12 @@ class RedisBroker:
         its result, and the ``now`` it ran at (``now`` "" asks for the server's TIME)."""
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
             command = self._scripts.command(name, self._head(now), args)
-            early, reply = self._scripts.call(self._conns, self._client, command, before)
+            conns = self._conns
+            if self._wait is not None and self._wait.applies(name) and isinstance(conns, Connections):
+                # see replication.py; a cluster with wait_replicas is refused when the link is made
+                early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)
+            else:
+                early, reply = self._scripts.call(conns, self._client, command, before)
         except CLIENT_ERRORS as exc:
             raise failure(exc) from exc
         return (early, *self._result(reply))
@@ -179,6 +186,14 @@ class RedisBroker:
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         try:
+            if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
+                at = repr(float(now))
+                return self._wait.enqueue(
+                    tasks,
+                    lambda args: self._invoke("enqueue", at, args)[1],
+                    lambda reply: self._result(reply)[0],
+                    lambda ids: self._invoke("withdraw", at, ids)[1],
+                )
             if len(tasks) == 1:  # the most common call, without the machinery for several chunks
                 duplicate: str = self._invoke("enqueue", repr(float(now)), one_task_args(tasks[0]))[1]
                 return [duplicate or None]  # one string for a one-task call (see enqueue.lua)

@@ -3,7 +3,9 @@
 ``redis://[user:pass@]host:port/db?namespace=...`` (``rediss://`` for TLS) names one server;
 ``redis+cluster://[user:pass@]host:port[,host:port...][/?namespace=...]`` (``rediss+cluster://`` for TLS)
 names a Redis Cluster by one or more seed nodes (database 0 only: a cluster has no other). A plain URL
-naming a node of a cluster works too: the broker notices it (``cluster.py``). Conveyor's own query
+naming a node of a cluster works too: the broker notices it (``cluster.py``).
+``redis+sentinel://[user:pass@]host:port[,host:port]/service_name?namespace=...`` (``rediss+sentinel://``;
+see ``sentinel.py``) names a primary under Redis Sentinel. Conveyor's own query
 options are taken out; every other query option goes to redis-py unchanged: ``ssl_ca_certs`` (a private
 CA), ``ssl_certfile`` and ``ssl_keyfile`` (client certificates), ``ssl_cert_reqs``, ... (see
 ``docs/operations.md``; ``tests/brokers/test_redis_security.py`` runs them against a TLS server).
@@ -17,6 +19,8 @@ option                         default    meaning
 ``max_connections``            64         connection pool size per broker object
 ``retries``                    2          reconnect attempts (short backoff) on a dropped connection
 ``clock_refresh``              60.0       seconds between re-measurements of the server clock offset
+``wait_replicas``              0          replicas every write script must reach (``WAIT``; ``replication.py``)
+``wait_timeout``               1000       milliseconds ``WAIT`` waits for them (below ``socket_timeout``)
 ============================== ========== ===========================================================
 
 So a producer learns ``BrokerUnavailable`` within about ``socket_connect_timeout * (retries + 1)``
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
@@ -37,6 +42,7 @@ from redis.retry import Retry
 
 from conveyor.brokers.redis.cluster import ClusterClient
 from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.sentinel import SCHEMES, SENTINEL_OPTIONS, SentinelTarget, sentinel_client
 from conveyor.brokers.redis.tls import TlsConnection
 from conveyor.errors import ConfigurationError
 
@@ -54,6 +60,8 @@ class RedisConfig:
     max_connections: int = 64
     retries: int = 2
     clock_refresh: float = 60.0
+    wait_replicas: int = 0
+    wait_timeout: int = 1000
 
     @property
     def cluster(self) -> bool:
@@ -72,12 +80,17 @@ class RedisConfig:
     @classmethod
     def from_url(cls, url: str) -> RedisConfig:
         parts = urlsplit(url)
-        if parts.scheme not in _SCHEMES:
-            raise ConfigurationError(f"not a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL: {url!r}")
+        if parts.scheme not in _SCHEMES and parts.scheme not in SCHEMES:
+            raise ConfigurationError(
+                "not a redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or"
+                f" rediss+sentinel:// URL: {url!r}"
+            )
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         _check_options(url, parts.scheme, query)
         if parts.scheme.endswith("+cluster"):
             _check_cluster(url, parts.path, query)
+            if query.get("wait_replicas", "0") not in ("", "0"):
+                raise ConfigurationError(f"wait_replicas is not supported on a Redis Cluster yet: {url!r}")
         try:
             config = cls(
                 url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),
@@ -87,28 +100,37 @@ class RedisConfig:
                 max_connections=int(query.get("max_connections", "64")),
                 retries=int(query.get("retries", "2")),
                 clock_refresh=_positive("clock_refresh", query.get("clock_refresh", "60.0")),
+                wait_replicas=_whole("wait_replicas", query.get("wait_replicas", "0")),
+                wait_timeout=_whole("wait_timeout", query.get("wait_timeout", "1000")),
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad redis URL {url!r}: {exc}") from exc
         Keys(config.namespace)  # validates the namespace
         if config.max_connections < 1 or config.retries < 0:
             raise ConfigurationError(f"bad redis URL {url!r}: max_connections >= 1 and retries >= 0 required")
+        if config.wait_replicas < 0 or not 0 < config.wait_timeout < config.socket_timeout * 1000:
+            raise ConfigurationError(
+                f"bad redis URL {url!r}: wait_replicas >= 0 and 0 < wait_timeout (ms) < socket_timeout * 1000 required"
+            )
+        if parts.scheme in SCHEMES:
+            SentinelTarget.parse(config.url)  # a missing service name is refused here, not at the first call
         return config
 
     def client(self) -> redis.Redis:
         """A pooled, thread-safe client that decodes replies as UTF-8 text (of a cluster URL: on its
-        first seed node, for what any node answers: TIME, INFO)."""
+        first seed node, for what any node answers: TIME, INFO; of a Sentinel URL: on the primary)."""
+        common: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_connect_timeout,
+            "max_connections": self.max_connections,
+            "retry": Retry(ExponentialBackoff(cap=0.25, base=0.025), self.retries, (redis.ConnectionError,)),
+            "health_check_interval": 30,
+        }
+        if urlsplit(self.url).scheme in SCHEMES:
+            return sentinel_client(self.url, common)
         tls = {"connection_class": TlsConnection} if self.tls else {}
-        return redis.Redis.from_url(
-            self._node_url(self.seeds[0]),
-            **tls,
-            decode_responses=True,
-            socket_timeout=self.socket_timeout,
-            socket_connect_timeout=self.socket_connect_timeout,
-            max_connections=self.max_connections,
-            retry=Retry(ExponentialBackoff(cap=0.25, base=0.025), self.retries, (redis.ConnectionError,)),
-            health_check_interval=30,
-        )
+        return redis.Redis.from_url(self._node_url(self.seeds[0]), **tls, **common)
 
     def cluster_client(self) -> ClusterClient:
         """redis-py's cluster client seeded with the URL's nodes, with this URL's credentials, TLS
@@ -143,7 +165,16 @@ class RedisConfig:
 _SCHEMES = frozenset({"redis", "rediss", "redis+cluster", "rediss+cluster"})
 
 _OURS = frozenset(
-    {"namespace", "socket_timeout", "socket_connect_timeout", "max_connections", "retries", "clock_refresh"}
+    {
+        "namespace",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "max_connections",
+        "retries",
+        "clock_refresh",
+        "wait_replicas",
+        "wait_timeout",
+    }
 )
 
 
@@ -183,6 +214,8 @@ def _check_options(url: str, scheme: str, query: dict[str, str]) -> None:
     """Refuse an option redis-py would choke on later, with a message naming the valid ones (an
     unknown option would otherwise fail at the first command, as a TypeError from deep in redis-py)."""
     valid = _OURS | _CLIENT_OPTIONS | (_TLS_OPTIONS if scheme.startswith("rediss") else frozenset())
+    if scheme in SCHEMES:
+        valid |= SENTINEL_OPTIONS
     for key in query:
         if key in valid:
             continue
@@ -194,6 +227,13 @@ def _check_options(url: str, scheme: str, query: dict[str, str]) -> None:
         raise ConfigurationError(
             f"unknown redis URL option {key!r} in {safe}; valid options: {', '.join(sorted(valid))}"
         )
+
+
+def _whole(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
 
 
 def _positive(name: str, text: str) -> float:

@@ -55,6 +55,7 @@ OPERATIONS = (
     "run_now",
     "settle",
     "stats",
+    "withdraw",
 )
 
 #: Operations that never write: registered ``no-writes``, so they still answer on a server that is

@@ -1,0 +1,141 @@
+"""``wait_replicas=N``: every write script followed by ``WAIT N wait_timeout``, in the same round trip.
+
+Redis replicates asynchronously: a master acknowledges a write before any replica has it, and a
+replica promoted after the master dies lacks whatever had not reached it yet. With ``wait_replicas``
+(a URL option, default 0: off) each ``FCALL`` of an operation that may write is sent with ``WAIT`` on
+the same connection, in one write; ``WAIT`` answers how many replicas hold everything that connection
+wrote, once N do or after ``wait_timeout`` milliseconds.
+
+What a shortfall does depends on who can act on it:
+
+- **enqueue** raises ``ReplicationTimeout``. The tasks are on the master already, so the broker first
+  takes back (``withdraw.lua``) those of the failed chunk that no worker has claimed yet; those a worker
+  claimed meanwhile (``WAIT`` holds the producer for up to ``wait_timeout`` while workers can already
+  see them) have started and are left alone. The error names both sets: enqueueing the withdrawn ids
+  again is safe, the started ones have run or run now. Earlier chunks of the same call were confirmed
+  and stay. The withdrawal is itself replicated after the enqueue, in order, so a replica that got the
+  tasks late also gets their removal; if the master dies between the two, the failover decides.
+- **every other write** (claim, settle, extend, the maintenance calls, operator actions) is logged as
+  a warning and returns normally. It is done on the master; a failover that loses it rolls the task
+  back to an earlier state (a claim or a settle undone: the task runs again, which at-least-once
+  delivery allows; an operator action undone: do it again).
+
+Read-only operations and the withdrawal itself send no ``WAIT``. Writes outside the scripts (worker
+registrations, pause flags, declarations) are not waited for either: they are re-written regularly
+or by the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, enqueue_args
+from conveyor.brokers.redis.scripts import READ_ONLY, is_missing_function
+from conveyor.errors import ReplicationTimeout
+
+if TYPE_CHECKING:
+    from conveyor.brokers.redis.connections import Command, Connections
+    from conveyor.brokers.redis.scripts import Arg, Scripts
+    from conveyor.model import NewTask
+
+__all__ = ["ReplicaWait", "Unreplicated"]
+
+log = logging.getLogger("conveyor.brokers.redis.replication")
+
+#: Operations sent without ``WAIT``: they write nothing, or (``withdraw``) undo a write that already fell short.
+_UNWAITED = READ_ONLY | {"withdraw"}
+
+
+class Unreplicated(Exception):
+    """An enqueue's ``FCALL`` succeeded on the master, but fewer replicas than wanted confirmed it."""
+
+    def __init__(self, reply: Any, acknowledged: int) -> None:
+        super().__init__(f"{acknowledged} replica(s) confirmed")
+        self.reply = reply
+        self.acknowledged = acknowledged
+
+
+class ReplicaWait:
+    """``WAIT replicas timeout_ms`` after every write script of one broker object."""
+
+    def __init__(self, replicas: int, timeout_ms: int) -> None:
+        self.replicas = replicas
+        self.timeout_ms = timeout_ms
+        self._wait: Command = ("WAIT", replicas, timeout_ms)
+
+    def applies(self, name: str) -> bool:
+        """True if operation ``name`` is followed by ``WAIT``."""
+        return name not in _UNWAITED
+
+    def call(
+        self, scripts: Scripts, conns: Connections, client: redis.Redis, name: str, call: Command,
+        before: Sequence[Command] = (),
+    ) -> tuple[list[Any], Any]:  # fmt: skip
+        """As ``Scripts.call``, with ``WAIT`` after ``call``: raises :class:`Unreplicated` for an enqueue
+        that fell short, logs a warning for any other operation."""
+        commands = [*before, call, self._wait]
+        replies = conns.execute(commands)
+        if is_missing_function(replies[-2]):
+            scripts.load(client)
+            replies = conns.execute(commands)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        acknowledged = int(replies[-1])
+        if acknowledged < self.replicas:
+            if name == "enqueue":
+                raise Unreplicated(replies[-2], acknowledged)
+            log.warning(
+                "%s was done on the Redis master but reached %d of %d replica(s) within %d ms "
+                "(wait_replicas); a failover now could undo it",
+                name,
+                acknowledged,
+                self.replicas,
+                self.timeout_ms,
+            )
+        return replies[:-2], replies[-2]
+
+    def enqueue(
+        self,
+        tasks: Sequence[NewTask],
+        store: Callable[[Sequence[Arg]], str],
+        result: Callable[[Any], str],
+        withdraw: Callable[[list[str]], str],
+    ) -> list[str | None]:
+        """Enqueue ``tasks`` chunk by chunk (each confirmed before the next is sent): ``store(args)``
+        runs one chunk's ``enqueue`` and returns its result, ``result(reply)`` decodes the reply an
+        :class:`Unreplicated` carries, ``withdraw(ids)`` runs ``withdraw.lua``. Per task, as
+        ``Broker.enqueue``: None if stored, else the existing task's id."""
+        results: list[str | None] = []
+        for start, args in zip(range(0, len(tasks), ENQUEUE_CHUNK), enqueue_args(tasks), strict=True):
+            chunk = tasks[start : start + ENQUEUE_CHUNK]
+            try:
+                reply = store(args)
+            except Unreplicated as short:
+                dups = _duplicates(result(short.reply), len(chunk))
+                stored = [task.id for task, dup in zip(chunk, dups, strict=True) if dup is None]
+                flags = withdraw(stored) if stored else ""
+                withdrawn = tuple(task_id for task_id, flag in zip(stored, flags, strict=True) if flag == "1")
+                started = tuple(task_id for task_id, flag in zip(stored, flags, strict=True) if flag != "1")
+                log.warning(
+                    "an enqueue reached %d of %d replica(s) within %d ms: %d task(s) withdrawn, %d already started",
+                    short.acknowledged,
+                    self.replicas,
+                    self.timeout_ms,
+                    len(withdrawn),
+                    len(started),
+                )
+                raise ReplicationTimeout(self.replicas, short.acknowledged, withdrawn, started) from None
+            results.extend(_duplicates(reply, len(chunk)))
+        return results
+
+
+def _duplicates(reply: str, count: int) -> list[str | None]:
+    """``enqueue.lua``'s result per task: None (stored) or the id of the task it duplicates."""
+    if not reply:
+        return [None] * count
+    return [dup or None for dup in reply.split("\n")]
