@@ -21,7 +21,9 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
+from redis.backoff import NoBackoff
 from redis.connection import parse_url
+from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from conveyor.brokers.redis.tls import TlsConnection
@@ -95,7 +97,21 @@ class SentinelRedis(redis.Redis):
             self.sentinels.close()
 
 
-class _TlsSentinelConnection(SentinelManagedConnection, TlsConnection):
+class _SentinelConnection(SentinelManagedConnection):
+    """A connection to the current master, wherever the sentinels say it is.
+
+    redis-py's own pool connects each connection (``connect()``, which asks a sentinel) before its
+    first command; ``connections.py`` sends the first command on a fresh one, which would make it
+    connect to its placeholder address instead. So sending connects the sentinel way first.
+    """
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self.connect()  # type: ignore[no-untyped-call]
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+
+class _TlsSentinelConnection(_SentinelConnection, TlsConnection):
     """A connection to the current master over TLS, with ``tls.py``'s diagnoses."""
 
 
@@ -110,15 +126,20 @@ def sentinel_client(url: str, common: dict[str, Any]) -> SentinelRedis:
     userinfo = f"{target.userinfo}@" if target.userinfo else ""
     # redis-py's own URL parser turns the options' texts into values, as it does for redis:// URLs
     kwargs: dict[str, Any] = parse_url(f"redis://{userinfo}sentinel?{urlencode(options)}")  # type: ignore[no-untyped-call]
-    kwargs.pop("host", None)
+    # the address each connection starts with, until a sentinel names the master: one nothing listens
+    # on (port 0), so a connection that skipped the sentinels fails rather than reach localhost:6379
+    kwargs["host"], kwargs["port"] = "127.0.0.1", 0
     tls: dict[str, Any] = {}
+    kwargs["connection_class"] = _SentinelConnection
     if target.tls:
         tls = {key: value for key, value in kwargs.items() if key.startswith("ssl_")}
         kwargs["connection_class"] = _TlsSentinelConnection
     timeouts = {key: common[key] for key in ("socket_timeout", "socket_connect_timeout") if key in common}
+    # one try per sentinel and lookup: the connection's own retries (``retries``) repeat the lookup
+    once = {"retry": Retry(NoBackoff(), 0)}
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels),
-        sentinel_kwargs={**timeouts, **sentinel_auth, **({"ssl": True, **tls} if target.tls else {})},
+        sentinel_kwargs={**timeouts, **once, **sentinel_auth, **({"ssl": True, **tls} if target.tls else {})},
     )
     client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
         target.service, redis_class=SentinelRedis, **kwargs, **common
