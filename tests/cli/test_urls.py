@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from conveyor.cli import cli as cli_group
+from conveyor.cli.output import redact
 
 
 @pytest.fixture
@@ -83,8 +84,8 @@ def test_an_unknown_scheme_names_the_known_ones(empty_dir: Path) -> None:
     result = run("--url", "postgres://x/y", "stats")
     assert result.exit_code == 1
     assert result.stderr == (
-        "Error: unsupported broker URL 'postgres://x/y': scheme must be one of memory://, redis://, redis+cluster://, rediss://,"
-        " rediss+cluster://, sqlite://\n"
+        "Error: unsupported broker URL 'postgres://x/y': scheme must be one of memory://, redis://, redis+cluster://,"
+        " redis+sentinel://, rediss://, rediss+cluster://, rediss+sentinel://, sqlite://\n"
     )
 
 
@@ -102,3 +103,19 @@ def test_a_tls_option_on_a_plain_redis_url_says_to_use_rediss(empty_dir: Path) -
     result = run("--url", "redis://127.0.0.1:1/0?ssl_ca_certs=ca.pem", "stats")
     assert result.exit_code == 1
     assert result.stderr == "Error: redis URL option 'ssl_ca_certs' needs TLS: use rediss:// instead of redis://\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        (
+            "redis+sentinel://u:pw@a:26379,b:26379/svc?namespace=n&sentinel_password=s3",
+            "redis+sentinel://u:***@a:26379,b:26379/svc?namespace=n&sentinel_password=***",
+        ),
+        ("redis://h/0?password=pw", "redis://h/0?password=***"),
+        ("sqlite:///x.db", "sqlite:///x.db"),
+    ],
+)
+def test_printed_urls_hide_every_password(url: str, shown: str) -> None:
+    assert redact(url) == shown
