@@ -52,8 +52,10 @@ def test_sentinel_credentials_are_options_of_sentinel_urls_only() -> None:
 
 def test_open_broker_knows_the_sentinel_schemes_and_connects_lazily() -> None:
     for scheme in ("redis+sentinel", "rediss+sentinel"):
-        broker = open_broker(f"{scheme}://127.0.0.1:1/nothing-there")  # nobody listens: no call made yet
+        # nobody listens: no call made yet; an option of the client's own is passed on
+        broker = open_broker(f"{scheme}://127.0.0.1:1/nothing-there?health_check_interval=5")
         assert isinstance(broker, RedisBroker)
+        assert broker.client.connection_pool.connection_kwargs["health_check_interval"] == 5
         broker.close()
 
 

@@ -142,7 +142,7 @@ def sentinel_client(url: str, common: dict[str, Any]) -> SentinelRedis:
         sentinel_kwargs={**timeouts, **once, **sentinel_auth, **({"ssl": True, **tls} if target.tls else {})},
     )
     client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, redis_class=SentinelRedis, **kwargs, **common
-    )
+        target.service, redis_class=SentinelRedis, **{**common, **kwargs}
+    )  # the URL's own options win, as redis.Redis.from_url lets them
     client.sentinels = sentinel
     return client
