@@ -15,10 +15,11 @@ What a shortfall does depends on who can act on it:
   again is safe, the started ones have run or run now. Earlier chunks of the same call were confirmed
   and stay. The withdrawal is itself replicated after the enqueue, in order, so a replica that got the
   tasks late also gets their removal; if the master dies between the two, the failover decides.
-- **every other write** (claim, settle, extend, the maintenance calls, operator actions) is logged as
-  a warning and returns normally. It is done on the master; a failover that loses it rolls the task
-  back to an earlier state (a claim or a settle undone: the task runs again, which at-least-once
-  delivery allows; an operator action undone: do it again).
+- **every other write** (claim, settle, extend, the maintenance calls, operator actions) is logged
+  (a warning at most once a minute, the rest at DEBUG) and returns normally. It is done on the
+  master; a failover that loses it rolls the task back to an earlier state (a claim or a settle
+  undone: the task runs again, which at-least-once delivery allows; an operator action undone: do it
+  again). While fewer than N replicas are up, every write call takes ``wait_timeout`` longer.
 
 Read-only operations and the withdrawal itself send no ``WAIT``. Writes outside the scripts (worker
 registrations, pause flags, declarations) are not waited for either: they are re-written regularly
@@ -28,6 +29,7 @@ or by the operator.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +44,12 @@ if TYPE_CHECKING:
     from conveyor.brokers.redis.scripts import Arg, Scripts
     from conveyor.model import NewTask
 
-__all__ = ["ReplicaWait", "Unreplicated"]
+__all__ = ["WARN_EVERY", "ReplicaWait", "Unreplicated"]
 
 log = logging.getLogger("conveyor.brokers.redis.replication")
+
+#: Seconds between two warnings about writes short of replicas (one broker object); others go to DEBUG.
+WARN_EVERY = 60.0
 
 #: Operations sent without ``WAIT``: they write nothing, or (``withdraw``) undo a write that already fell short.
 _UNWAITED = READ_ONLY | {"withdraw"}
@@ -66,6 +71,7 @@ class ReplicaWait:
         self.replicas = replicas
         self.timeout_ms = timeout_ms
         self._wait: Command = ("WAIT", replicas, timeout_ms)
+        self._quiet_until = 0.0  # no warning for a short write before this (monotonic) time
 
     def applies(self, name: str) -> bool:
         """True if operation ``name`` is followed by ``WAIT``."""
@@ -89,15 +95,25 @@ class ReplicaWait:
         if acknowledged < self.replicas:
             if name == "enqueue":
                 raise Unreplicated(replies[-2], acknowledged)
-            log.warning(
-                "%s was done on the Redis master but reached %d of %d replica(s) within %d ms "
-                "(wait_replicas); a failover now could undo it",
-                name,
-                acknowledged,
-                self.replicas,
-                self.timeout_ms,
-            )
+            self._short(name, acknowledged)
         return replies[:-2], replies[-2]
+
+    def _short(self, name: str, acknowledged: int) -> None:
+        """Log a write short of replicas: a warning at most every :data:`WARN_EVERY` seconds (idle
+        workers' claims would repeat it every poll while a replica is down), the rest at DEBUG."""
+        now = time.monotonic()
+        level = logging.DEBUG
+        if now >= self._quiet_until:
+            self._quiet_until, level = now + WARN_EVERY, logging.WARNING
+        log.log(
+            level,
+            "%s was done on the Redis master but reached %d of %d replica(s) within %d ms "
+            "(wait_replicas); a failover now could undo it",
+            name,
+            acknowledged,
+            self.replicas,
+            self.timeout_ms,
+        )
 
     def enqueue(
         self,
