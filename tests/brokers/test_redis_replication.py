@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import pytest
 
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.errors import ConfigurationError, ReplicationTimeout
 from conveyor.model import BrokerPolicy, Outcome, TaskRecord, TaskState
 from conveyor.testing.redis_server import RedisServer
@@ -172,3 +173,21 @@ def test_without_wait_replicas_writes_do_not_wait(replica_set: ReplicaSet, names
 def test_bad_wait_options_are_refused_when_the_url_is_read(options: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="wait_"):
         RedisBroker.from_url(f"redis://127.0.0.1:1/0?{urlencode(options)}", BrokerPolicy())
+
+
+def test_an_acl_user_with_the_documented_permissions_may_wait(replica_set: ReplicaSet, namespace: str) -> None:
+    admin = replica_set.master.client()
+    try:
+        rules = NEEDED_ACL.replace("NS", namespace).split()
+        admin.execute_command("ACL", "SETUSER", "waiter", "reset", "on", ">pw", *rules)  # type: ignore[no-untyped-call]
+        url = replica_set.master.url.replace("redis://", "redis://waiter:pw@")
+        broker = RedisBroker.from_url(f"{url}?namespace={namespace}&wait_replicas=1", BrokerPolicy())
+        try:
+            assert broker.enqueue([task("a")], NOW) == [None]  # WAIT is in +@connection
+            (claimed,) = broker.claim(["q"], NOW, 30.0)
+            assert broker.settle([Outcome("a", claimed.lease_token or "", "complete", result="1")], NOW) == [True]
+        finally:
+            broker.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "waiter")  # type: ignore[no-untyped-call]
+        admin.close()
