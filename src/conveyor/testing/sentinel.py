@@ -98,9 +98,18 @@ class SentinelServer(RedisServer):
     """The server binary as a sentinel monitoring ``service`` at ``master_port``."""
 
     def __init__(
-        self, *, binary: str, service: str, master_port: int, quorum: int, down_after_ms: int, failover_timeout_ms: int
+        self,
+        *,
+        binary: str,
+        service: str,
+        master_port: int,
+        quorum: int,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+        extra_config: str = "",
     ) -> None:
         super().__init__(binary=binary)
+        self.extra_config = extra_config  # more configuration lines (TLS, for one)
         self.service = service
         self.master_port = master_port
         self.quorum = quorum
@@ -120,7 +129,7 @@ class SentinelServer(RedisServer):
             f"sentinel monitor {self.service} 127.0.0.1 {self.master_port} {self.quorum}\n"
             f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
             f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}\n"
-            f"sentinel parallel-syncs {self.service} 1\n",
+            f"sentinel parallel-syncs {self.service} 1\n{self.extra_config}",
             encoding="utf-8",
         )
         return [self.binary, str(config), "--sentinel"]
