@@ -191,3 +191,18 @@ def test_an_acl_user_with_the_documented_permissions_may_wait(replica_set: Repli
     finally:
         admin.execute_command("ACL", "DELUSER", "waiter")  # type: ignore[no-untyped-call]
         admin.close()
+
+
+def test_preflight_says_whether_there_are_enough_replicas_to_wait_for(replica_set: ReplicaSet, namespace: str) -> None:
+    for wanted, ok in (("1", True), ("2", False)):
+        broker = _open(replica_set.master, namespace, wait_replicas=wanted)
+        try:
+            [replicas] = [finding for finding in broker.preflight() if finding.name == "replicas"]
+            assert (replicas.ok, replicas.detail.partition(",")[0]) == (ok, "1 connected")
+        finally:
+            broker.close()
+    broker = _open(replica_set.master, namespace)
+    try:
+        assert "replicas" not in [finding.name for finding in broker.preflight()]  # not asked for: not checked
+    finally:
+        broker.close()

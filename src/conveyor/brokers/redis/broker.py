@@ -401,4 +401,5 @@ class RedisBroker:
 
     def preflight(self) -> list[Finding]:
         """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead."""
-        return admin.preflight(self._client)
+        found = admin.preflight(self._client)
+        return found if self._wait is None else found + self._wait.findings(self._client)

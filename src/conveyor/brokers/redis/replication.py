@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from conveyor.brokers.base import Finding
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, enqueue_args
+from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.scripts import READ_ONLY, is_missing_function
-from conveyor.errors import ReplicationTimeout
+from conveyor.errors import BrokerError, ReplicationTimeout
 
 if TYPE_CHECKING:
     from conveyor.brokers.redis.connections import Command, Connections
@@ -114,6 +116,24 @@ class ReplicaWait:
             self.replicas,
             self.timeout_ms,
         )
+
+    def findings(self, client: redis.Redis) -> list[Finding]:
+        """``preflight``'s line on the replicas: are there at least ``replicas`` of them?
+
+        Counted with ``WAIT replicas 1`` on a connection that wrote nothing (every connected replica
+        has acknowledged that much), as ``WAIT`` is what ``NEEDED_ACL`` grants, ``INFO`` is not."""
+        try:
+            with translate_errors():
+                connected = int(client.wait(self.replicas, 1))
+        except BrokerError as exc:
+            return [Finding("replicas", False, f"unreadable ({exc})")]
+        if connected < self.replicas:
+            detail = (
+                f"{connected} connected, wait_replicas={self.replicas}: every enqueue fails with "
+                "ReplicationTimeout until enough replicas are back"
+            )
+            return [Finding("replicas", False, detail)]
+        return [Finding("replicas", True, f"{connected} connected, wait_replicas={self.replicas}")]
 
     def enqueue(
         self,
