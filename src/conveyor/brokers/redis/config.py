@@ -108,9 +108,8 @@ class RedisConfig:
         Keys(config.namespace)  # validates the namespace
         if config.max_connections < 1 or config.retries < 0:
             raise ConfigurationError(f"bad redis URL {url!r}: max_connections >= 1 and retries >= 0 required")
-        bound = (
-            config.socket_timeout * 1000 if config.wait_replicas else math.inf
-        )  # WAIT must end before the socket times out
+        # WAIT must end before the socket times out (only a WAIT sent needs it)
+        bound = config.socket_timeout * 1000 if config.wait_replicas else math.inf
         if config.wait_replicas < 0 or not 0 < config.wait_timeout < bound:
             raise ConfigurationError(
                 f"bad redis URL {url!r}: wait_replicas >= 0 and 0 < wait_timeout (ms) < socket_timeout * 1000 required"
