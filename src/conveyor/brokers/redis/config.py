@@ -69,6 +69,11 @@ class RedisConfig:
         return urlsplit(self.url).scheme.endswith("+cluster")
 
     @property
+    def sentinel(self) -> bool:
+        """True for a ``redis+sentinel://`` or ``rediss+sentinel://`` URL."""
+        return urlsplit(self.url).scheme in SCHEMES
+
+    @property
     def tls(self) -> bool:
         return urlsplit(self.url).scheme.startswith("rediss")
 

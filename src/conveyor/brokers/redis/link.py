@@ -49,6 +49,8 @@ class Link:
 def connect(config: RedisConfig, plain: redis.Redis) -> Link:
     """The link for ``config``; ``plain`` is the broker's client on the URL's (first) node. Raises
     ``conveyor.errors`` when the server cannot be reached."""
+    if config.sentinel:  # Sentinel watches one primary with replicas, never a cluster: no probe to make
+        return Link(plain, Connections(plain.connection_pool))
     with translate_errors():
         if config.cluster:
             return Link.cluster(config.cluster_client())
