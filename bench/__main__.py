@@ -4,7 +4,10 @@ Options: ``--smoke`` (N=500, one repetition, Conveyor only), ``--no-peers``, ``-
 ``benchmarks.md`` and ``results.json`` go; default ``docs/`` for a full run, ``bench/results/smoke``
 for smoke), ``--n`` (default ``$N`` or 20000), ``--reps``, ``--peers rq,huey,...``, ``--time-cap`` (s),
 ``--report-only results.json`` (rewrite the report from saved figures). When Conveyor runs on SQLite,
-the peers include ``huey_sqlite`` (Huey's ``SqliteHuey``, 1 and 8 consumer threads, on a file).
+the peers include ``huey_sqlite`` (Huey's ``SqliteHuey``, 1 and 8 consumer threads, on a file), and
+each pass also measures the SQLite floor (bare commits and one-task enqueues per ``synchronous`` mode)
+and ``--curve-shapes`` (default ``1,2,4``; ``''`` for none) worker processes on one file
+(``bench/sqlite_runs.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "peers are then not re-run unless --peers names them",
     )
     parser.add_argument("--conveyor", default="memory,sqlite,redis", help="Conveyor backends to run ('' for none)")
+    parser.add_argument("--curve-shapes", default="1,2,4", help="SQLite worker processes on one file ('' for none)")
     return parser.parse_args(argv)
 
 
@@ -72,9 +76,11 @@ def main(argv: list[str]) -> int:
     peers = [] if args.smoke or args.no_peers else [p for p in everyone if not wanted or p.module in wanted]
     plan = Plan(n=n, reps=reps, latency_n=100 if args.smoke else 600, time_cap=args.time_cap, peers=peers)
     plan.rss_tasks = n if args.smoke else min(100_000, 5 * n)
+    plan.floor_commits = 200 if args.smoke else min(2000, n)
     if args.smoke:
         plan.conveyor_variants = ("default",)
     plan.conveyor_backends = tuple(b for b in args.conveyor.split(",") if b)
+    plan.curve_shapes = tuple(int(p) for p in args.curve_shapes.split(",") if p)
     if args.peers_from and not wanted:
         peers = plan.peers = []
 
@@ -97,6 +103,8 @@ def main(argv: list[str]) -> int:
         "n": n,
         "reps": reps,
         "smoke": args.smoke,
+        "command": " ".join(["python -m bench", *argv]),
+        "peers_only": ", ".join(sorted({p.label for p in peers})) if wanted else "",
     }
     python = None
     if peers:

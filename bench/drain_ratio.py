@@ -21,7 +21,6 @@ Each ``--env`` adds a row: the default ``conveyor worker`` with those ``CONVEYOR
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -30,13 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.peer_runs import PEERS, Peer, PeerRunner, sqlite_peers
-from bench.procs import stop_group, wait_for_file
+from bench.procs import stop_group, tree_cpu, wait_for_file
 from bench.server import Server, choose_placement, cpu_model
 
 __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parent.parent
-TICK = os.sysconf("SC_CLK_TCK")
 
 #: Peer settings issue 32 measured with, beside the peers' default and tuned ones.
 ISSUE_PEERS = {
@@ -54,24 +52,6 @@ class Row:
     cpu_us: list[float] = field(default_factory=list)
     conveyor: bool = False
     backend: str = "redis"
-
-
-def tree_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process and its live descendants."""
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICK
-        for child in Path(f"/proc/{current}/task").iterdir():
-            try:
-                todo += [int(c) for c in (child / "children").read_text().split()]
-            except OSError:
-                continue
-    return total
 
 
 def drain(row: Row, n: int) -> tuple[float, float]:

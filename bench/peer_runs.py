@@ -8,13 +8,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.measure import Figure, percentile
-from bench.procs import run_json, stop_group, tree_rss, wait_for_file
+from bench.procs import run_json, stop_group, tree_cpu, tree_rss, wait_for_file
 from bench.server import Server
 
-__all__ = ["PEERS", "SQLITE_PEER", "Peer", "PeerRunner", "sqlite_peers"]
+__all__ = ["PEERS", "SQLITE_PEER", "Drained", "Peer", "PeerRunner", "sqlite_peers"]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -61,6 +61,14 @@ def sqlite_peers(sqlite_dir: Path) -> list[Peer]:
         )
         for threads, count in (("1 thread", "1"), ("8 threads", "8"))
     ]
+
+
+class Drained(NamedTuple):
+    """One drain: tasks/s, the worker's RSS after it (MB), its CPU per task (µs; the process tree)."""
+
+    rate: float
+    rss_mb: float
+    cpu_us: float
 
 
 class PeerRunner:
@@ -144,20 +152,25 @@ class PeerRunner:
             self.reset()
             bulk.runs.append(n / self.produce("enqueue", n, "bulk"))
 
-    def drain(self, workload: str, n: int, timeout: float) -> tuple[float, float]:
-        """Fill the queue with n tasks, then start the worker; returns (tasks/s, worker RSS MB)."""
+    def drain(self, workload: str, n: int, timeout: float) -> Drained:
+        """Fill the queue with n tasks, then start the worker; its rate from the first task's start to the
+        last one's end, its RSS after, and its CPU per task (read at the first task and after the last)."""
         self.reset()
         self._fill(workload, n)
         with tempfile.TemporaryDirectory() as tmp:
-            done = Path(tmp) / "done.json"
-            proc = self.start_worker(workload, {"BENCH_DONE_FILE": str(done), "BENCH_EXPECT_OK": str(n)})
+            done, ready = Path(tmp) / "done.json", Path(tmp) / "ready.json"
+            files = {"BENCH_DONE_FILE": str(done), "BENCH_READY_FILE": str(ready), "BENCH_EXPECT_OK": str(n)}
+            proc = self.start_worker(workload, files)
             try:
+                wait_for_file(ready, timeout, proc)
+                cpu_start = tree_cpu(proc.pid)
                 result = wait_for_file(done, timeout, proc)
+                cpu = tree_cpu(proc.pid) - cpu_start
                 time.sleep(0.2)
                 rss = tree_rss(proc.pid)
             finally:
                 stop_group(proc)
-        return n / (float(result["last"]) - float(result["first"])), rss
+        return Drained(n / (float(result["last"]) - float(result["first"])), rss, cpu / n * 1e6)
 
     def _started_worker(self, workload: str, tmp: Path, ok: int, fail: int) -> subprocess.Popen[bytes]:
         env = {

@@ -1,4 +1,4 @@
-"""Subprocess helpers: run a JSON-printing child, wait for a file, stop a process group, measure RSS."""
+"""Subprocess helpers: run a JSON-printing child, wait for a file, stop a process group, measure RSS and CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_json", "stop_group", "tree_rss", "wait_for_file"]
+__all__ = ["run_json", "stop_group", "tree_cpu", "tree_rss", "wait_for_file"]
+
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def run_json(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -69,6 +71,28 @@ def tree_rss(pid: int) -> float:
             continue
         todo.extend(_children(current))
     return total / 1024
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants (in clock ticks: 10 ms)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK
+        try:
+            threads = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                todo += [int(c) for c in (thread / "children").read_text().split()]
+            except OSError:
+                continue
+    return total
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:

@@ -7,6 +7,9 @@ from typing import Any
 
 from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
+from bench.report_format import APART, best, cell, fmt
+from bench.sqlite_report import sqlite_floor_section, sqlite_sections
+from bench.sqlite_runs import FLOOR
 
 __all__ = ["write_report"]
 
@@ -14,6 +17,7 @@ COLUMNS = [
     ("enqueue_single", "enqueue 1-by-1 /s"),
     ("enqueue_bulk", "enqueue bulk /s"),
     ("drain", "drain /s"),
+    ("worker_cpu", "CPU µs/task"),
     ("latency_p50", "p50 ms"),
     ("latency_p99", "p99 ms"),
     ("mixed", "mixed /s"),
@@ -24,39 +28,13 @@ COLUMNS = [
 RATIO_WORKLOADS = ["enqueue_single", "enqueue_bulk", "drain", "latency_p50", "latency_p99", "mixed", "io"]
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
 def _rows(figures: list[Figure]) -> list[tuple[str, str]]:
     seen: list[tuple[str, str]] = []
     for figure in figures:
         key = (figure.library, figure.variant)
-        if figure.library != "server floor" and key not in seen:
+        if figure.library not in APART and key not in seen:
             seen.append(key)
     return seen
-
-
-def _best(figures: list[Figure], workload: str, prefix: str | None) -> Figure | None:
-    """The best measured figure of libraries starting with ``prefix`` (None: the peers on the server)."""
-    candidates = [
-        f
-        for f in figures
-        if f.workload == workload
-        and f.value is not None
-        and f.library != "server floor"
-        and (f.library.startswith(prefix) if prefix else not f.library.startswith(("Conveyor", SQLITE_PEER)))
-    ]
-    if not candidates:
-        return None
-    pick = max if candidates[0].higher_is_better else min
-    return pick(candidates, key=lambda f: f.value or 0.0)
 
 
 def _merge_warning(meta: dict[str, Any], figures: list[Figure]) -> list[str]:
@@ -65,7 +43,7 @@ def _merge_warning(meta: dict[str, Any], figures: list[Figure]) -> list[str]:
     if not merged:
         return []
     now = next((f.value for f in figures if f.workload == "round_trip"), None)
-    runs = [f"{meta['date']}: {_fmt(now)}"] + [f"{m['date']}: {_fmt(m['round_trips'])}" for m in merged]
+    runs = [f"{meta['date']}: {fmt(now)}"] + [f"{m['date']}: {fmt(m['round_trips'])}" for m in merged]
     return [
         "",
         "**Caution — not one run.** Rows were measured in different runs, and the machine's load differed:",
@@ -74,12 +52,8 @@ def _merge_warning(meta: dict[str, Any], figures: list[Figure]) -> list[str]:
     ]
 
 
-def _cell(figure: Figure | None, missing: str) -> str:
-    return f"{_fmt(figure.value)} ({figure.library}, {figure.variant})" if figure else missing
-
-
-def _sqlite_section(figures: list[Figure], by_key: dict[tuple[str, str, str], Figure]) -> list[str]:
-    """Conveyor on SQLite against the embedded peers (Huey's ``SqliteHuey``), when they ran."""
+def _sqlite_peer_section(figures: list[Figure], by_key: dict[tuple[str, str, str], Figure]) -> list[str]:
+    """Conveyor on SQLite against the embedded peers (Huey's ``SqliteHuey``), workload by workload."""
     if not any(f.library.startswith(SQLITE_PEER) and f.value is not None for f in figures):
         return []
     lines = [
@@ -95,11 +69,11 @@ def _sqlite_section(figures: list[Figure], by_key: dict[tuple[str, str, str], Fi
     for workload in RATIO_WORKLOADS:
         mine = by_key.get(("Conveyor (sqlite)", "default", workload))
         mine = mine if mine is not None and mine.value is not None else None
-        theirs = _best(figures, workload, SQLITE_PEER)
+        theirs = best(figures, workload, SQLITE_PEER)
         either = mine or theirs
         metric = either.metric if either is not None else workload
         ratio = f"{(mine.value or 0) / theirs.value:.2f}" if mine and theirs and theirs.value else "—"
-        lines.append(f"| {metric} | {_cell(mine, 'not available')} | {_cell(theirs, 'not measured')} | {ratio} |")
+        lines.append(f"| {metric} | {cell(mine, 'not available')} | {cell(theirs, 'not measured')} | {ratio} |")
     return lines
 
 
@@ -117,9 +91,15 @@ def write_report(data: dict[str, Any], path: Path) -> None:
         f"**Run:** {meta['date']}, N={meta['n']}, {meta['reps']} repetition(s)"
         + (" — **smoke run, not representative**" if meta.get("smoke") else "")
         + f", {meta.get('duration_s', '?')} s.  ",
+        *([f"**Command:** `{meta['command']}`.  "] if meta.get("command") else []),
         f"**Machine:** {meta['nproc']} cores, {meta['cpu']}, Python {meta['python']}.  ",
         f"**Server:** {meta.get('server', '?')}.  ",
         f"**Placement:** {meta['placement']}.  ",
+        *(
+            [f"**Peers:** only {meta['peers_only']} (`--peers`); a plain `make bench` runs every peer.  "]
+            if meta.get("peers_only")
+            else []
+        ),
         *(
             [f"**Merged:** rows not re-measured come from the run(s) of {meta['peers_from']} (same harness).  "]
             if meta.get("peers_from")
@@ -134,7 +114,9 @@ def write_report(data: dict[str, Any], path: Path) -> None:
         "| floor | ops/s |",
         "| --- | ---: |",
     ]
-    lines += [f"| {f.metric} | {_fmt(f.value)} |" for f in figures if f.library == "server floor"]
+    lines += [f"| {f.metric} | {fmt(f.value)} |" for f in figures if f.library == "server floor"]
+    default_mode = data.get("settings", {}).get(FLOOR, {}).get("default")
+    lines += sqlite_floor_section(by_key, default_mode)
     lines += ["", "## Results", "", "| library | settings | " + " | ".join(c for _, c in COLUMNS) + " |"]
     lines.append("| --- | --- |" + " ---: |" * len(COLUMNS))
     for library, variant in _rows(figures):
@@ -144,11 +126,11 @@ def write_report(data: dict[str, Any], path: Path) -> None:
             if figure is None:
                 cells.append("")
                 continue
-            cell = _fmt(figure.value)
+            text = fmt(figure.value)
             if figure.note:
                 notes.append(f"{library} [{variant}], {figure.metric}: {figure.note}")
-                cell += f" [{len(notes)}]"
-            cells.append(cell)
+                text += f" [{len(notes)}]"
+            cells.append(text)
         lines.append(f"| {library} | {variant} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -165,20 +147,23 @@ def write_report(data: dict[str, Any], path: Path) -> None:
     for workload in RATIO_WORKLOADS:
         mine = by_key.get(("Conveyor (redis)", "default", workload))
         mine = mine if mine is not None and mine.value is not None else None
-        theirs = _best(figures, workload, None)
-        anywhere = _best(figures, workload, "Conveyor")
+        theirs = best(figures, workload, None)
+        anywhere = best(figures, workload, "Conveyor")
         either = mine or theirs or anywhere
         metric = either.metric if either is not None else workload
         ratio = f"{(mine.value or 0) / theirs.value:.2f}" if mine and theirs and theirs.value else "—"
         lines.append(
-            f"| {metric} | {_cell(mine, 'not available')} | {_cell(theirs, 'not measured')} | {ratio} "
-            f"| {_cell(anywhere, 'not available')} |"
+            f"| {metric} | {cell(mine, 'not available')} | {cell(theirs, 'not measured')} | {ratio} "
+            f"| {cell(anywhere, 'not available')} |"
         )
-    lines += _sqlite_section(figures, by_key)
+    lines += sqlite_sections(figures, by_key, default_mode)
+    lines += _sqlite_peer_section(figures, by_key)
     if notes:
         lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
     lines += ["", "## Settings", ""]
     for library, variants in data.get("settings", {}).items():
+        if library in APART:  # the floor's entry is the broker's default mode, given in its section
+            continue
         for variant, text in variants.items():
             lines.append(f"- **{library}** [{variant}]: {text}")
     versions = meta.get("versions")
@@ -219,6 +204,8 @@ _METHOD = """## Method
 - **drain**: N no-op tasks queued first, then one worker process started; rate from the first task's start
   to the last task's end, measured inside the worker (`bench/recorder.py`), so start-up is excluded.
   Slow peers run a fraction of N (RQ 0.15, Celery 0.25, arq/Dramatiq/taskiq/SAQ 0.5): the figures are rates.
+- **CPU µs/task**: user + system CPU of the worker's process tree (`/proc`, in 10 ms ticks) from the
+  moment its first task ran to the moment its last one had, over the tasks drained.
 - **latency**: an idle, warmed-up worker; 600 tasks enqueued at a paced 200/s each carrying `time.time()`;
   latency is the handler's start minus that stamp (both on the same machine clock).
 - **mixed**: N/4 tasks into a running worker: 10% fail always with 2 retries and no backoff (3 executions),
@@ -237,6 +224,11 @@ _METHOD = """## Method
   threads) and prints, pass by pass, Conveyor SQLite's ratio to the best of them and to Conveyor Redis.
 - **SQLite peers**: Huey's `SqliteHuey` on a file beside Conveyor's (`bench/peers/huey_sqlite_peer.py`),
   default settings, its consumer with 1 and with 8 threads, half of N; no server bytes (no server).
+- **SQLite floor** (`bench/sqlite_floors.py`, every pass): bare one-row WAL transactions and then
+  one-task `enqueue` calls at `synchronous=FULL` and `NORMAL`, 2,000 each, in one process, in the
+  directory of the run's SQLite files (the VM's ext4 disk, where a sync is real).
+- **SQLite processes** (`bench/sqlite_curve.py`, every pass): 1, 2 and 4 default `conveyor worker`
+  processes on one file, as separate commands and as `-p N`, unpinned; N tasks enqueued once they idle.
 - The Redis broker's own aims (issue 4) are measured apart: `docs/redis-aims.md`, written by
   `python -m bench.bench_redis --tasks 50000 --reps 5 --markdown docs/redis-aims.md` (every figure in
   five runs; its median, range, and in how many runs it met its aim).

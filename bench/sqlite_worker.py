@@ -154,9 +154,10 @@ def latency(count: int, rate: float, synchronous: str, worker_args: list[str]) -
         return statistics.median(waits), waits[int(len(waits) * 0.99)]
 
 
-def floors(synchronous: str, count: int = 2000) -> tuple[float, float]:
-    """µs per bare one-row WAL transaction and per one-task ``enqueue``, in this process."""
-    with tempfile.TemporaryDirectory() as tmp:
+def floors(synchronous: str, count: int = 2000, directory: Path | None = None) -> tuple[float, float]:
+    """µs per bare one-row WAL transaction and per one-task ``enqueue``, in this process, on files in
+    ``directory`` (default: the system's temporary directory)."""
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
         conn = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {synchronous}")

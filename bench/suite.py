@@ -22,6 +22,7 @@ from bench.measure import Figure
 from bench.peer_runs import Peer, PeerRunner
 from bench.procs import run_json
 from bench.server import Server
+from bench.sqlite_runs import sqlite_curve, sqlite_floors
 
 __all__ = ["Plan", "Suite"]
 
@@ -38,6 +39,8 @@ class Plan:
     conveyor_variants: tuple[str, ...] = ("default", "tuned")
     rss_tasks: int = 100_000  # worker RSS is read after draining this many (times the peer's scale)
     conveyor_backends: tuple[str, ...] = ("memory", "sqlite", "redis")
+    floor_commits: int = 2000  # bare SQLite transactions (and one-task enqueues) per mode and pass
+    curve_shapes: tuple[int, ...] = (1, 2, 4)  # worker processes on one SQLite file
 
 
 def _fig(library: str, variant: str, workload: str) -> Figure:
@@ -51,6 +54,10 @@ def _fig(library: str, variant: str, workload: str) -> Figure:
         "io": ("1 ms sleeps, concurrency 100", "tasks/s", True),
         "server_bytes": ("server bytes per queued task", "bytes", False),
         "worker_rss": ("worker RSS after draining", "MB", False),
+        "worker_cpu": ("worker CPU per task, drain", "µs", False),
+        "commit": ("bare one-row WAL commits", "/s", True),
+        "share_min": ("smallest process's share of the tasks", "%", True),
+        "locked": ("log lines mentioning a locked database", "lines", False),
     }[workload]
     return Figure(library, variant, workload, metric, unit, higher_is_better=higher)
 
@@ -81,8 +88,14 @@ class Suite:
         ``Plan.reps`` passes, so each library's repetitions are spread over the whole run and a slow
         phase of this shared machine weighs on every library alike (run one library's repetitions
         after another's and a 45-minute run compares them at different speeds)."""
+        if "sqlite" in self.plan.conveyor_backends:
+            self.say("  SQLite floors")
+            sqlite_floors(self, sqlite_dir)
         self.say("conveyor")
         self.conveyor(sqlite_dir)
+        if "sqlite" in self.plan.conveyor_backends and self.plan.curve_shapes:
+            self.say("  SQLite worker processes")
+            sqlite_curve(self, sqlite_dir)
         if python is not None:
             self.say("peers")
             self.peers(python)
@@ -90,7 +103,7 @@ class Suite:
     def over_time(self) -> bool:
         return time.monotonic() - self.started > self.plan.time_cap
 
-    def _once(self, figures: list[Figure], once: Callable[[], None]) -> None:
+    def once(self, figures: list[Figure], once: Callable[[], None]) -> None:
         """Run ``once`` (this pass's repetition); on error, note it on the figures that got no value."""
         try:
             once()
@@ -110,6 +123,10 @@ class Suite:
             )
             self.say(f"  {label}")
             self._conveyor_backend(label, backend, url)
+
+    def run_json(self, cmd: list[str], timeout: float) -> dict[str, Any]:
+        """Run a ``python`` command of the harness's (``bench`` importable) and parse its JSON line."""
+        return run_json([_python(), *cmd], _env(), timeout)
 
     def _inproc(self, url: str, workload: str, n: int) -> dict[str, Any]:
         if url.startswith("sqlite:///"):
@@ -133,7 +150,7 @@ class Suite:
             if server_bytes is not None:
                 server_bytes.runs.append((self.server.used_memory() - before) / (2 * plan.n))
 
-        self._once([single, bulk], enqueue)
+        self.once([single, bulk], enqueue)
         if backend != "memory":
             from bench.conveyor_peer import SETTINGS
 
@@ -153,13 +170,13 @@ class Suite:
             def once(figure: Figure = drain, workload: str = mode) -> None:
                 figure.runs.append(self._inproc(url, workload, plan.n)["rate"])
 
-            self._once([drain], once)
+            self.once([drain], once)
         mixed = self.fig(label, "steppable", "mixed")
-        self._once([mixed], lambda: mixed.runs.append(self._inproc(url, "mixed", plan.n // 4)["rate"]))
+        self.once([mixed], lambda: mixed.runs.append(self._inproc(url, "mixed", plan.n // 4)["rate"]))
         rss = self.fig(label, "batch loop", "worker_rss")
         n_mem = plan.rss_tasks
         if not rss.runs:  # once per run
-            self._once([rss], lambda: rss.runs.append(self._inproc(url, "batch", n_mem)["rss_mb"]))
+            self.once([rss], lambda: rss.runs.append(self._inproc(url, "batch", n_mem)["rss_mb"]))
         rss.note = f"after {n_mem} tasks; producer and worker in one process"
         for workload in ("latency_p50", "latency_p99", "io"):
             figure = self.fig(label, "default", workload)
@@ -209,7 +226,7 @@ class Suite:
         if with_enqueue:
             single, bulk = self.fig(label, variant, "enqueue_single"), self.fig(label, variant, "enqueue_bulk")
             server_bytes = None if runner.on_sqlite else self.fig(label, variant, "server_bytes")
-            self._once([single], lambda: runner.enqueue(n, single, bulk, server_bytes))
+            self.once([single], lambda: runner.enqueue(n, single, bulk, server_bytes))
             if not runner.info.get("bulk"):
                 bulk.note = "no bulk enqueue API"
         drain = self.fig(label, variant, "drain")
@@ -217,13 +234,16 @@ class Suite:
 
         rss = self.fig(label, variant, "worker_rss") if with_rss else None
 
-        def drain_once() -> None:
-            rate, mb = runner.drain("drain", n, 600)
-            drain.runs.append(rate)
-            if rss is not None and n_mem <= n and not rss.runs:
-                rss.runs.append(mb)
+        cpu = self.fig(label, variant, "worker_cpu")
 
-        self._once([drain], drain_once)
+        def drain_once() -> None:
+            drained = runner.drain("drain", n, 600)
+            drain.runs.append(drained.rate)
+            cpu.runs.append(drained.cpu_us)
+            if rss is not None and n_mem <= n and not rss.runs:
+                rss.runs.append(drained.rss_mb)
+
+        self.once([drain, cpu], drain_once)
         p50, p99 = self.fig(label, variant, "latency_p50"), self.fig(label, variant, "latency_p99")
 
         def latency() -> None:
@@ -231,23 +251,23 @@ class Suite:
             p50.runs.append(a)
             p99.runs.append(b)
 
-        self._once([p50, p99], latency)
+        self.once([p50, p99], latency)
         mixed = self.fig(label, variant, "mixed")
         if mixed_note:
             mixed.note = f"not measured: {mixed_note}"
         else:
             m = max(100, int(plan.n // 4 * scale))
-            self._once([mixed], lambda: mixed.runs.append(runner.mixed(m, 300)))
+            self.once([mixed], lambda: mixed.runs.append(runner.mixed(m, 300)))
         io = self.fig(label, variant, "io")
         io_n = max(100, int(plan.n // 4 * min(1.0, scale * 2)))
         if not (io_note or "").startswith("not run"):
-            self._once([io], lambda: io.runs.append(runner.drain("io", io_n, 600)[0]))
+            self.once([io], lambda: io.runs.append(runner.drain("io", io_n, 600).rate))
         if io_note:
             io.note = io_note
         if rss is not None:
             if n_mem > n and not rss.runs:  # once per run
                 worker_rss = rss
-                self._once([rss], lambda: worker_rss.runs.append(runner.drain("drain", n_mem, 900)[1]))
+                self.once([rss], lambda: worker_rss.runs.append(runner.drain("drain", n_mem, 900).rss_mb))
             rss.note = f"after {max(n_mem, n)} tasks"
 
     def dump(self, path: Path, meta: dict[str, Any]) -> None:

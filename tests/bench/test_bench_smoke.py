@@ -39,16 +39,53 @@ def run_python(*args: str, timeout: float, env: dict[str, str] | None = None) ->
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None:
-    run_bench("bench", "--smoke", "--no-peers", "--out", str(tmp_path), timeout=80, env={"N": "500"})
+    run_bench("bench", "--smoke", "--no-peers", "--out", str(tmp_path), timeout=140, env={"N": "500"})
     report = (tmp_path / "benchmarks.md").read_text()
     assert "| Conveyor (memory) |" in report
+    assert "**Command:** `python -m bench --smoke --no-peers --out " in report, report
     figures = json.loads((tmp_path / "results.json").read_text())["figures"]
     measured = {(f["library"], f["workload"]): f["value"] for f in figures if f["value"] is not None}
     assert measured[("server floor", "round_trip")] > 0
     assert measured[("Conveyor (memory)", "enqueue_single")] > 0
     assert any(library == "Conveyor (sqlite)" and workload == "drain" for library, workload in measured)
+    assert measured[("Conveyor (sqlite)", "worker_cpu")] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Path) -> None:
+    """Issue 42's SQLite sections: the bare commit floor and enqueue beside it per ``synchronous``
+    mode, the aims, and 1/2/4 worker processes on one file as commands and as ``-p N``."""
+    args = ("bench", "--smoke", "--no-peers", "--conveyor", "sqlite,redis", "--out", str(tmp_path))
+    run_bench(*args, timeout=140, env={"N": "500"})
+    figures = json.loads((tmp_path / "results.json").read_text())["figures"]
+    measured = {(f["library"], f["variant"], f["workload"]): f["value"] for f in figures if f["value"] is not None}
+    for mode in ("FULL", "NORMAL"):
+        assert measured[("sqlite floor", f"synchronous={mode}", "commit")] > 0
+        assert measured[("sqlite floor", f"synchronous={mode}", "enqueue_single")] > 0
+    shapes = ("1 command", "2 commands", "4 commands", "-p 1", "-p 2", "-p 4")
+    for shape in shapes:
+        assert measured[("sqlite processes", shape, "drain")] > 0, shape
+        assert measured[("sqlite processes", shape, "locked")] == 0, shape
+    report = (tmp_path / "benchmarks.md").read_text()
+    assert re.search(
+        r"^\| FULL \(Conveyor's default\) \| [\d,]+ \| [\d,]+ \| [\d.]+x \| [01] of 1 passes \|$", report, re.M
+    )
+    assert re.search(r"^\| NORMAL \| [\d,]+ \| [\d,]+ \| [\d.]+x \| [01] of 1 passes \|$", report, re.M), report
+    assert "## Conveyor on SQLite as a user starts it (issue 42)" in report, report
+    user_row = r"^\| `conveyor worker`, {} \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d.]+ \| [\d.]+ \|$"
+    assert re.search(user_row.format("SQLite, defaults"), report, re.M), report
+    assert re.search(user_row.format(r"Redis, defaults \(same run\)"), report, re.M), report
+    assert re.search(r"^\| drain ≥ 0.8x `conveyor worker` on Redis \| [\d.]+x \| [01] of 1 passes \|$", report, re.M)
+    assert "| drain ≥ 3x the best `SqliteHuey` consumer | — | not measured |" in report, report  # no peers ran
+    assert re.search(r"^\| one `enqueue` ≤ 2x a bare commit \(FULL\) \| [\d.]+x \| [01] of 1 passes \|$", report, re.M)
+    assert "| no log line mentions a locked database (curve) | 0 lines | yes |" in report, report
+    for shape in shapes:
+        assert re.search(
+            rf"^\| {shape} \| [\d,]+ \| (reference|[\d.]+x) \| [\d.]+ \| [\d.]+% \(even: \d+%\) \| 0 \|$", report, re.M
+        ), shape
 
 
 @pytest.mark.slow

@@ -1,0 +1,68 @@
+"""The SQLite-only parts of a ``make bench`` pass (issue 42): the floor and the process curve.
+
+Each pass measures, on the disk of the run's SQLite files: the bare one-row WAL commit rate and one
+``enqueue`` call's rate at ``synchronous=FULL`` and ``NORMAL`` (``bench/sqlite_floors.py``, library
+``sqlite floor``, one variant per mode), and the drain of 1, 2 and 4 ``conveyor worker`` processes on
+one file, as N commands and as ``-p N`` (``bench/sqlite_curve.py``, library ``sqlite processes``,
+one variant per shape). Each runs in its own subprocess, so the harness never opens a database.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.sqlite_curve import shape_label
+from bench.sqlite_floors import MODES
+
+if TYPE_CHECKING:
+    from bench.suite import Suite
+
+__all__ = ["CURVE", "FLOOR", "sqlite_curve", "sqlite_floors"]
+
+FLOOR = "sqlite floor"
+CURVE = "sqlite processes"
+
+
+def sqlite_floors(suite: Suite, sqlite_dir: Path) -> None:
+    """One pass of the floor: bare commits/s and one-task enqueues/s per ``synchronous`` mode."""
+    figures = {
+        (mode, w): suite.fig(FLOOR, f"synchronous={mode}", w) for mode in MODES for w in ("commit", "enqueue_single")
+    }
+
+    def once() -> None:
+        cmd = ["-m", "bench.sqlite_floors", str(sqlite_dir), str(suite.plan.floor_commits)]
+        result = suite.run_json(cmd, 600)
+        for mode in MODES:
+            figures[(mode, "commit")].runs.append(float(result[f"commit_{mode}"]))
+            figures[(mode, "enqueue_single")].runs.append(float(result[f"enqueue_{mode}"]))
+        suite.settings.setdefault(FLOOR, {})["default"] = str(result["default"])
+
+    suite.once(list(figures.values()), once)
+
+
+def sqlite_curve(suite: Suite, sqlite_dir: Path) -> None:
+    """One pass of the curve: every shape as N commands, then as ``-p N``, each on a fresh file."""
+    shapes = suite.plan.curve_shapes
+    n = suite.plan.n
+    labels = [shape_label("commands", p) for p in shapes] + [shape_label("p", p) for p in shapes]
+    workloads = ("drain", "worker_cpu", "share_min", "locked")
+    figures = {(label, w): suite.fig(CURVE, label, w) for label in labels for w in workloads}
+    work = Path(tempfile.mkdtemp(dir=sqlite_dir, prefix="curve-"))
+
+    def once() -> None:
+        cmd = ["-m", "bench.sqlite_curve", str(work), str(n), "--shapes", ",".join(map(str, shapes))]
+        for point in suite.run_json(cmd, 300 + 6 * len(shapes) * max(60.0, n / 500))["points"]:
+            label = point["label"]
+            shares = list(point["shares"]) + [0] * (point["processes"] - len(point["shares"]))
+            figures[(label, "drain")].runs.append(float(point["rate"]))
+            figures[(label, "worker_cpu")].runs.append(float(point["cpu_us"]))
+            figures[(label, "share_min")].runs.append(100.0 * min(shares) / n)
+            figures[(label, "locked")].runs.append(float(point["locked"]))
+
+    try:
+        suite.once(list(figures.values()), once)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""Issue 42's SQLite sections of ``make bench``: the process curve drains with real ``conveyor worker``
+commands and counts every task once; the report takes each aim's ratio pass by pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_python(*args: str, timeout: float) -> str:
+    """``python <args>`` from the repository's root, with ``bench`` importable: its output (exit 0)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def processes_under(directory: Path) -> list[int]:
+    """Processes whose working directory is in ``directory`` (the curve's workers run in theirs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")).is_relative_to(directory):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_curve_drains_with_each_shape_and_every_task_runs_once(tmp_path: Path) -> None:
+    out = run_python("-m", "bench.sqlite_curve", str(tmp_path / "curve"), "300", "--shapes", "1,2", timeout=110)
+    points = json.loads(out.splitlines()[-1])["points"]
+    assert [p["label"] for p in points] == ["1 command", "2 commands", "-p 1", "-p 2"], points
+    for point in points:
+        assert sum(point["shares"]) == 300, point  # each process counted its own; none ran a task twice
+        assert len(point["shares"]) <= point["processes"], point
+        assert point["rate"] > 0 and point["cpu_us"] > 0, point
+        assert point["locked"] == 0, point
+    assert processes_under(tmp_path) == []  # every worker and every supervisor child stopped
+
+
+def fig(library: str, variant: str, workload: str, runs: list[float], higher: bool = True) -> dict[str, Any]:
+    return {
+        "library": library,
+        "variant": variant,
+        "workload": workload,
+        "metric": workload,
+        "unit": "",
+        "runs": runs,
+        "note": "",
+        "higher_is_better": higher,
+    }
+
+
+REPORT = """
+import json, sys
+from pathlib import Path
+from bench.report import write_report
+
+write_report(json.loads(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> None:
+    huey = "Huey (SqliteHuey, {})"
+    data = {
+        "meta": {"date": "d", "n": 1, "reps": 2, "nproc": 2, "cpu": "c", "python": "3", "placement": "p"},
+        "settings": {"sqlite floor": {"default": "FULL"}},
+        "figures": [
+            # best SqliteHuey per pass: 3000 then 4000; Conveyor 9000 then 12000: 3x in each pass (the
+            # ratio of medians, 10500 / 3000, would say 3.5x)
+            fig("Conveyor (sqlite)", "default", "drain", [9000.0, 12000.0]),
+            fig(huey.format("1 thread"), "default", "drain", [3000.0, 2000.0]),
+            fig(huey.format("8 threads"), "default", "drain", [2000.0, 4000.0]),
+            fig("Conveyor (redis)", "default", "drain", [10000.0, 20000.0]),
+            fig("Conveyor (sqlite)", "default", "latency_p50", [0.5, 1.5], higher=False),
+            fig("Conveyor (sqlite)", "default", "latency_p99", [4.0, 4.5], higher=False),
+            # an enqueue costs 1000/600 and 2000/800 of a bare commit's time
+            fig("sqlite floor", "synchronous=FULL", "commit", [1000.0, 2000.0]),
+            fig("sqlite floor", "synchronous=FULL", "enqueue_single", [600.0, 800.0]),
+            fig("sqlite processes", "1 command", "drain", [5000.0, 6000.0]),
+            fig("sqlite processes", "2 commands", "drain", [6000.0, 5400.0]),
+            fig("sqlite processes", "2 commands", "share_min", [40.0, 45.0]),
+            fig("sqlite processes", "2 commands", "locked", [0.0, 0.0], higher=False),
+        ],
+    }
+    run_python("-c", REPORT, json.dumps(data), str(tmp_path / "report.md"), timeout=30)
+    lines = (tmp_path / "report.md").read_text().splitlines()
+
+    def row(start: str) -> str:
+        found = [line for line in lines if line.startswith(start)]
+        assert len(found) == 1, (start, lines)
+        return found[0]
+
+    assert row("| drain ≥ 3x") == "| drain ≥ 3x the best `SqliteHuey` consumer | 3.00x (3.00-3.00) | 2 of 2 passes |"
+    assert row("| drain ≥ 0.8x") == "| drain ≥ 0.8x `conveyor worker` on Redis | 0.75x (0.60-0.90) | 1 of 2 passes |"
+    assert row("| idle-to-running p50") == "| idle-to-running p50 at 200/s < 1 ms | 0.50, 1.50 ms | 1 of 2 passes |"
+    assert row("| idle-to-running p99") == "| idle-to-running p99 at 200/s < 5 ms | 4.00, 4.50 ms | 2 of 2 passes |"
+    assert row("| one `enqueue`") == "| one `enqueue` ≤ 2x a bare commit (FULL) | 2.08x (1.67-2.50) | 1 of 2 passes |"
+    assert (
+        row("| FULL (Conveyor's default) |")
+        == "| FULL (Conveyor's default) | 1,500 | 700 | 2.08x (1.67-2.50) | 1 of 2 passes |"
+    )
+    assert row("| 2 and 4 processes") == (
+        "| 2 and 4 processes drain ≥ 1 command (every shape, every pass) | 1.05x (0.90-1.20) "
+        "| 1 of 2 drains (shapes by passes) |"
+    )
+    assert row("| 2 commands |") == "| 2 commands | 5,700 | 1.05x (0.90-1.20) | — | 42.5% (even: 50%) | 0 |"
+    assert row("| 1 command |").startswith("| 1 command | 5,500 | reference |")
+    # the floor and the curve are sections of their own, not rows of the results table or peers
+    assert not [line for line in lines if line.startswith(("| sqlite floor |", "| sqlite processes |"))]
+    assert not any("**sqlite floor**" in line for line in lines)
