@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from bench.peer_runs import PEERS, sqlite_peers
 from bench.report import write_report
 from bench.server import Server, choose_placement, cpu_model
+from bench.sqlite_report import sqlite_summary
 
 if TYPE_CHECKING:
     from bench.suite import Suite
@@ -128,7 +129,10 @@ def main(argv: list[str]) -> int:
     for earlier in reversed(args.peers_from):  # later files win
         _merge_peers(suite, meta, json.loads(earlier.read_text()))
     suite.dump(results, meta)
-    write_report(json.loads(results.read_text()), out / "benchmarks.md")
+    data = json.loads(results.read_text())
+    write_report(data, out / "benchmarks.md")
+    for line in sqlite_summary(data):  # issue 42's figures, on the terminal too
+        say(line)
     say(f"wrote {out / 'benchmarks.md'} and {results}")
     return 0
 

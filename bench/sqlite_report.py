@@ -4,6 +4,8 @@ part of the run did not measure it, rather than leaving it out."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
 from bench.report_format import fmt, per_pass, ratio_text
@@ -11,7 +13,7 @@ from bench.sqlite_curve import shape_label
 from bench.sqlite_floors import MODES
 from bench.sqlite_runs import CURVE, FLOOR
 
-__all__ = ["sqlite_floor_section", "sqlite_sections"]
+__all__ = ["sqlite_floor_section", "sqlite_sections", "sqlite_summary"]
 
 Key = tuple[str, str, str]
 SQLITE = "Conveyor (sqlite)"
@@ -141,8 +143,12 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     ]
     locked = sum(sum(f.runs) for k, f in by_key.items() if k[0] == CURVE and k[2] == "locked")
 
+    commit = _measured(by_key, (FLOOR, f"synchronous={default_mode}", "commit"))
+    # the latency starts before the producer's enqueue; its commit and the claim's each sync (FULL)
+    synced = f"; a bare commit: {1000 / commit.value:.2f} ms" if commit and commit.value else ""
+
     def latency(figure: Figure | None) -> str:
-        return ", ".join(f"{v:.2f}" for v in figure.runs) + " ms" if figure else "—"
+        return ", ".join(f"{v:.2f}" for v in figure.runs) + " ms" + synced if figure else "—"
 
     def under(figure: Figure | None, aim: float) -> str:
         return _met([v / aim for v in figure.runs] if figure else [], 1.0, below=True)
@@ -179,8 +185,9 @@ def sqlite_sections(figures: list[Figure], by_key: dict[Key, Figure], default_mo
         "queued first (SqliteHuey: N/2), from the first task's start to the last one's end; CPU: the worker's",
         "process tree over the drain; enqueue: one process, one call per task; latency: an idle worker, 600",
         "tasks at a paced 200/s, the handler's start minus the producer's clock before its `enqueue` (under",
-        "FULL that includes the enqueue's own sync). An idle Conveyor worker on SQLite is woken by the FIFO",
-        "beside the file (`docs/architecture.md`), not by its poll interval.",
+        "FULL that includes two syncs: the enqueue's commit and the claim's, both on the producer's and the",
+        "worker's one core). An idle Conveyor worker on SQLite is woken by the FIFO beside the file",
+        "(`docs/architecture.md`), not by its poll interval.",
         "",
         *_user_table(by_key),
         *_aims(by_key, default_mode),
@@ -195,3 +202,13 @@ def sqlite_sections(figures: list[Figure], by_key: dict[Key, Figure], default_mo
         "processes could not add up), so compare the shapes with each other, not with the pinned drain above.",
         *_curve_rows(by_key),
     ]
+
+
+def sqlite_summary(data: dict[str, Any]) -> list[str]:
+    """What ``python -m bench`` prints at its end: the SQLite floor, the aims and the curve."""
+    figures = [Figure.from_json(f) for f in data["figures"]]
+    by_key = {(f.library, f.variant, f.workload): f for f in figures}
+    default_mode = data.get("settings", {}).get(FLOOR, {}).get("default")
+    if not any(k[0] == FLOOR for k in by_key):
+        return []
+    return [*sqlite_floor_section(by_key, default_mode), *sqlite_sections(figures, by_key, default_mode)]

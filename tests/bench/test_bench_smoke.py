@@ -59,7 +59,8 @@ def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Pa
     """Issue 42's SQLite sections: the bare commit floor and enqueue beside it per ``synchronous``
     mode, the aims, and 1/2/4 worker processes on one file as commands and as ``-p N``."""
     args = ("bench", "--smoke", "--no-peers", "--conveyor", "sqlite,redis", "--out", str(tmp_path))
-    run_bench(*args, timeout=140, env={"N": "500"})
+    out = run_bench(*args, timeout=140, env={"N": "500"})
+    assert "## Floors: SQLite on this run's disk" in out and "| -p 4 |" in out, out  # printed at the end too
     figures = json.loads((tmp_path / "results.json").read_text())["figures"]
     measured = {(f["library"], f["variant"], f["workload"]): f["value"] for f in figures if f["value"] is not None}
     for mode in ("FULL", "NORMAL"):

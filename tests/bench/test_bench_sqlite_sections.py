@@ -106,8 +106,12 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
 
     assert row("| drain ≥ 3x") == "| drain ≥ 3x the best `SqliteHuey` consumer | 3.00x (3.00-3.00) | 2 of 2 passes |"
     assert row("| drain ≥ 0.8x") == "| drain ≥ 0.8x `conveyor worker` on Redis | 0.75x (0.60-0.90) | 1 of 2 passes |"
-    assert row("| idle-to-running p50") == "| idle-to-running p50 at 200/s < 1 ms | 0.50, 1.50 ms | 1 of 2 passes |"
-    assert row("| idle-to-running p99") == "| idle-to-running p99 at 200/s < 5 ms | 4.00, 4.50 ms | 2 of 2 passes |"
+    assert row("| idle-to-running p50") == (
+        "| idle-to-running p50 at 200/s < 1 ms | 0.50, 1.50 ms; a bare commit: 0.67 ms | 1 of 2 passes |"
+    )
+    assert row("| idle-to-running p99") == (
+        "| idle-to-running p99 at 200/s < 5 ms | 4.00, 4.50 ms; a bare commit: 0.67 ms | 2 of 2 passes |"
+    )
     assert row("| one `enqueue`") == "| one `enqueue` ≤ 2x a bare commit (FULL) | 2.08x (1.67-2.50) | 1 of 2 passes |"
     assert (
         row("| FULL (Conveyor's default) |")
