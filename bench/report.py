@@ -9,7 +9,7 @@ from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
 from bench.report_format import APART, best, cell, fmt
 from bench.sqlite_report import sqlite_floor_section, sqlite_sections
-from bench.sqlite_runs import FLOOR
+from bench.sqlite_runs import CURVE, FLOOR
 
 __all__ = ["write_report"]
 
@@ -156,7 +156,7 @@ def write_report(data: dict[str, Any], path: Path) -> None:
             f"| {metric} | {cell(mine, 'not available')} | {cell(theirs, 'not measured')} | {ratio} "
             f"| {cell(anywhere, 'not available')} |"
         )
-    lines += sqlite_sections(figures, by_key, default_mode)
+    lines += sqlite_sections(figures, by_key, default_mode, data.get("settings", {}).get(CURVE, {}).get("tool"))
     lines += _sqlite_peer_section(figures, by_key)
     if notes:
         lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]

@@ -8,14 +8,17 @@ they have all run. Each worker process counts the tasks it ran and stamps its fi
 task's start to the last one's end over all processes, start-up excluded. Also: the workers' CPU
 per task (their process trees, supervisor included, over the drain), each process's share of the
 tasks (fairness), and how many lines of their logs mention a locked database (issue 42's aim:
-none). Prints one JSON line: ``{"points": [{"mode", "processes", "rate", "cpu_us", "shares",
-"locked"}, ...]}``. The processes may use every core: the harness pins its clients to one, where N
-processes could not add up.
+none) or are at WARNING or above. Prints one JSON line: ``{"tool", "points": [{"mode", "processes",
+"rate", "cpu_us", "shares", "locked", "warnings", "label"}, ...]}``. The processes may use every
+core: the harness pins its clients to one, where N processes could not add up. With ``--tool auto``
+(the default) the multi-process work's own ``bench.sqlite_procs.curve``, when that module exists,
+measures the curve instead (``tool`` names which did).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -24,11 +27,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.procs import tree_cpu
 from conveyor import Conveyor
 
-__all__ = ["Point", "curve", "drain", "shape_label"]
+__all__ = ["Point", "curve", "drain", "measure", "procs_curve", "shape_label"]
 
 _TASKS_PY = """
 import json
@@ -84,6 +88,7 @@ class Point:
     cpu_us: float
     shares: list[int]
     locked: int
+    warnings: int = 0
 
     @property
     def label(self) -> str:
@@ -170,9 +175,12 @@ def _stats(directory: Path) -> list[dict[str, float]]:
     return found
 
 
-def _locked(directory: Path) -> int:
+def _log_lines(directory: Path) -> tuple[int, int]:
+    """Lines of the workers' logs that mention a locked database, and lines at WARNING or above."""
     text = "\n".join(log.read_text(errors="replace") for log in directory.glob("worker*.log"))
-    return sum(1 for line in text.splitlines() if "locked" in line.lower())
+    lines = text.splitlines()
+    warnings = sum(1 for line in lines if any(f" {level} " in line for level in ("WARNING", "ERROR", "CRITICAL")))
+    return sum(1 for line in lines if "locked" in line.lower()), warnings
 
 
 def drain(directory: Path, n: int, processes: int, mode: str, timeout: float = 300.0) -> Point:
@@ -205,13 +213,50 @@ def drain(directory: Path, n: int, processes: int, mode: str, timeout: float = 3
         app.close()
     first, last = min(s["first"] for s in stats), max(s["last"] for s in stats)
     shares = sorted((int(s["count"]) for s in stats), reverse=True)
-    return Point(mode, processes, n / (last - first), cpu / n * 1e6, shares, _locked(directory))
+    locked, warnings = _log_lines(directory)
+    return Point(mode, processes, n / (last - first), cpu / n * 1e6, shares, locked, warnings)
 
 
 def curve(directory: Path, n: int, shapes: list[int], modes: list[str]) -> list[Point]:
     """A drain for each mode and shape, in turn (shapes inside modes), each on its own file."""
-    os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the workers inherit it
     return [drain(directory / f"{mode}-{processes}", n, processes, mode) for mode in modes for processes in shapes]
+
+
+def procs_curve(n: int, shapes: list[int], modes: list[str]) -> list[Point] | None:
+    """The same curve by ``bench.sqlite_procs.curve`` (the multi-process work's own tool: it times from
+    the enqueue's commit to the last completion) when that module is there; None when it is not."""
+    try:
+        procs: Any = importlib.import_module("bench.sqlite_procs")
+    except ImportError:
+        return None
+    return [
+        Point(
+            mode,
+            int(found["processes"]),
+            float(found["rate"]),
+            float(found["cpu_us"]),
+            [int(share) for share in found["shares"]],
+            int(found["locked_lines"]),
+            int(found.get("warning_lines", 0)),
+        )
+        for mode in modes
+        for found in procs.curve(n, shapes, "pool" if mode == "p" else "commands")
+    ]
+
+
+def measure(directory: Path, n: int, shapes: list[int], modes: list[str], tool: str) -> tuple[list[Point], str]:
+    """The curve and which tool measured it: ``bench.sqlite_procs`` if there (``tool`` ``auto``), else
+    this module's (also when that one fails: the table should not stay empty for it)."""
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the workers inherit it
+    failed = ""
+    if tool == "auto":
+        try:
+            points = procs_curve(n, shapes, modes)
+        except Exception as exc:
+            points, failed = None, f" (bench/sqlite_procs.py failed: {str(exc)[:120]})"
+        if points is not None:
+            return points, "bench/sqlite_procs.py"
+    return curve(directory, n, shapes, modes), "bench/sqlite_curve.py" + failed
 
 
 def main(argv: list[str]) -> int:
@@ -220,11 +265,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("n", type=int)
     parser.add_argument("--shapes", default="1,2,4")
     parser.add_argument("--modes", default="commands,p")
+    parser.add_argument("--tool", choices=("auto", "own"), default="auto")
     args = parser.parse_args(argv)
     shapes = [int(s) for s in args.shapes.split(",")]
     modes = [m for m in args.modes.split(",") if m]
-    points = curve(args.dir, args.n, shapes, modes)
-    print(json.dumps({"points": [{**asdict(p), "label": p.label} for p in points]}))
+    points, tool = measure(args.dir, args.n, shapes, modes, args.tool)
+    print(json.dumps({"tool": tool, "points": [{**asdict(p), "label": p.label} for p in points]}))
     return 0
 
 

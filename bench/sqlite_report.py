@@ -92,16 +92,18 @@ def _user_table(by_key: dict[Key, Figure]) -> list[str]:
     return lines
 
 
-def _curve_rows(by_key: dict[Key, Figure]) -> list[str]:
+def _curve_rows(by_key: dict[Key, Figure], tool: str | None) -> list[str]:
     shapes = sorted({_processes(k[1]) for k in by_key if k[0] == CURVE})
     if not shapes:
         return ["", "Not measured: the run did not include SQLite (`bench/sqlite_curve.py`)."]
     one = _measured(by_key, (CURVE, shape_label("commands", 1), "drain"))
     lines = [
         "",
+        f"Measured by `{tool or 'bench/sqlite_curve.py'}`. Log lines are summed over the passes.",
+        "",
         "| shape | drain /s | over 1 command | worker CPU µs/task | smallest share of the tasks | "
-        "log lines mentioning `locked` |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "log lines mentioning `locked` | log lines at WARNING+ |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for mode in ("commands", "p"):
         for processes in shapes:
@@ -113,12 +115,14 @@ def _curve_rows(by_key: dict[Key, Figure]) -> list[str]:
             cpu = _measured(by_key, (CURVE, label, "worker_cpu"))
             share = _measured(by_key, (CURVE, label, "share_min"))
             locked = by_key.get((CURVE, label, "locked"))
+            warnings = by_key.get((CURVE, label, "warnings"))
             ratios = per_pass(drain, [one]) if drain and one and (mode, processes) != ("commands", 1) else []
             fair = f"{fmt(share.value)}% (even: {100 / processes:.0f}%)" if share else "—"
             lines.append(
                 f"| {label} | {fmt(drain.value if drain else None)} | {ratio_text(ratios) if ratios else reference} "
                 f"| {fmt(cpu.value if cpu else None)} | {fair} "
-                f"| {int(sum(locked.runs)) if locked and locked.runs else '—'} |"
+                f"| {int(sum(locked.runs)) if locked and locked.runs else '—'} "
+                f"| {int(sum(warnings.runs)) if warnings and warnings.runs else '—'} |"
             )
             if drain is None and (note := by_key[(CURVE, label, "drain")].note):
                 lines[-1] += f" {note}"
@@ -170,7 +174,9 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     ]
 
 
-def sqlite_sections(figures: list[Figure], by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
+def sqlite_sections(
+    figures: list[Figure], by_key: dict[Key, Figure], default_mode: str | None, curve_tool: str | None = None
+) -> list[str]:
     """Conveyor on SQLite as a user starts it, its aims and the process curve (empty without SQLite)."""
     if _measured(by_key, (SQLITE, "default", "drain")) is None and not any(k[0] == CURVE for k in by_key):
         return []
@@ -200,7 +206,7 @@ def sqlite_sections(figures: list[Figure], by_key: dict[Key, Figure], default_mo
         "task's start to the last one's end over all processes; CPU is every worker process tree's (the",
         "supervisor's too) over the drain. These processes may use both cores (unpinned: on one core N",
         "processes could not add up), so compare the shapes with each other, not with the pinned drain above.",
-        *_curve_rows(by_key),
+        *_curve_rows(by_key, curve_tool),
     ]
 
 
@@ -209,6 +215,7 @@ def sqlite_summary(data: dict[str, Any]) -> list[str]:
     figures = [Figure.from_json(f) for f in data["figures"]]
     by_key = {(f.library, f.variant, f.workload): f for f in figures}
     default_mode = data.get("settings", {}).get(FLOOR, {}).get("default")
+    tool = data.get("settings", {}).get(CURVE, {}).get("tool")
     if not any(k[0] == FLOOR for k in by_key):
         return []
-    return [*sqlite_floor_section(by_key, default_mode), *sqlite_sections(figures, by_key, default_mode)]
+    return [*sqlite_floor_section(by_key, default_mode), *sqlite_sections(figures, by_key, default_mode, tool)]

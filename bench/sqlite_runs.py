@@ -48,19 +48,22 @@ def sqlite_curve(suite: Suite, sqlite_dir: Path) -> None:
     shapes = suite.plan.curve_shapes
     n = suite.plan.n
     labels = [shape_label("commands", p) for p in shapes] + [shape_label("p", p) for p in shapes]
-    workloads = ("drain", "worker_cpu", "share_min", "locked")
+    workloads = ("drain", "worker_cpu", "share_min", "locked", "warnings")
     figures = {(label, w): suite.fig(CURVE, label, w) for label in labels for w in workloads}
     work = Path(tempfile.mkdtemp(dir=sqlite_dir, prefix="curve-"))
 
     def once() -> None:
         cmd = ["-m", "bench.sqlite_curve", str(work), str(n), "--shapes", ",".join(map(str, shapes))]
-        for point in suite.run_json(cmd, 300 + 6 * len(shapes) * max(60.0, n / 500))["points"]:
+        result = suite.run_json(cmd, 300 + 6 * len(shapes) * max(60.0, n / 500))
+        suite.settings.setdefault(CURVE, {})["tool"] = str(result["tool"])
+        for point in result["points"]:
             label = point["label"]
             shares = list(point["shares"]) + [0] * (point["processes"] - len(point["shares"]))
             figures[(label, "drain")].runs.append(float(point["rate"]))
             figures[(label, "worker_cpu")].runs.append(float(point["cpu_us"]))
             figures[(label, "share_min")].runs.append(100.0 * min(shares) / n)
             figures[(label, "locked")].runs.append(float(point["locked"]))
+            figures[(label, "warnings")].runs.append(float(point["warnings"]))
 
     try:
         suite.once(list(figures.values()), once)

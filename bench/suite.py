@@ -58,6 +58,7 @@ def _fig(library: str, variant: str, workload: str) -> Figure:
         "commit": ("bare one-row WAL commits", "/s", True),
         "share_min": ("smallest process's share of the tasks", "%", True),
         "locked": ("log lines mentioning a locked database", "lines", False),
+        "warnings": ("log lines at WARNING or above", "lines", False),
     }[workload]
     return Figure(library, variant, workload, metric, unit, higher_is_better=higher)
 

@@ -70,6 +70,7 @@ def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Pa
     for shape in shapes:
         assert measured[("sqlite processes", shape, "drain")] > 0, shape
         assert measured[("sqlite processes", shape, "locked")] == 0, shape
+        assert measured[("sqlite processes", shape, "warnings")] == 0, shape
     report = (tmp_path / "benchmarks.md").read_text()
     assert re.search(
         r"^\| FULL \(Conveyor's default\) \| [\d,]+ \| [\d,]+ \| [\d.]+x \| [01] of 1 passes \|$", report, re.M
@@ -85,7 +86,9 @@ def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Pa
     assert "| no log line mentions a locked database (curve) | 0 lines | yes |" in report, report
     for shape in shapes:
         assert re.search(
-            rf"^\| {shape} \| [\d,]+ \| (reference|[\d.]+x) \| [\d.]+ \| [\d.]+% \(even: \d+%\) \| 0 \|$", report, re.M
+            rf"^\| {shape} \| [\d,]+ \| (reference|[\d.]+x) \| [\d.]+ \| [\d.]+% \(even: \d+%\) \| 0 \| 0 \|$",
+            report,
+            re.M,
         ), shape
 
 

@@ -40,14 +40,17 @@ def processes_under(directory: Path) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_curve_drains_with_each_shape_and_every_task_runs_once(tmp_path: Path) -> None:
-    out = run_python("-m", "bench.sqlite_curve", str(tmp_path / "curve"), "300", "--shapes", "1,2", timeout=110)
-    points = json.loads(out.splitlines()[-1])["points"]
+    args = (str(tmp_path / "curve"), "300", "--shapes", "1,2", "--tool", "own")
+    out = run_python("-m", "bench.sqlite_curve", *args, timeout=110)
+    result = json.loads(out.splitlines()[-1])
+    assert result["tool"] == "bench/sqlite_curve.py"
+    points = result["points"]
     assert [p["label"] for p in points] == ["1 command", "2 commands", "-p 1", "-p 2"], points
     for point in points:
         assert sum(point["shares"]) == 300, point  # each process counted its own; none ran a task twice
         assert len(point["shares"]) <= point["processes"], point
         assert point["rate"] > 0 and point["cpu_us"] > 0, point
-        assert point["locked"] == 0, point
+        assert point["locked"] == 0 and point["warnings"] == 0, point
     assert processes_under(tmp_path) == []  # every worker and every supervisor child stopped
 
 
@@ -121,7 +124,7 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
         "| 2 and 4 processes drain ≥ 1 command (every shape, every pass) | 1.05x (0.90-1.20) "
         "| 1 of 2 drains (shapes by passes) |"
     )
-    assert row("| 2 commands |") == "| 2 commands | 5,700 | 1.05x (0.90-1.20) | — | 42.5% (even: 50%) | 0 |"
+    assert row("| 2 commands |") == "| 2 commands | 5,700 | 1.05x (0.90-1.20) | — | 42.5% (even: 50%) | 0 | — |"
     assert row("| 1 command |").startswith("| 1 command | 5,500 | reference |")
     # the floor and the curve are sections of their own, not rows of the results table or peers
     assert not [line for line in lines if line.startswith(("| sqlite floor |", "| sqlite processes |"))]
