@@ -92,6 +92,21 @@ def _user_table(by_key: dict[Key, Figure]) -> list[str]:
     return lines
 
 
+#: How each tool times the curve (the multi-process work's ``bench/sqlite_procs.py`` when it is there).
+_CURVE_METHODS = {
+    "bench/sqlite_curve.py": "the workers are started and left to go idle, then the tasks are enqueued in "
+    "batches; the rate runs from the first task's start to the last one's end over all processes; CPU is "
+    "every worker process tree's (the supervisor's too) over the drain.",
+    "bench/sqlite_procs.py": "the workers are started on an empty file and, once every process has "
+    "registered, the tasks are enqueued in one transaction; the rate runs from that commit to the last "
+    "completion, with the CPU of the worker processes (children included) over that span.",
+}
+
+
+def _tool_module(tool: str | None) -> str:
+    return "bench/sqlite_procs.py" if (tool or "").startswith("bench/sqlite_procs.py") else "bench/sqlite_curve.py"
+
+
 def _curve_rows(by_key: dict[Key, Figure], tool: str | None) -> list[str]:
     shapes = sorted({_processes(k[1]) for k in by_key if k[0] == CURVE})
     if not shapes:
@@ -99,7 +114,8 @@ def _curve_rows(by_key: dict[Key, Figure], tool: str | None) -> list[str]:
     one = _measured(by_key, (CURVE, shape_label("commands", 1), "drain"))
     lines = [
         "",
-        f"Measured by `{tool or 'bench/sqlite_curve.py'}`. Log lines are summed over the passes.",
+        f"Measured by `{tool or 'bench/sqlite_curve.py'}`: {_CURVE_METHODS[_tool_module(tool)]} Log lines",
+        "are summed over the passes.",
         "",
         "| shape | drain /s | over 1 command | worker CPU µs/task | smallest share of the tasks | "
         "log lines mentioning `locked` | log lines at WARNING+ |",
@@ -201,11 +217,9 @@ def sqlite_sections(
         "### SQLite: 1, 2 and 4 worker processes on one file",
         "",
         "`conveyor worker` with default settings, as N separate commands and as one command with `-p N`",
-        "(a supervisor and N children), on a fresh file each (`bench/sqlite_curve.py`): the workers are",
-        "started and left to go idle, then N tasks are enqueued in batches; the rate runs from the first",
-        "task's start to the last one's end over all processes; CPU is every worker process tree's (the",
-        "supervisor's too) over the drain. These processes may use both cores (unpinned: on one core N",
-        "processes could not add up), so compare the shapes with each other, not with the pinned drain above.",
+        "(a supervisor and N children), on a fresh file each, N no-op tasks per drain. These processes may",
+        "use both cores (unpinned: on one core N processes could not add up), so compare the shapes with",
+        "each other, not with the pinned drain above.",
         *_curve_rows(by_key, curve_tool),
     ]
 
