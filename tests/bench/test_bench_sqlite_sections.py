@@ -49,8 +49,10 @@ def test_the_curve_drains_with_each_shape_and_every_task_runs_once(tmp_path: Pat
     for point in points:
         assert sum(point["shares"]) == 300, point  # each process counted its own; none ran a task twice
         assert len(point["shares"]) <= point["processes"], point
-        assert point["rate"] > 0 and point["cpu_us"] > 0, point
+        assert point["rate"] > 0 and point["cpu_us"] >= 0, point
         assert point["locked"] == 0 and point["warnings"] == 0, point
+    # CPU is read in clock ticks (10 ms): 150 tasks of one process can fit in none, four drains cannot
+    assert sum(point["cpu_us"] for point in points) > 0, points
     assert processes_under(tmp_path) == []  # every worker and every supervisor child stopped
 
 
