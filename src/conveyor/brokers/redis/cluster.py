@@ -57,7 +57,7 @@ class ClusterCalls:
     which follows redirects and refreshes the topology: a ``MOVED``, ``ASK``, ``TRYAGAIN`` or
     ``CLUSTERDOWN`` reply (the server ran nothing of the command), or a connection that failed after
     its retries. So redirects, failovers and migrations stay redis-py's job; the fast path only saves
-    its per-command bookkeeping (~33 µs of client CPU per call, measured with bench.cluster_cost).
+    its per-command bookkeeping (docs/performance-notes.md, "Redis Cluster").
     """
 
     def __init__(self, client: RedisCluster) -> None:
