@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -18,6 +19,7 @@ from conveyor.brokers.redis.codec import (
     escape_key,
     unescape_key,
 )
+from conveyor.brokers.redis.scripts import read_source
 from conveyor.model import ArchiveReason, ErrorEntry, NewTask, TaskState
 
 NOW = 1_700_000_000.5
@@ -183,3 +185,22 @@ def test_a_one_task_claim_reply_is_its_row_alone() -> None:
     (first,) = decode_claimed(row(m=MEMBER + "first", b=encode_body("job", "{}", "[]")), NOW, 30.0, "base")
     assert (first.id, first.name, first.lease_token, first.last_error) == ("first", "job", "base-1", None)
     assert decode_claimed("", NOW, 30.0, "base") == []
+
+
+def test_the_lua_row_layout_is_the_codecs() -> None:
+    """``_lib.lua`` lists a row's fields once (``FIELDS``) and builds ``ROW`` and the head patterns of
+    ``claim.lua`` and ``settle.lua`` from it (a head out of its order does not load): in ``ROW_NAMES``'s
+    order, with no pattern of a row spelled again elsewhere."""
+    lib = read_source("_lib")
+    (fields,) = re.findall(r"^ *local FIELDS = \{([^}]*)\}", lib, flags=re.MULTILINE)
+    assert re.findall(r"'(\w+)'", fields) == list(ROW_NAMES[:-1])  # the body: the rest of the row
+    heads = dict(re.findall(r"^ *(\w+_HEAD) = head\((\{.*\}), '\(\)'\)$", lib, flags=re.MULTILINE))
+    assert sorted(heads) == ["CLAIM_HEAD", "SETTLE_HEAD"]
+    for spec in heads.values():
+        names = re.findall(r"'(\w+)'", spec)
+        assert names == list(ROW_NAMES[: len(names)])
+    (fresh,) = re.findall(r"^local FRESH = '(.*)'$", lib, flags=re.MULTILINE)
+    assert len(fresh.split()) == ROW_NAMES.index("fa") - ROW_NAMES.index("x")  # x .. sa
+    for name in ("claim", "settle"):
+        assert "%S" not in read_source(name)
+        assert re.search(rf"string\.match\(row, {name.upper()}_HEAD\)", read_source(name))

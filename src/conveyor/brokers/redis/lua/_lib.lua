@@ -219,13 +219,50 @@ end
 -- (unindex(): t.g = nil, so its row is saved without it: a claim leaves it in the active row, where
 -- nothing reads it), and waits under its own member if it comes back. One
 -- entry per call instead of one per task (docs/performance-notes.md).
--- Field order, hottest first (claim.lua and settle.lua match the head of a row directly):
---   1 s  2 m  3 q  4 x  5 a  6 c  7 l  8 ne  9 tk  10 lx  11 sa  12 fa  13 ku  14 r  15 st  16 pr
---   17 ea  18 fd  19 ra  20 nr  21 ar  22 uu  23 uk ("=" .. the unique key as the client escaped it:
---   no whitespace), then 24 the body: the rest of the row (it may hold anything)
--- (written out: the string library is not reachable while the library loads)
-local ROW = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) '
-  .. '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$'
+-- Field order, hottest first: FIELDS below (codec.ROW_NAMES; a test checks they match), where uk is
+-- "=" .. the unique key as the client escaped it (no whitespace), then the body: the rest of the row
+-- (it may hold anything). ROW matches a whole row; claim.lua and settle.lua match only the head of
+-- a row, each with a pattern of its own (CLAIM_HEAD, SETTLE_HEAD) that captures just the fields it
+-- reads and ends with the position where the rest begins: a capture of the rest would read every byte
+-- of the body. All three are built here, once, from FIELDS.
+local ROW, CLAIM_HEAD, SETTLE_HEAD
+do
+  local FIELDS = {'s', 'm', 'q', 'x', 'a', 'c', 'l', 'ne', 'tk', 'lx', 'sa', 'fa', 'ku', 'r', 'st', 'pr', 'ea', 'fd',
+    'ra', 'nr', 'ar', 'uu', 'uk'}
+  -- fields a pattern passes over without capturing them
+  local function skip(...) return {skip = true, ...} end
+  -- the pattern of a row's head as `spec` lists it from the first field on, in FIELDS's order: a name
+  -- is one field captured, a list several fields captured as one text (spaces included), skip(...)
+  -- fields not captured; then `rest`. A name out of that order stops FUNCTION LOAD (by indexing nil:
+  -- error(), like the string library, is not reachable while the library loads).
+  local function head(spec, rest)
+    local pattern, k = '^', 0
+    for i = 1, #spec do
+      local e = spec[i]
+      if e == FIELDS[k + 1] then
+        pattern, k = pattern .. '(%S+) ', k + 1
+      else
+        local text = ''
+        for j = 1, #e do
+          k = k + 1
+          if e[j] ~= FIELDS[k] then return FIELDS.head_out_of_row_order.stop end
+          text = text .. (j > 1 and ' %S+' or '%S+')
+        end
+        pattern = pattern .. (e.skip and text or '(' .. text .. ')') .. ' '
+      end
+    end
+    return pattern .. rest
+  end
+  ROW = head(FIELDS, '(.*)$')
+  -- claim.lua: s m q x a (c) l ne (tk lx sa), then where fa begins
+  CLAIM_HEAD = head({'s', 'm', 'q', 'x', 'a', skip('c'), 'l', 'ne', skip('tk', 'lx', 'sa')}, '()')
+  -- settle.lua: s m q (x a c as one) l ne tk (lx sa as one) (fa ku), then where r begins
+  SETTLE_HEAD = head({'s', 'm', 'q', {'x', 'a', 'c'}, 'l', 'ne', 'tk', {'lx', 'sa'}, skip('fa', 'ku')}, '()')
+end
+-- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at, as
+-- enqueue.lua writes it: x a c l ne tk lx sa (claim.lua compares it as one string: cheaper than
+-- matching CLAIM_HEAD field by field)
+local FRESH = '- 0 0 0 0 - - - '
 
 local function str(s) if s == '-' then return nil end return s end
 -- string.byte('g'): a pending row whose fa starts with it waits in that group (see above)

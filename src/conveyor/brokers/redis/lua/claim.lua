@@ -18,12 +18,7 @@
 --             pending past expires_at -> archived(expired); pending -> active (attempts + 1,
 --             lease token "<base>-<i>", lease_expires_at = now + lease_for, started_at = now).
 
--- a row's head: s m q x a (c) l ne (tk lx sa), then where the rest begins (fa on): a position, not a
--- capture of the rest, which would read every byte of the body
-local HEAD = '^(%S+) (%S+) (%S+) (%S+) (%S+) %S+ (%S+) (%S+) %S+ %S+ %S+ ()'
--- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at: x a c l ne
--- tk lx sa = "- 0 0 0 0 - - - " (compared as one string: cheaper than matching HEAD field by field)
-local FRESH = '- 0 0 0 0 - - - '
+-- a row's head: CLAIM_HEAD, or FRESH for a task never claimed (_lib.lua, next to ROW)
 local POP = 1000
 
 -- each call:
@@ -63,7 +58,7 @@ while A(i) and claimed < limit do
             s_, m_, q_, x, a, l, ne, rest = 'pending', m, q, '-', '0', '0', '0', string.sub(row, #head + 1)
           else
             local at
-            s_, m_, q_, x, a, l, ne, at = string.match(row, HEAD)
+            s_, m_, q_, x, a, l, ne, at = string.match(row, CLAIM_HEAD)
             if at then rest = string.sub(row, at) end
           end
         end

@@ -19,9 +19,7 @@
 --             run_at or now, error recorded) | archived (reason, default failed; error recorded) |
 --             pending, or scheduled if run_at > now (release: the attempt is given back).
 
--- a row's head: s m q (x a c) l ne tk (lx sa fa ku), then where the rest begins (r on): a position,
--- not a capture of the rest, which would read every byte of the body
-local HEAD = '^(%S+) (%S+) (%S+) (%S+ %S+ %S+) (%S+) (%S+) (%S+) (%S+ %S+) %S+ %S+ ()'
+-- a row's head: SETTLE_HEAD (_lib.lua, next to ROW)
 -- a minute's counters outlive the 24 h that reads reach (history.KEEP_MINUTES) by two minutes
 local HISTORY_TTL = 24 * 3600 + 120
 local COUNTER = {complete = 'c:', retry = 'r:', archive = 'a:'}
@@ -55,7 +53,7 @@ for i = 0, n - 1 do
   local b = 1 + i * 8
   local id, token, kind, row = V[b], V[b + 1], V[b + 2], rows[i + 1]
   local s, m, q, xac, l, ne, tk, lxsa, r
-  if row and not done[id] then s, m, q, xac, l, ne, tk, lxsa, r = string.match(row, HEAD) end
+  if row and not done[id] then s, m, q, xac, l, ne, tk, lxsa, r = string.match(row, SETTLE_HEAD) end
   if s ~= 'active' or tk ~= token or token == '' then
     applied[i + 1] = '0'
   elseif kind == 'complete' then
