@@ -28,65 +28,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.counting_app import completed, shares, start_worker, write_app
+from bench.procs import tree_cpu
 from conveyor import Conveyor
-from conveyor.model import TaskState
 
 __all__ = ["MODES", "curve", "describe", "drain", "main"]
 
 #: ``commands``: N separate ``conveyor worker`` commands; ``pool``: one ``conveyor worker -p N``.
 MODES = ("commands", "pool")
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-_TASKS_PY = """
-import atexit
-import os
-
-from conveyor import Conveyor
-
-app = Conveyor({url!r})
-done = 0
-
-
-@app.task
-def noop() -> None:
-    global done
-    done += 1
-
-
-@atexit.register
-def _count() -> None:
-    if done:
-        with open(os.path.join({directory!r}, f"done-{{os.getpid()}}"), "w") as file:
-            file.write(str(done))
-"""
-
-
-def _tree_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process and its live descendants."""
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            threads = list(Path(f"/proc/{current}/task").iterdir())
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICK
-        for thread in threads:
-            try:
-                todo += [int(c) for c in (thread / "children").read_text().split()]
-            except OSError:
-                continue
-    return total
-
-
-def _start(directory: Path, args: list[str], number: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "conveyor", "worker", "tasks:app", *args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), *sys.path])}
-    log = (directory / f"worker{number}.log").open("wb")
-    with log:
-        return subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log, start_new_session=True)
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -100,10 +49,6 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _completed(app: Conveyor) -> int:
-    return sum(q.counts.get(TaskState.COMPLETED, 0) for q in app.broker.queues(app.now()))
 
 
 def _wait_registered(app: Conveyor, count: int, procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -129,32 +74,32 @@ def drain(
     with tempfile.TemporaryDirectory(prefix="conveyor-procs-") as tmp:
         directory = Path(tmp)
         url = f"sqlite:///{directory / 'bench.db'}?synchronous={synchronous}"
-        (directory / "tasks.py").write_text(_TASKS_PY.format(url=url, directory=str(directory)))
+        write_app(directory, url)
         app = Conveyor(url)
         noop = app.task(name="noop")(lambda: None)
         if mode == "pool":
-            procs = [_start(directory, [*worker_args, "-p", str(processes)], 0)]
+            procs = [start_worker(directory, [*worker_args, "-p", str(processes)], 0, new_session=True)]
         else:
-            procs = [_start(directory, list(worker_args), n) for n in range(processes)]
+            procs = [start_worker(directory, list(worker_args), n, new_session=True) for n in range(processes)]
         try:
             _wait_registered(app, processes, procs, 60.0)
-            cpu_before = sum(_tree_cpu(proc.pid) for proc in procs)
+            cpu_before = sum(tree_cpu(proc.pid) for proc in procs)
             noop.enqueue_many([((), {})] * n_tasks)
             begin = time.perf_counter()
             deadline = time.monotonic() + max(120.0, n_tasks / 100)
-            while _completed(app) < n_tasks:
+            while completed(app) < n_tasks:
                 if any(proc.poll() is not None for proc in procs):
                     raise RuntimeError("a worker exited during the drain")
                 if time.monotonic() > deadline:
                     raise RuntimeError("the drain did not finish in time")
                 time.sleep(0.005)
             elapsed = time.perf_counter() - begin
-            cpu = sum(_tree_cpu(proc.pid) for proc in procs) - cpu_before
+            cpu = sum(tree_cpu(proc.pid) for proc in procs) - cpu_before
         finally:
             _stop(procs)
             app.broker.close()
-        shares = sorted((int(path.read_text()) for path in directory.glob("done-*")), reverse=True)
-        shares += [0] * (processes - len(shares))  # a process that ran nothing wrote no count
+        counts = shares(directory)
+        counts += [0] * (processes - len(counts))  # a process that ran nothing wrote no count
         lines = _log_lines(directory)
         return {
             "mode": mode,
@@ -164,7 +109,7 @@ def drain(
             "rate": n_tasks / elapsed,
             "seconds": elapsed,
             "cpu_us": cpu / n_tasks * 1e6,
-            "shares": shares,
+            "shares": counts,
             "locked_lines": sum(1 for line in lines if "locked" in line.lower()),
             "warning_lines": sum(1 for line in lines if " WARNING " in line or " ERROR " in line),
         }

@@ -25,48 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.counting_app import completed, shares, start_worker, write_app
 from conveyor import Conveyor
-from conveyor.model import TaskState
 
 __all__ = ["main"]
-
-_TASKS_PY = """
-import atexit
-import os
-
-from conveyor import Conveyor
-
-app = Conveyor({url!r})
-done = 0
-
-
-@app.task
-def noop() -> None:
-    global done
-    done += 1
-
-
-@atexit.register
-def _count() -> None:
-    if done:
-        with open(f"done-{{os.getpid()}}", "w") as file:
-            file.write(str(done))
-"""
 
 
 def _app(directory: Path, synchronous: str) -> tuple[Conveyor, str]:
     url = f"sqlite:///{directory / 'bench.db'}?synchronous={synchronous}"
-    (directory / "tasks.py").write_text(_TASKS_PY.format(url=url))
+    write_app(directory, url)
     return Conveyor(url), url
-
-
-def _start(directory: Path, worker_args: list[str], number: int = 0) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-c", "from conveyor.cli import main; main()", "worker", "tasks:app", *worker_args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), *sys.path])}
-    log = (directory / f"worker{number}.log").open(
-        "wb"
-    )  # a file, not a pipe: the default log level writes a line per task
-    return subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> float:
@@ -85,13 +53,7 @@ def _locked_lines(directory: Path) -> int:
 
 def _shares(directory: Path) -> str:
     """How many tasks each worker process ran (each writes its count as it exits)."""
-    done = sorted((int(path.read_text()) for path in directory.glob("done-*")), reverse=True)
-    return " / ".join(f"{n:,}" for n in done) or "not counted"
-
-
-def _completed(app: Conveyor) -> int:
-    now = app.now()
-    return sum(q.counts.get(TaskState.COMPLETED, 0) for q in app.broker.queues(now))
+    return " / ".join(f"{n:,}" for n in shares(directory)) or "not counted"
 
 
 def drain(
@@ -107,9 +69,9 @@ def drain(
             noop.enqueue_many([((), {})] * min(10_000, tasks - start))
         args = [*worker_args, "-p", str(processes)] if processes > 1 and not separate else worker_args
         begin = time.perf_counter()
-        procs = [_start(directory, args, n) for n in range(processes if separate else 1)]
+        procs = [start_worker(directory, args, n) for n in range(processes if separate else 1)]
         try:
-            while _completed(app) < tasks:
+            while completed(app) < tasks:
                 if any(proc.poll() is not None for proc in procs):
                     raise RuntimeError("a worker exited early")
                 time.sleep(0.01)
@@ -129,10 +91,10 @@ def latency(count: int, rate: float, synchronous: str, worker_args: list[str]) -
         directory = Path(tmp)
         app, _ = _app(directory, synchronous)
         noop = app.task(name="noop")(lambda: None)
-        proc = _start(directory, worker_args)
+        proc = start_worker(directory, worker_args)
         try:
             noop.enqueue()  # the worker is up once this one completes
-            while _completed(app) < 1:
+            while completed(app) < 1:
                 time.sleep(0.01)
             handles = []
             next_at = time.perf_counter()
@@ -140,7 +102,7 @@ def latency(count: int, rate: float, synchronous: str, worker_args: list[str]) -
                 next_at += 1 / rate
                 time.sleep(max(0.0, next_at - time.perf_counter()))
                 handles.append(noop.enqueue())
-            while _completed(app) < count + 1:
+            while completed(app) < count + 1:
                 time.sleep(0.01)
         finally:
             _stop(proc)
