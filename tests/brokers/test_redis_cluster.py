@@ -63,7 +63,6 @@ def test_a_cluster_url_names_its_seed_nodes_and_keeps_the_options() -> None:
         ("redis+cluster://h:port/", "host:port"),
         ("redis+cluster://h:7000/?ssl_ca_certs=/ca.pem", "rediss+cluster://"),
         ("redis+shards://h:7000/", "redis+cluster://"),
-        ("redis+cluster://h:7000/?wait_replicas=1", "wait_replicas is not supported on a Redis Cluster"),
     ],
 )
 def test_a_bad_cluster_url_is_a_configuration_error(url: str, says: str) -> None:

@@ -142,8 +142,7 @@ class RedisBroker:
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
             command = self._scripts.command(name, self._head(now), args)
             conns = self._conns
-            if self._wait is not None and self._wait.applies(name) and isinstance(conns, Connections):
-                # see replication.py; a cluster with wait_replicas is refused when the link is made
+            if self._wait is not None and self._wait.applies(name):  # see replication.py
                 early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)
             else:
                 early, reply = self._scripts.call(conns, self._client, command, before)

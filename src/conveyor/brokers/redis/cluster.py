@@ -9,7 +9,10 @@ client's job, never ours. Two things are added to it:
 - :class:`ClusterCalls` offers ``Connections``' two methods (``execute``, ``execute_each``) on a
   cluster, so the broker's operations run unchanged: on the connections of the master redis-py's slot
   table names, and through ``RedisCluster.execute_command`` (redirects, topology refresh, retries)
-  whenever that node answers with a redirect or cannot be reached.
+  whenever that node answers with a redirect or cannot be reached. A call ending in ``WAIT``
+  (``wait_replicas``) never goes through the cluster client: ``WAIT`` counts the replicas holding what
+  *its connection* wrote, so it must follow the script on the same connection; such a call follows
+  redirects and failovers itself (:meth:`ClusterCalls.execute`).
 
 A plain ``redis://`` URL naming a node of a cluster is recognised by :func:`is_cluster_node` (``INFO
 cluster`` says ``cluster_enabled:1``) when the broker first talks to the server; the broker then
@@ -24,8 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
+from redis.cluster import ClusterNode as Node
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
 
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.keys import keyslot
@@ -67,15 +71,18 @@ class ClusterCalls:
         self._lock = threading.Lock()
 
     def _routed(self, commands: Sequence[Command]) -> Connections | None:
-        """The connections of the master serving the slot of the last command's key, or None."""
-        command = commands[-1]
+        """The connections of the master serving the slot of the call's key, or None. The call is the
+        last command, or the one before a final ``WAIT``."""
+        command = commands[-2] if len(commands) > 1 and commands[-1][0] == "WAIT" else commands[-1]
         if command[0] != "FCALL" or len(command) < 4 or not command[2]:
             return None
         key = str(command[3])
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = keyslot(key)
-        node = self._client.nodes_manager.get_node_from_slot(slot)
+        return self._connections(self._client.nodes_manager.get_node_from_slot(slot))
+
+    def _connections(self, node: Node) -> Connections:
         conns = self._nodes.get(node.name)
         if conns is None:
             with self._lock:  # cold: once per node; two threads must not each make (and leak) a set
@@ -92,7 +99,11 @@ class ClusterCalls:
         While the cluster moves the namespace's slot, a call the source sends on (``ASK``) can meet
         the target before the slot is handed over, and the script's first undeclared key is refused
         there (:func:`moving`); the scripts read before they write, so nothing was written and the
-        call is sent again, with backoff, for up to :data:`MOVING_PATIENCE` seconds."""
+        call is sent again, with backoff, for up to :data:`MOVING_PATIENCE` seconds.
+
+        A call ending in ``WAIT`` goes to :meth:`_waited`."""
+        if commands[-1][0] == "WAIT":
+            return self._waited(commands)
         replies = self._execute(commands)
         pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
         while any(isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies):
@@ -126,6 +137,45 @@ class ClusterCalls:
             except redis.ResponseError as exc:
                 replies.append(exc)
         return replies
+
+    def _waited(self, commands: Sequence[Command]) -> list[Any]:
+        """``execute`` for a script followed by ``WAIT``: always on one connection of the node that runs
+        the script. A redirect is followed here (``MOVED`` updates redis-py's slot table, ``ASK`` is
+        sent on with ``ASKING``); a node that cannot be reached, a slot no node serves yet or a refusal
+        to run (``TRYAGAIN``, ``CLUSTERDOWN``, mid-migration) refreshes the topology and sends again,
+        with backoff, for up to :data:`MOVING_PATIENCE` seconds (a failover takes about twice the
+        cluster's ``cluster-node-timeout``); then the last error is raised or returned. Nothing is
+        sent twice that a node ran: a redirect or refusal means the node ran nothing of the script."""
+        pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+        manager = self._client.nodes_manager
+        while True:
+            try:
+                conns = self._routed(commands)
+                if conns is None:
+                    raise RedisClusterException(f"no key to route {commands[-2][0]} by")
+                replies = conns.execute(commands)
+                redirect = next((r for r in replies if isinstance(r, AskError)), None)
+                if redirect is not None and not isinstance(redirect, MovedError):
+                    node = manager.get_node(host=redirect.host, port=redirect.port)
+                    if node is not None:  # the slot is moving: the target runs it once told ASKING
+                        replies = self._connections(node).execute([("ASKING",), *commands])[1:]
+                if not any(isinstance(r, redis.ResponseError) and (_redirected(r) or moving(r)) for r in replies):
+                    return replies
+                if time.monotonic() >= deadline:
+                    return replies
+                moved = next((r for r in replies if isinstance(r, MovedError)), None)
+                if moved is not None:
+                    manager.move_slot(moved)  # the same update redis-py makes on a MOVED
+                    continue
+            except (redis.ConnectionError, RedisClusterException):
+                if time.monotonic() >= deadline:
+                    raise
+                try:
+                    manager.initialize()
+                except (redis.ConnectionError, RedisClusterException):
+                    pass  # no node answered yet: try again after the pause
+            time.sleep(pause)  # the cluster is electing a new master or moving the slot
+            pause = min(pause * 2, 0.2)
 
     def execute_each(self, commands: Iterator[Command], handle: Callable[[Command, Any], None]) -> None:
         """Run ``commands`` one after another, ``handle(command, reply)`` after each (an exception

@@ -94,8 +94,6 @@ class RedisConfig:
         _check_options(url, parts.scheme, query)
         if parts.scheme.endswith("+cluster"):
             _check_cluster(url, parts.path, query)
-            if query.get("wait_replicas", "0") not in ("", "0"):
-                raise ConfigurationError(f"wait_replicas is not supported on a Redis Cluster yet: {url!r}")
         try:
             config = cls(
                 url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),

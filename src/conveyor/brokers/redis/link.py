@@ -20,7 +20,6 @@ from conveyor.brokers.redis.cluster import ClusterCalls, is_cluster_node
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Connections
 from conveyor.brokers.redis.faults import translate_errors
-from conveyor.errors import ConfigurationError
 
 __all__ = ["Link", "connect"]
 
@@ -56,10 +55,6 @@ def connect(config: RedisConfig, plain: redis.Redis) -> Link:
             return Link.cluster(config.cluster_client())
         if is_cluster_node(plain):
             host, port = config.seeds[0]
-            if config.wait_replicas:
-                raise ConfigurationError(
-                    f"wait_replicas is not supported on a Redis Cluster yet ({host}:{port} is a cluster node)"
-                )
             log.info(
                 "%s:%s is a node of a Redis Cluster: using the cluster client (redis+cluster:// names a cluster"
                 " by several seed nodes)",

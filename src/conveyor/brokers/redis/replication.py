@@ -4,7 +4,9 @@ Redis replicates asynchronously: a master acknowledges a write before any replic
 replica promoted after the master dies lacks whatever had not reached it yet. With ``wait_replicas``
 (a URL option, default 0: off) each ``FCALL`` of an operation that may write is sent with ``WAIT`` on
 the same connection, in one write; ``WAIT`` answers how many replicas hold everything that connection
-wrote, once N do or after ``wait_timeout`` milliseconds.
+wrote, once N do or after ``wait_timeout`` milliseconds. On a Redis Cluster ``WAIT`` counts the
+replicas of the master that ran the script: ``ClusterCalls`` sends both on one connection of that
+master, and follows redirects and failovers itself (``cluster.py``); N is then per master.
 
 What a shortfall does depends on who can act on it:
 
@@ -42,6 +44,7 @@ from conveyor.brokers.redis.scripts import READ_ONLY, is_missing_function
 from conveyor.errors import BrokerError, ReplicationTimeout
 
 if TYPE_CHECKING:
+    from conveyor.brokers.redis.cluster import ClusterCalls
     from conveyor.brokers.redis.connections import Command, Connections
     from conveyor.brokers.redis.scripts import Arg, Scripts
     from conveyor.model import NewTask
@@ -80,7 +83,7 @@ class ReplicaWait:
         return name not in _UNWAITED
 
     def call(
-        self, scripts: Scripts, conns: Connections, client: redis.Redis, name: str, call: Command,
+        self, scripts: Scripts, conns: Connections | ClusterCalls, client: redis.Redis, name: str, call: Command,
         before: Sequence[Command] = (),
     ) -> tuple[list[Any], Any]:  # fmt: skip
         """As ``Scripts.call``, with ``WAIT`` after ``call``: raises :class:`Unreplicated` for an enqueue
