@@ -2,7 +2,9 @@
 
 Backend-specific checks come from the optional ``ChecksServer`` capability: one row per ``Finding`` of
 the broker's ``preflight()`` (Redis: eviction policy, persistence; SQLite: journal mode, schema
-version), the same ones a starting worker logs when they are not ok.
+version), the same ones a starting worker logs when they are not ok. On a Redis Cluster these come
+first as one row for the cluster and one per master (its address, slot ranges, replicas and their
+link; WARN without a live replica), then the server checks of every master, each row naming it.
 """
 
 from __future__ import annotations

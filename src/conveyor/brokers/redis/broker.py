@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, Finding
-from conveyor.brokers.redis import admin
+from conveyor.brokers.redis import admin, preflight
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
 from conveyor.brokers.redis.cancels import CancelWatch
 from conveyor.brokers.redis.cluster import ClusterCalls
@@ -399,6 +399,6 @@ class RedisBroker:
         return min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
 
     def preflight(self) -> list[Finding]:
-        """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead."""
-        found = admin.preflight(self._client)
-        return found if self._wait is None else found + self._wait.findings(self._client)
+        """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead; on a
+        cluster, the nodes and slots, then the same per master (``preflight.py``)."""
+        return preflight.findings(self._client, self._wait, self.cluster)
