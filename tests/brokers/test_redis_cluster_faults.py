@@ -79,16 +79,19 @@ def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> N
             listener.close()
 
 
-def test_moving_the_namespaces_slot_under_load_loses_nothing_and_raises_nothing() -> None:
+@pytest.mark.parametrize("wait_replicas", [0, 1])
+def test_moving_the_namespaces_slot_under_load_loses_nothing_and_raises_nothing(wait_replicas: int) -> None:
     """The slot moved as ``redis-cli --cluster reshard`` moves it (IMPORTING, MIGRATING, MIGRATE, then
     SETSLOT NODE everywhere), all its keys in one MIGRATE, while a producer-consumer loop runs: every
-    task enqueued is completed once, and no call fails."""
-    with LocalCluster(masters=3) as cluster:
+    task enqueued is completed once, and no call fails. With ``wait_replicas`` (each master with a
+    replica) the calls follow the ASK and MOVED replies themselves, their WAIT on the same connection."""
+    with LocalCluster(masters=3, replicas=wait_replicas) as cluster:
         namespace = "t" + uuid.uuid4().hex
         slot = keyslot("{" + namespace + "}")
         source = cluster.masters[owner_of_slot(cluster, slot)]
         target = next(master for master in cluster.masters if master is not source)
-        broker = RedisBroker.from_url(cluster.namespace_url(namespace), BrokerPolicy())
+        url = f"{cluster.namespace_url(namespace)}&wait_replicas={wait_replicas}"
+        broker = RedisBroker.from_url(url, BrokerPolicy())
         errors: list[BaseException] = []
         counts = {"enqueued": 0, "completed": 0}
         stop = threading.Event()
