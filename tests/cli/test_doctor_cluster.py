@@ -39,7 +39,7 @@ def test_doctor_lists_each_master_with_its_slots_and_replicas(replicated: LocalC
     assert found["cluster"] == ("OK", "3 master(s) serving 16384 of 16384 slots, 3 replica(s)")
     for master, (replica,) in zip(replicated.masters, replicated.replicas_of, strict=True):
         assert found[f"master {address(master)}"][0] == "OK"
-        assert f"replicas {address(replica)} up" in found[f"master {address(master)}"][1]
+        assert f"replica {address(replica)} up" in found[f"master {address(master)}"][1]
     first = address(replicated.masters[0])
     assert found[f"master {first}"][1].startswith("slots 0-5460 (5461);")
 

@@ -70,7 +70,8 @@ class Shard:
         if down:
             detail = f"{served}; replica link down: {listed} (writes not on a live replica are lost at a failover)"
             return Finding(f"master {self.master}", False, detail)
-        return Finding(f"master {self.master}", True, f"{served}; replicas {listed}")
+        noun = "replica" if len(self.replicas) == 1 else "replicas"
+        return Finding(f"master {self.master}", True, f"{served}; {noun} {listed}")
 
 
 def findings(client: redis.Redis, wait: ReplicaWait | None, cluster: bool) -> list[Finding]:
