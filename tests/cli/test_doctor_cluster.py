@@ -34,6 +34,7 @@ def replicated() -> Iterator[LocalCluster]:
         yield cluster
 
 
+@pytest.mark.slow  # builds a cluster of its own (six servers)
 def test_doctor_lists_each_master_with_its_slots_and_replicas(replicated: LocalCluster) -> None:
     found = doctor(replicated.url)
     assert found["cluster"] == ("OK", "3 master(s) serving 16384 of 16384 slots, 3 replica(s)")

@@ -144,8 +144,9 @@ class ClusterCalls:
         sent on with ``ASKING``); a node that cannot be reached, a slot no node serves yet or a refusal
         to run (``TRYAGAIN``, ``CLUSTERDOWN``, mid-migration) refreshes the topology and sends again,
         with backoff, for up to :data:`MOVING_PATIENCE` seconds (a failover takes about twice the
-        cluster's ``cluster-node-timeout``); then the last error is raised or returned. Nothing is
-        sent twice that a node ran: a redirect or refusal means the node ran nothing of the script."""
+        cluster's ``cluster-node-timeout``); then the last error is raised or returned. A redirect or
+        a refusal means the node ran nothing of the script; a connection lost mid-call is sent again,
+        as the cluster client's own retries do."""
         pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
         manager = self._client.nodes_manager
         while True:
