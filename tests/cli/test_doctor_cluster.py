@@ -5,11 +5,13 @@ naming its master. Through click's runner, on real local clusters."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
 
+from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.cli import cli as cli_group
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import ClusterNode, LocalCluster
@@ -90,3 +92,22 @@ def test_doctor_on_one_server_lists_no_masters(redis_url: str) -> None:
     found = doctor(redis_url)
     assert "cluster" not in found and not any(name.startswith("master ") for name in found)
     assert found["maxmemory-policy"][0] in ("OK", "WARN")
+
+
+def test_doctor_as_a_user_with_the_documented_permissions_still_lists_the_masters(redis_cluster: LocalCluster) -> None:
+    """``NEEDED_ACL`` grants ``CLUSTER SHARDS`` but neither ``INFO`` nor ``CONFIG GET``: the topology is
+    shown, and each master's settings are reported unreadable, by master, instead of failing."""
+    namespace = "t" + uuid.uuid4().hex
+    user = "u" + uuid.uuid4().hex[:8]
+    for node in redis_cluster.nodes:
+        node.call("ACL", "SETUSER", user, "reset", "on", ">pw", *NEEDED_ACL.replace("NS", namespace).split())
+    try:
+        found = doctor(f"redis+cluster://{user}:pw@{redis_cluster.seeds}/?namespace={namespace}")
+    finally:
+        for node in redis_cluster.nodes:
+            node.call("ACL", "DELUSER", user)
+    assert found["cluster"][0] == "OK"
+    for master in redis_cluster.masters:
+        assert found[f"master {address(master)}"][0] == "WARN"  # no replica on the session cluster
+        status, detail = found[f"server configuration ({address(master)})"]
+        assert status == "WARN" and detail.startswith("unreadable")
