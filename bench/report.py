@@ -9,7 +9,7 @@ from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
 from bench.report_format import APART, best, cell, fmt
 from bench.sqlite_report import sqlite_floor_section, sqlite_sections
-from bench.sqlite_runs import CURVE, FLOOR
+from bench.sqlite_runs import FLOOR
 
 __all__ = ["write_report"]
 
@@ -156,7 +156,7 @@ def write_report(data: dict[str, Any], path: Path) -> None:
             f"| {metric} | {cell(mine, 'not available')} | {cell(theirs, 'not measured')} | {ratio} "
             f"| {cell(anywhere, 'not available')} |"
         )
-    lines += sqlite_sections(figures, by_key, default_mode, data.get("settings", {}).get(CURVE, {}).get("tool"))
+    lines += sqlite_sections(figures, by_key, default_mode)
     lines += _sqlite_peer_section(figures, by_key)
     if notes:
         lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
@@ -227,8 +227,8 @@ _METHOD = """## Method
 - **SQLite floor** (`bench/sqlite_floors.py`, every pass): bare one-row WAL transactions and then
   one-task `enqueue` calls at `synchronous=FULL` and `NORMAL`, 2,000 each, in one process, in the
   directory of the run's SQLite files (the VM's ext4 disk, where a sync is real).
-- **SQLite processes** (`bench/sqlite_curve.py`, every pass): 1, 2 and 4 default `conveyor worker`
-  processes on one file, as separate commands and as `-p N`, unpinned; N tasks enqueued once they idle.
+- **SQLite processes** (`bench/sqlite_procs.py`, every pass): 1, 2 and 4 default `conveyor worker`
+  processes on one file, as separate commands and as `-p N`, unpinned; N tasks enqueued once all registered.
 - The Redis broker's own aims (issue 4) are measured apart: `docs/redis-aims.md`, written by
   `python -m bench.bench_redis --tasks 50000 --reps 5 --markdown docs/redis-aims.md` (every figure in
   five runs; its median, range, and in how many runs it met its aim).

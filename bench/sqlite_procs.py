@@ -13,11 +13,16 @@ also gives its drain rate as a ratio to the same repetition's one-command row (t
 processes at least as fast as one).
 
 Importable: ``curve(n_tasks, processes, mode)`` returns one dict per shape (see :func:`curve`).
+``--json`` prints one JSON line instead, ``{"points": [...]}`` (each with its ``label``), for ``make
+bench`` (``bench/sqlite_runs.py``); ``--dir`` puts the files on the disk of the run's databases. The
+workers may use every core whatever affinity the command inherited: the harness pins its clients to
+one, where N processes could not add up.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -32,10 +37,19 @@ from bench.counting_app import completed, shares, start_worker, write_app
 from bench.procs import tree_cpu
 from conveyor import Conveyor
 
-__all__ = ["MODES", "curve", "describe", "drain", "main"]
+__all__ = ["MODES", "curve", "describe", "drain", "main", "shape_label"]
 
 #: ``commands``: N separate ``conveyor worker`` commands; ``pool``: one ``conveyor worker -p N``.
 MODES = ("commands", "pool")
+#: The log levels a point counts as ``warning_lines``.
+_LOUD = ("WARNING", "ERROR", "CRITICAL")
+
+
+def shape_label(mode: str, processes: int) -> str:
+    """``-p 2`` or ``2 commands``: how the report names a shape (``mode`` as in :data:`MODES`)."""
+    if mode == "pool":
+        return f"-p {processes}"
+    return f"{processes} command" + ("s" if processes > 1 else "")
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -66,12 +80,18 @@ def _log_lines(directory: Path) -> list[str]:
 
 
 def drain(
-    n_tasks: int, processes: int, mode: str, synchronous: str = "FULL", worker_args: Sequence[str] = ()
+    n_tasks: int,
+    processes: int,
+    mode: str,
+    synchronous: str = "FULL",
+    worker_args: Sequence[str] = (),
+    directory: Path | None = None,
 ) -> dict[str, Any]:
-    """One drain of ``n_tasks`` by ``processes`` worker processes in ``mode`` (see :data:`MODES`)."""
+    """One drain of ``n_tasks`` by ``processes`` worker processes in ``mode`` (see :data:`MODES`), on a
+    fresh file in a temporary directory in ``directory`` (default: the system's)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    with tempfile.TemporaryDirectory(prefix="conveyor-procs-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="conveyor-procs-", dir=directory) as tmp:
         directory = Path(tmp)
         url = f"sqlite:///{directory / 'bench.db'}?synchronous={synchronous}"
         write_app(directory, url)
@@ -111,7 +131,8 @@ def drain(
             "cpu_us": cpu / n_tasks * 1e6,
             "shares": counts,
             "locked_lines": sum(1 for line in lines if "locked" in line.lower()),
-            "warning_lines": sum(1 for line in lines if " WARNING " in line or " ERROR " in line),
+            "warning_lines": sum(1 for line in lines if any(f" {level} " in line for level in _LOUD)),
+            "label": shape_label(mode, processes),
         }
 
 
@@ -121,16 +142,17 @@ def curve(
     mode: str = "commands",
     synchronous: str = "FULL",
     worker_args: Sequence[str] = (),
+    directory: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Drain ``n_tasks`` once per process count; one dict per count, in order.
 
     Each dict: ``mode``, ``processes``, ``tasks``, ``synchronous``, ``rate`` (tasks/s), ``seconds``,
     ``cpu_us`` (worker CPU per task, supervisor and children included; read in 10 ms ticks),
     ``shares`` (tasks each worker process ran, largest first, one per process), ``locked_lines``
-    (log lines mentioning a locked database: the aim is 0) and ``warning_lines`` (log lines at
-    WARNING or above).
+    (log lines mentioning a locked database: the aim is 0), ``warning_lines`` (log lines at
+    WARNING or above) and ``label`` (:func:`shape_label`).
     """
-    return [drain(n_tasks, count, mode, synchronous, worker_args) for count in processes]
+    return [drain(n_tasks, count, mode, synchronous, worker_args, directory) for count in processes]
 
 
 def describe(point: dict[str, Any], one: float | None) -> str:
@@ -154,16 +176,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--synchronous", default="FULL")
     parser.add_argument("--worker-args", default="", help="extra `conveyor worker` arguments")
+    parser.add_argument("--dir", type=Path, default=None, help="where the files go (default: the system's tmp)")
+    parser.add_argument("--json", action="store_true", help='one JSON line, {"points": [...]}, for the harness')
     args = parser.parse_args(argv)
     counts = [int(p) for p in args.processes.split(",") if p]
     modes = [m for m in args.mode.split(",") if m]
     extra = args.worker_args.split()
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the workers inherit it
+    if args.json:
+        points = [
+            point
+            for _ in range(args.reps)
+            for mode in modes
+            for point in curve(args.tasks, counts, mode, args.synchronous, extra, args.dir)
+        ]
+        print(json.dumps({"points": points}))
+        return 0
     print(f"{os.cpu_count()} CPUs, synchronous={args.synchronous}, {args.tasks:,} tasks, args {extra or 'defaults'}")
     for rep in range(args.reps):
         one: float | None = None
         for mode in modes:
             for count in counts:
-                point = drain(args.tasks, count, mode, args.synchronous, extra)
+                point = drain(args.tasks, count, mode, args.synchronous, extra, args.dir)
                 if mode == "commands" and count == 1:
                     one = point["rate"]
                 print(f"rep {rep + 1}: {describe(point, one)}", flush=True)

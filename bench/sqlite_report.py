@@ -9,8 +9,8 @@ from typing import Any
 from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
 from bench.report_format import fmt, per_pass, ratio_text
-from bench.sqlite_curve import shape_label
 from bench.sqlite_floors import MODES
+from bench.sqlite_procs import shape_label
 from bench.sqlite_runs import CURVE, FLOOR
 
 __all__ = ["sqlite_floor_section", "sqlite_sections", "sqlite_summary"]
@@ -92,36 +92,29 @@ def _user_table(by_key: dict[Key, Figure]) -> list[str]:
     return lines
 
 
-#: How each tool times the curve (the multi-process work's ``bench/sqlite_procs.py`` when it is there).
-_CURVE_METHODS = {
-    "bench/sqlite_curve.py": "the workers are started and left to go idle, then the tasks are enqueued in "
-    "batches; the rate runs from the first task's start to the last one's end over all processes; CPU is "
-    "every worker process tree's (the supervisor's too) over the drain.",
-    "bench/sqlite_procs.py": "the workers are started on an empty file and, once every process has "
-    "registered, the tasks are enqueued in one transaction; the rate runs from that commit to the last "
-    "completion, with the CPU of the worker processes (children included) over that span.",
-}
+#: How ``bench/sqlite_procs.py`` times the curve.
+_CURVE_METHOD = (
+    "the workers are started on an empty file and, once every process has registered, the tasks are enqueued"
+    " in one transaction; the rate runs from that commit to the last completion, with the CPU of the worker"
+    " processes (children included) over that span."
+)
 
 
-def _tool_module(tool: str | None) -> str:
-    return "bench/sqlite_procs.py" if (tool or "").startswith("bench/sqlite_procs.py") else "bench/sqlite_curve.py"
-
-
-def _curve_rows(by_key: dict[Key, Figure], tool: str | None) -> list[str]:
+def _curve_rows(by_key: dict[Key, Figure]) -> list[str]:
     shapes = sorted({_processes(k[1]) for k in by_key if k[0] == CURVE})
     if not shapes:
-        return ["", "Not measured: the run did not include SQLite (`bench/sqlite_curve.py`)."]
+        return ["", "Not measured: the run did not include SQLite (`bench/sqlite_procs.py`)."]
     one = _measured(by_key, (CURVE, shape_label("commands", 1), "drain"))
     lines = [
         "",
-        f"Measured by `{tool or 'bench/sqlite_curve.py'}`: {_CURVE_METHODS[_tool_module(tool)]} Log lines",
+        f"Measured by `bench/sqlite_procs.py`: {_CURVE_METHOD} Log lines",
         "are summed over the passes.",
         "",
         "| shape | drain /s | over 1 command | worker CPU µs/task | smallest share of the tasks | "
         "log lines mentioning `locked` | log lines at WARNING+ |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for mode in ("commands", "p"):
+    for mode in ("commands", "pool"):
         for processes in shapes:
             reference = "reference" if (mode, processes) == ("commands", 1) else "—"
             label = shape_label(mode, processes)
@@ -190,9 +183,7 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     ]
 
 
-def sqlite_sections(
-    figures: list[Figure], by_key: dict[Key, Figure], default_mode: str | None, curve_tool: str | None = None
-) -> list[str]:
+def sqlite_sections(figures: list[Figure], by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     """Conveyor on SQLite as a user starts it, its aims and the process curve (empty without SQLite)."""
     if _measured(by_key, (SQLITE, "default", "drain")) is None and not any(k[0] == CURVE for k in by_key):
         return []
@@ -220,7 +211,7 @@ def sqlite_sections(
         "(a supervisor and N children), on a fresh file each, N no-op tasks per drain. These processes may",
         "use both cores (unpinned: on one core N processes could not add up), so compare the shapes with",
         "each other, not with the pinned drain above.",
-        *_curve_rows(by_key, curve_tool),
+        *_curve_rows(by_key),
     ]
 
 
@@ -229,7 +220,6 @@ def sqlite_summary(data: dict[str, Any]) -> list[str]:
     figures = [Figure.from_json(f) for f in data["figures"]]
     by_key = {(f.library, f.variant, f.workload): f for f in figures}
     default_mode = data.get("settings", {}).get(FLOOR, {}).get("default")
-    tool = data.get("settings", {}).get(CURVE, {}).get("tool")
     if not any(k[0] == FLOOR for k in by_key):
         return []
-    return [*sqlite_floor_section(by_key, default_mode), *sqlite_sections(figures, by_key, default_mode, tool)]
+    return [*sqlite_floor_section(by_key, default_mode), *sqlite_sections(figures, by_key, default_mode)]

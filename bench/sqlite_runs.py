@@ -3,7 +3,7 @@
 Each pass measures, on the disk of the run's SQLite files: the bare one-row WAL commit rate and one
 ``enqueue`` call's rate at ``synchronous=FULL`` and ``NORMAL`` (``bench/sqlite_floors.py``, library
 ``sqlite floor``, one variant per mode), and the drain of 1, 2 and 4 ``conveyor worker`` processes on
-one file, as N commands and as ``-p N`` (``bench/sqlite_curve.py``, library ``sqlite processes``,
+one file, as N commands and as ``-p N`` (``bench/sqlite_procs.py``, library ``sqlite processes``,
 one variant per shape). Each runs in its own subprocess, so the harness never opens a database.
 """
 
@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.sqlite_curve import shape_label
 from bench.sqlite_floors import MODES
+from bench.sqlite_procs import shape_label
 
 if TYPE_CHECKING:
     from bench.suite import Suite
@@ -47,23 +47,22 @@ def sqlite_curve(suite: Suite, sqlite_dir: Path) -> None:
     """One pass of the curve: every shape as N commands, then as ``-p N``, each on a fresh file."""
     shapes = suite.plan.curve_shapes
     n = suite.plan.n
-    labels = [shape_label("commands", p) for p in shapes] + [shape_label("p", p) for p in shapes]
+    labels = [shape_label(mode, p) for mode in ("commands", "pool") for p in shapes]
     workloads = ("drain", "worker_cpu", "share_min", "locked", "warnings")
     figures = {(label, w): suite.fig(CURVE, label, w) for label in labels for w in workloads}
     work = Path(tempfile.mkdtemp(dir=sqlite_dir, prefix="curve-"))
 
     def once() -> None:
-        cmd = ["-m", "bench.sqlite_curve", str(work), str(n), "--shapes", ",".join(map(str, shapes))]
+        cmd = ["-m", "bench.sqlite_procs", "--json", "--dir", str(work), "--tasks", str(n)]
+        cmd += ["--processes", ",".join(map(str, shapes))]
         result = suite.run_json(cmd, 300 + 6 * len(shapes) * max(60.0, n / 500))
-        suite.settings.setdefault(CURVE, {})["tool"] = str(result["tool"])
         for point in result["points"]:
             label = point["label"]
-            shares = list(point["shares"]) + [0] * (point["processes"] - len(point["shares"]))
             figures[(label, "drain")].runs.append(float(point["rate"]))
             figures[(label, "worker_cpu")].runs.append(float(point["cpu_us"]))
-            figures[(label, "share_min")].runs.append(100.0 * min(shares) / n)
-            figures[(label, "locked")].runs.append(float(point["locked"]))
-            figures[(label, "warnings")].runs.append(float(point["warnings"]))
+            figures[(label, "share_min")].runs.append(100.0 * min(point["shares"]) / n)
+            figures[(label, "locked")].runs.append(float(point["locked_lines"]))
+            figures[(label, "warnings")].runs.append(float(point["warning_lines"]))
 
     try:
         suite.once(list(figures.values()), once)
