@@ -191,15 +191,20 @@ class Conveyor:
     def _build(
         self, name: str, args: Iterable[Any], kwargs: dict[str, Any], options: dict[str, Any], now: float
     ) -> NewTask:
-        check_task_name(name)
+        registered = self.registry.get(name) if isinstance(name, str) else None
+        if registered is None:  # (a registered name was checked when it was registered)
+            check_task_name(name)
         if isinstance(args, (str, bytes, dict)):
             raise TypeError("args must be a list or tuple of positional arguments")
         if not isinstance(kwargs, dict):
             raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
-        payload = encode_payload(list(args), kwargs)
-        registered = self.registry.get(name)
+        payload = encode_payload(args if type(args) is list else list(args), kwargs)
         # A name without a handler here gets its worker's declared queue, priority and expiry.
         base = registered.options if registered is not None else self._declared_options(name)
+        if not options:  # the usual call: the base options as they are (TaskOptions checked them)
+            expires_at = None if base.expires is None else check_expires(base.expires, now)
+            # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
+            return NewTask(os.urandom(16).hex(), name, base.queue, payload, base.priority, None, expires_at)
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None

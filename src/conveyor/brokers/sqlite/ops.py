@@ -40,11 +40,11 @@ _INSERT_TASK = (
 )
 _INSERT_NEW_TASK = f"{_INSERT_TASK} ON CONFLICT (id) DO NOTHING"
 _DELETE_STALE = "DELETE FROM tasks WHERE id = ? AND keep_until <= ?"
-#: Before a one-task enqueue: whether anyone listens
-#: (``Tx.listening``), whether ``:queue`` has a row, and its settings (as ``Tx.settings`` reads them).
+#: Before a one-task enqueue (parameters ``wall, origin, queue``): whether anyone listens
+#: (``Tx.listening``), whether the queue has a row, and its settings (as ``Tx.settings`` reads them).
 _PRELUDE = (
     f"SELECT {LISTENING}, q.rowid IS NOT NULL,"
-    " q.max_size, q.concurrency, q.aging, q.paused FROM (SELECT 1) LEFT JOIN queues q ON q.name = :queue"
+    " q.max_size, q.concurrency, q.aging, q.paused FROM (SELECT 1) LEFT JOIN queues q ON q.name = ?3"
 )
 
 
@@ -87,12 +87,13 @@ def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
     """
     if len(tasks) == 1 and tasks[0].unique_key is None:
         task = tasks[0]
-        listening, known, *settings = tx.conn.execute(
-            _PRELUDE, {"wall": time.time(), "origin": tx.origin, "queue": task.queue}
+        listening, known, max_size, concurrency, aging, paused = tx.conn.execute(
+            _PRELUDE, (time.time(), tx.origin, task.queue)
         ).fetchone()
         tx.listening = listening == 1
-        if tx.know_settings(task.queue, settings if known else None).max_size is None:
-            return [_enqueue_one(tx, task, now)]
+        if max_size is None:  # unbounded: nothing more to read, and no settings object to build
+            return [_enqueue_one(tx, task, now, aging, known)]
+        tx.know_settings(task.queue, (max_size, concurrency, aging, paused))
     existing: set[str] = set()
     stale: set[str] = set()  # ids held by a task past its retention: replaced (``clean`` deletes the others)
     for chunk in _chunks(list({t.id for t in tasks})):
@@ -150,17 +151,19 @@ def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
     return results
 
 
-def _enqueue_one(tx: Tx, task: NewTask, now: float) -> str | None:
-    """One task without a unique key into an unbounded queue: the insert itself detects a duplicate id."""
-    row = _row(task, now, tx.settings(task.queue).aging)
+def _enqueue_one(tx: Tx, task: NewTask, now: float, aging: float | None, known: int) -> str | None:
+    """One task without a unique key into an unbounded queue (``aging`` its setting, ``known`` whether
+    it has its row in ``queues``): the insert itself detects a duplicate id."""
+    row = _row(task, now, aging)
     tx.flush()
-    if tx.conn.execute(_INSERT_NEW_TASK, row).rowcount == 0:
+    conn = tx.conn
+    if conn.execute(_INSERT_NEW_TASK, row).rowcount == 0:
         # the id is taken: a duplicate, unless its task is past retention (then replaced)
-        if tx.conn.execute(_DELETE_STALE, (task.id, now)).rowcount == 0:
+        if conn.execute(_DELETE_STALE, (task.id, now)).rowcount == 0:
             return task.id
-        tx.conn.execute(_INSERT_TASK, row)
-    if not tx.queue_known(task.queue):
-        tx.conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (task.queue,))
+        conn.execute(_INSERT_TASK, row)
+    if not known:
+        conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (task.queue,))
     tx.events.append((task.id, None, row[3], task.queue, now))
     return None
 

@@ -31,8 +31,8 @@ _SETTINGS = "SELECT max_size, concurrency, aging, paused FROM queues WHERE name 
 #: fortieth of an Event to build) and the broker makes Events of them only for a subscriber.
 EventRow = tuple[str, str | None, str, str, float]
 
-#: Whether a broker object other than ``:origin`` listens for events (1 or 0), at wall-clock time ``:wall``.
-LISTENING = "EXISTS (SELECT 1 FROM listeners WHERE until > :wall AND origin != :origin)"
+#: Whether a broker object other than ``?2`` listens for events (1 or 0), at wall-clock time ``?1``.
+LISTENING = "EXISTS (SELECT 1 FROM listeners WHERE until > ?1 AND origin != ?2)"
 _LISTENING = f"SELECT {LISTENING}"
 _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queue, at) VALUES (?, ?, ?, ?, ?, ?)"
 
@@ -100,7 +100,7 @@ class Tx:
             return 0
         listening = self.listening
         if listening is None:
-            listening = self.conn.execute(_LISTENING, {"wall": time.time(), "origin": origin}).fetchone()[0] == 1
+            listening = self.conn.execute(_LISTENING, (time.time(), origin)).fetchone()[0] == 1
         if listening:
             self.conn.executemany(_INSERT_EVENT, [(origin, *event) for event in self.events])
             return len(self.events)
