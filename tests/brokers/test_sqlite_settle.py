@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,3 +43,30 @@ def test_a_second_outcome_for_one_task_in_a_batch_finds_its_lease_gone(broker: B
     assert broker.settle([done, retry, done], NOW) == [True, False, False]
     rec = broker.get(done.task_id, NOW)
     assert rec is not None and rec.state is TaskState.COMPLETED and rec.last_error is None
+
+
+def test_completions_without_retention_leave_no_row_behind_their_settle(tmp_path: Path) -> None:
+    path = tmp_path / "conveyor.db"
+    broker = open_broker(f"sqlite:///{path}", BrokerPolicy())
+    try:
+        broker.enqueue([NewTask("held", "job", "default", "[]", unique_key="k", unique_until=NOW + 60)], NOW)
+        claimed = _claimed(broker, 3) + [
+            Outcome(r.id, r.lease_token or "", "complete") for r in broker.claim(["default"], NOW, 30.0, 1)
+        ]
+        by_id = {o.task_id: o for o in claimed}
+        # in one batch: two without retention (one holding a unique key), one kept, one retried between them
+        outcomes = [
+            Outcome("t0", by_id["t0"].token, "complete", keep_for=0.0),
+            Outcome("t1", by_id["t1"].token, "complete", keep_for=5.0),
+            Outcome("t2", by_id["t2"].token, "retry", error="again"),
+            Outcome("held", by_id["held"].token, "complete", keep_for=0.0),
+        ]
+        assert broker.settle(outcomes, NOW) == [True, True, True, True]
+        with sqlite3.connect(path) as conn:  # another connection: what is committed
+            rows = dict(conn.execute("SELECT id, state FROM tasks").fetchall())
+            uniques = conn.execute("SELECT key FROM uniques").fetchall()
+        assert rows == {"t1": "completed", "t2": "retry"}
+        assert uniques == []  # released with its holder's row
+        assert broker.clean(NOW + 10, 1000) == 1  # t1, once its 5 s passed; nothing else was left
+    finally:
+        broker.close()

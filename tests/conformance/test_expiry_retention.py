@@ -11,7 +11,7 @@ from conveyor import ArchiveReason, BrokerPolicy, Conveyor, FakeClock, TaskNotFo
 from conveyor.model import NewTask
 
 if TYPE_CHECKING:
-    from conformance.conftest import AppFactory
+    from conformance.conftest import AppFactory, Events
 
 WEEK = 7 * 24 * 3600.0
 
@@ -108,6 +108,30 @@ def test_registered_retention_sets_how_long_a_completed_task_stays(
     clock.advance(0.1)
     with pytest.raises(TaskNotFound):
         handle.status()
+
+
+def test_task_completed_without_retention_is_deleted_by_its_settle(
+    app: Conveyor, clock: FakeClock, worker: Worker, events: Events
+) -> None:
+    @app.task(retention=0.0)
+    def fleeting() -> None: ...
+
+    handle = fleeting.enqueue()
+    kept = fleeting.with_options(retention=1.0).enqueue()
+    assert worker.process_next() and worker.process_next()
+    with pytest.raises(TaskNotFound):
+        handle.status()
+    assert app.get(kept.id).state is TaskState.COMPLETED
+    assert app.stats()["default"]["completed"] == 1
+    # reported completed, never deleted; gone from the store: the janitor finds only the kept task, later
+    expected = [(None, "pending"), ("pending", "active"), ("active", "completed")]
+    assert events.wait_for(handle.id, expected) == expected
+    assert app.broker.clean(clock.now()) == 0
+    clock.advance(1)
+    assert app.broker.clean(clock.now()) == 1
+    assert events.of(handle.id) == expected
+    # its id is free at once, as any id past its retention
+    assert fleeting.with_options(task_id=handle.id).enqueue().status().state is TaskState.PENDING
 
 
 def test_archived_task_stays_readable_seven_days_by_default(app: Conveyor, clock: FakeClock, echo: str) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "check_delete",
     "claimed",
     "completed",
+    "deleted_at_settle",
     "empty_counts",
     "expired",
     "extended",
@@ -154,6 +155,16 @@ def completed(now: float, keep_until: float, result: str | None) -> Change:
 def kept_until(outcome: Outcome, now: float, policy: BrokerPolicy) -> float:
     """Until when a completion by ``outcome`` stays readable."""
     return now + (policy.archive_retention if outcome.keep_for is None else outcome.keep_for)
+
+
+def deleted_at_settle(keep_until: float, now: float) -> bool:
+    """Whether a task completed ``now``, readable until ``keep_until``, is deleted by the settle itself.
+
+    Without retention it is unreadable at once, and ``clean`` would delete it later, unreported: the
+    settle deletes it instead (it still reports the transition to ``completed``, never a deletion), so
+    the store never holds it and ``clean`` finds nothing of it left.
+    """
+    return keep_until <= now
 
 
 def archived(

@@ -105,7 +105,10 @@ class MemoryBroker(MemoryStore):
                 if rec is None or rec.state is not _S.ACTIVE or rec.lease_token != outcome.token:
                     applied.append(False)
                     continue
-                self._change(rec, transitions.settled(rec, outcome, now, self.policy), now)
+                change = transitions.settled(rec, outcome, now, self.policy)
+                self._change(rec, change, now)
+                if outcome.kind == "complete" and transitions.deleted_at_settle(change["keep_until"], now):
+                    self._remove(rec.id, now, report=False)
                 self._history.add(rec.queue, outcome.kind, now)
                 applied.append(True)
         self._flush_events()

@@ -67,6 +67,10 @@ _COMPLETE = (
 )
 
 
+#: A completion without retention (``transitions.deleted_at_settle``): ``(seq,)``.
+_DELETE = "DELETE FROM tasks WHERE seq = ?"
+
+
 def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
     return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
 
@@ -271,8 +275,9 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
     """Apply ``outcomes`` (each fenced by its lease token) in order; True for each one applied.
 
     One read fetches the fence of every task in the batch; completions (nearly every outcome) are
-    then written by one prepared ``UPDATE`` executed for the whole batch, with no record built. The
-    other kinds go through the record transitions of :class:`Tx`.
+    then written by one prepared ``UPDATE`` executed for the whole batch, with no record built, and
+    those without retention deleted by one ``DELETE`` (``transitions.deleted_at_settle``). The other
+    kinds go through the record transitions of :class:`Tx`.
     """
     fences: dict[str, tuple[str, int, str, str | None]] = {}
     for chunk in _chunks(list({o.task_id for o in outcomes})):
@@ -280,6 +285,7 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
     applied: list[bool] = []
     tally = Tally()
     completed: list[tuple[Any, ...]] = []
+    gone: list[tuple[int]] = []  # completions without retention: deleted, not updated
     done: dict[str, int] = {}  # completions per queue, counted into ``tally`` at the end
     events = tx.events
     for outcome in outcomes:
@@ -291,11 +297,15 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         del fences[task_id]  # settled: a second outcome for it in this batch finds no lease
         _, seq, queue, _ = fence
         if outcome.kind == "complete":
-            completed.append((now, transitions.kept_until(outcome, now, tx.policy), outcome.result, seq))
+            keep_until = transitions.kept_until(outcome, now, tx.policy)
+            if transitions.deleted_at_settle(keep_until, now):
+                gone.append((seq,))
+            else:
+                completed.append((now, keep_until, outcome.result, seq))
             events.append((task_id, _ACTIVE, _COMPLETED, queue, now))
             done[queue] = done.get(queue, 0) + 1
         else:
-            _complete(tx, completed)  # first: an outcome the rules refuse still leaves the earlier ones applied
+            _complete(tx, completed, gone)  # first: an outcome the rules refuse still leaves the earlier ones applied
             stored = tx.rows("WHERE seq = ?", (seq,))[0]
             try:
                 tx.change(stored, transitions.settled(stored.rec, outcome, now, tx.policy), now)
@@ -304,16 +314,22 @@ def settle(tx: Tx, outcomes: Sequence[Outcome], now: float) -> list[bool]:
                 raise
             tally.add(queue, outcome.kind, now)
         applied.append(True)
-    _complete(tx, completed)
+    _complete(tx, completed, gone)
     _count(tx, tally, done, now)
     return applied
 
 
-def _complete(tx: Tx, completed: list[tuple[Any, ...]]) -> None:
-    if completed:
+def _complete(tx: Tx, completed: list[tuple[Any, ...]], gone: list[tuple[int]]) -> None:
+    """Write the completions collected: ``completed`` rows ``(now, keep_until, result, seq)``, and the
+    ``seq`` of each task deleted instead (``gone``, ``transitions.deleted_at_settle``)."""
+    if completed or gone:
         tx.flush()
-        tx.conn.executemany(_COMPLETE, completed)
-        completed.clear()
+        if completed:
+            tx.conn.executemany(_COMPLETE, completed)
+            completed.clear()
+        if gone:
+            tx.conn.executemany(_DELETE, gone)
+            gone.clear()
 
 
 def _count(tx: Tx, tally: Tally, done: dict[str, int], now: float) -> None:

@@ -15,6 +15,8 @@
 -- Costs: one HMGET of all the rows for the fences; `complete` then rewrites the row's head and the
 --   call writes all completed rows with one HSET (and results with one more); the other kinds go
 --   through the generic transitions of _lib.lua.
+--   A completion whose keep_until would be now or earlier deletes the task instead (remove_task, unreported;
+--   the event says `completed`), as the memory and SQLite brokers do (transitions.deleted_at_settle).
 -- Transition: active -> completed (result, keep_until = now + keep_for) | retry (retries + 1, at
 --             run_at or now, error recorded) | archived (reason, default failed; error recorded) |
 --             pending, or scheduled if run_at > now (release: the attempt is given back).
@@ -56,6 +58,11 @@ for i = 0, n - 1 do
   if row and not done[id] then s, m, q, xac, l, ne, tk, lxsa, r = string.match(row, SETTLE_HEAD) end
   if s ~= 'active' or tk ~= token or token == '' then
     applied[i + 1] = '0'
+  elseif kind == 'complete' and NOW + tonumber(V[b + 7]) <= NOW then
+    -- completed without retention (transitions.deleted_at_settle): deleted here, reported completed only
+    remove_task(parse(id, row), false)
+    event(id, 'active', 'completed', q)
+    applied[i + 1] = '1'
   elseif kind == 'complete' then
     -- active -> completed, the row's head rewritten (what finish_task() would write for this case);
     -- tk, lx and c are left as they were: they mean nothing outside `active` (see codec.py)
