@@ -11,9 +11,11 @@ figures are what the storage costs whatever the code around it.
 
 Layouts: ``current`` (the rowid table, its ``id`` index, ``tasks_order``); ``norowid`` (``WITHOUT
 ROWID`` keyed by ``id``, ``seq`` an ordinary column, here numbered by the process: a real layout would
-have to number it across processes, at some cost, so this is its best case); ``bound`` (the rowid table
-with neither the ``id`` index nor ``tasks_order``: what inserting the row alone costs, not a usable
-layout, so it has no drain).
+have to number it across processes, at some cost, so this is its best case); ``two`` (the rowid table
+and ``tasks_order`` without the ``id`` index: the least any layout that claims from an index writes);
+``bound`` (the row alone, in the table's B-tree). ``two`` and ``bound`` are not usable layouts (no
+lookup by ``id``, or no claim order) and have no drain. Last, ``app``: one ``enqueue()`` of a Conveyor
+app on the current layout, the whole call, for what the Python around the statements adds.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from conveyor import Conveyor
 from conveyor.brokers.sqlite import ops, schema
 
 __all__ = ["LAYOUTS", "measure"]
 
-LAYOUTS = ("current", "norowid", "bound")
+LAYOUTS = ("current", "norowid", "two", "bound")
 _PAYLOADS = {"16B": "x" * 16, "2KB": "x" * 2048}
 
 
@@ -56,7 +59,8 @@ def _layout(conn: sqlite3.Connection, layout: str, path: Path) -> None:
         table = _swap(table, "id TEXT NOT NULL UNIQUE", "id TEXT PRIMARY KEY") + " WITHOUT ROWID"
     else:
         table = _swap(table, "id TEXT NOT NULL UNIQUE", "id TEXT NOT NULL")
-        ddl = [sql for sql in ddl if "tasks_order" not in sql]
+        if layout == "bound":
+            ddl = [sql for sql in ddl if "tasks_order" not in sql]
     conn.execute("DROP TABLE tasks")
     for sql in (table, *ddl):
         conn.execute(sql)
@@ -69,7 +73,7 @@ def _swap(sql: str, old: str, new: str) -> str:
     return sql.replace(old, new)
 
 
-def _timed(count: int, call: Callable[[int], None]) -> tuple[float, float]:
+def _timed(count: int, call: Callable[[int], object]) -> tuple[float, float]:
     """Wall and thread CPU microseconds per call of ``call(i)``, ``i`` in ``range(count)``."""
     wall, cpu = time.perf_counter(), time.thread_time()
     for i in range(count):
@@ -96,7 +100,8 @@ def _run(path: Path, mode: str, layout: str, payload: str, count: int) -> dict[s
     conn = _connect(path, mode)
     _layout(conn, layout, path)
     key = "id" if layout == "norowid" else "seq"
-    insert = ops._INSERT_TASK if layout == "bound" else ops._INSERT_NEW_TASK
+    usable = layout in ("current", "norowid")
+    insert = ops._INSERT_NEW_TASK if usable else ops._INSERT_TASK
     if layout == "norowid":
         insert = _swap(_swap(insert, "(id, name,", "(seq, id, name,"), "VALUES (?,", "VALUES (?, ?,")
     body = f'{{"args":["{payload}"],"kwargs":{{}}}}'
@@ -141,7 +146,7 @@ def _run(path: Path, mode: str, layout: str, payload: str, count: int) -> dict[s
 
     try:
         result = {"enqueue": _timed(count, enqueue)}
-        if layout != "bound":
+        if usable:
             result["claim"] = _timed(count, claim)
             result["settle"] = _timed(count, settle)
         return result
@@ -149,13 +154,25 @@ def _run(path: Path, mode: str, layout: str, payload: str, count: int) -> dict[s
         conn.close()
 
 
+def _app(directory: Path, mode: str, payload: str, count: int) -> dict[str, tuple[float, float]]:
+    app = Conveyor(f"sqlite:///{directory}/app.db?synchronous={mode}")
+    task = app.task(name="noop")(lambda data: None)
+    try:
+        return {"enqueue": _timed(count, lambda _: task.enqueue(payload))}
+    finally:
+        app.close()
+
+
 def measure(directory: Path, count: int, mode: str, payload: str) -> list[str]:
-    """One pass at one mode and payload size: a line per layout."""
+    """One pass at one mode and payload size: a line per layout, then the app's."""
     lines = []
-    for layout in LAYOUTS:
+    for layout in (*LAYOUTS, "app"):
         with tempfile.TemporaryDirectory(dir=directory) as tmp:
             bare = _bare(Path(tmp) / "bare.db", mode, count)
-            got = _run(Path(tmp) / "tasks.db", mode, layout, _PAYLOADS[payload], count)
+            if layout == "app":
+                got = _app(Path(tmp), mode, _PAYLOADS[payload], count)
+            else:
+                got = _run(Path(tmp) / "tasks.db", mode, layout, _PAYLOADS[payload], count)
         enq = got["enqueue"]
         cells = [f"bare {bare[0]:.1f}/{bare[1]:.1f}"]
         cells += [f"{name} {wall:.1f}/{cpu:.1f}" for name, (wall, cpu) in got.items()]

@@ -23,11 +23,11 @@ def test_each_layout_enqueues_claims_and_settles(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()[1:]
-    layouts = ("current", "norowid", "bound")
+    layouts = ("current", "norowid", "two", "bound", "app")
     expected = [(mode, size, layout) for mode in ("NORMAL", "FULL") for size in ("16B", "2KB") for layout in layouts]
     assert [tuple(line.split()[2:5]) for line in lines] == expected, done.stdout
     number = r"[\d.]+/[\d.]+"
     for line in lines:
-        drain = "" if " bound " in line else rf"  claim {number}  settle {number}"
+        drain = "" if re.search(" (two|bound|app) ", line) else rf"  claim {number}  settle {number}"
         shape = rf"pass 1 \w+ \w+ \w+ +bare {number}  enqueue {number}{drain}  enqueue/bare [\d.]+x/[\d.]+x"
         assert re.fullmatch(shape, line), line
