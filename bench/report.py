@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.backlog_report import section_of
 from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
 from bench.report_format import APART, best, cell, fmt
@@ -158,6 +159,9 @@ def write_report(data: dict[str, Any], path: Path) -> None:
         )
     lines += sqlite_sections(figures, by_key, default_mode)
     lines += _sqlite_peer_section(figures, by_key)
+    kept = section_of(path.read_text()) if path.exists() else None  # bench.backlog's, run apart
+    if kept:
+        lines += ["", kept.rstrip("\n")]
     if notes:
         lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
     lines += ["", "## Settings", ""]
@@ -229,6 +233,10 @@ _METHOD = """## Method
   directory of the run's SQLite files (the VM's ext4 disk, where a sync is real).
 - **SQLite processes** (`bench/sqlite_procs.py`, every pass): 1, 2 and 4 default `conveyor worker`
   processes on one file, as separate commands and as `-p N`, unpinned; N tasks enqueued once all registered.
+- The backlog curve (issue 33: bytes per task, enqueue rate and claim latency at 10k, 100k and 1M
+  queued, on one server, a 3-master cluster and a SQLite file) is measured apart by
+  `python -m bench.backlog` (`make bench-backlog`; `make bench` runs it after this report), which
+  writes its own section; this report keeps it.
 - The Redis broker's own aims (issue 4) are measured apart: `docs/redis-aims.md`, written by
   `python -m bench.bench_redis --tasks 50000 --reps 5 --markdown docs/redis-aims.md` (every figure in
   five runs; its median, range, and in how many runs it met its aim).

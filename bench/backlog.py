@@ -1,0 +1,237 @@
+"""A growing backlog on each backend: bytes per task, enqueue rate and claim latency as it grows.
+
+    .venv/bin/python -m bench.backlog [--levels 10000,100000,1000000] [--backends redis,cluster,sqlite]
+        [--batch 1000] [--singles 100] [--batches 10] [--batch-size 100] [--reps 3]
+        [--markdown docs/benchmarks.md]
+
+Issue 33 asks whether a task costs the same with 10k, 100k and 1M tasks queued. For each backend (one
+private Redis-compatible server, a private 3-master cluster, a SQLite file in a temporary directory),
+tasks with 16-byte payloads are enqueued in batches (``--batch`` a call, through ``Broker.enqueue``)
+into one queue until the backlog reaches each level. At each level it reads:
+
+* **bytes per task**: the store's growth since it was empty (after the scripts were loaded) over the
+  tasks stored: ``INFO memory`` ``used_memory`` (summed over the cluster's masters), or the SQLite
+  file plus its WAL after a ``TRUNCATE`` checkpoint (outside the timed calls). Where the bytes sit
+  (master by master, or file and WAL) is reported too;
+* **enqueue rate**: tasks enqueued to reach this level from the previous one over the time spent in
+  ``enqueue`` calls (building the ``NewTask`` objects is not timed);
+* **claim latency**: ``--singles`` calls of ``claim(limit=1)`` and ``--batches`` calls of
+  ``claim(limit=--batch-size)``, the calls a worker makes, each timed alone; every claimed task is
+  then settled ``complete`` (untimed) and the completed tasks are cleaned, so the next level is filled
+  from a backlog that lost only those.
+
+``--reps`` passes run the backends in turn, each pass starting from an empty store; the report gives
+the median bytes and rates (with the rates' range) and latency percentiles over every pass's calls.
+Servers are started on free 127.0.0.1 ports by ``conveyor.testing`` and stopped by their PIDs, one
+backend after another, so a backend's memory is gone before the next starts. ``--markdown`` rewrites
+the "Backlog" section of that file (``docs/benchmarks.md``), leaving the rest as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+from bench.backlog_report import BACKENDS, Level, Run, markdown_section, merge, splice_section, table
+from bench.server import cpu_model
+from conveyor.brokers import open_broker
+from conveyor.brokers.base import Broker
+from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
+from conveyor.testing.redis_cluster import LocalCluster
+from conveyor.testing.redis_server import RedisServer
+
+__all__ = ["main", "measure_backend"]
+
+NOW = 1_000_000.0
+QUEUE = "backlog"
+PAYLOAD = '[["0123456789"]]'  # 16 bytes of JSON text, as the issue asks
+LEASE = 300.0
+
+#: A store's size in bytes, part by part (masters, or file and WAL), read at the moment of the call.
+Sizer = Callable[[], list[int]]
+
+
+def _info(server: RedisServer, section: str) -> dict[str, str]:
+    client = server.client()
+    try:
+        return {str(key): str(value) for key, value in client.info(section).items()}
+    finally:
+        client.close()
+
+
+def _used_memory(server: RedisServer) -> int:
+    return int(_info(server, "memory")["used_memory"])
+
+
+def _version(server: RedisServer) -> str:
+    info = _info(server, "server")
+    return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
+
+
+@contextmanager
+def _redis() -> Iterator[tuple[str, Sizer, list[str], str]]:
+    with RedisServer() as server:
+        yield server.namespace_url(), lambda: [_used_memory(server)], ["server"], _version(server)
+
+
+@contextmanager
+def _cluster() -> Iterator[tuple[str, Sizer, list[str], str]]:
+    with LocalCluster(masters=3) as cluster:
+        masters = list(cluster.masters)
+        parts = [f"master {i + 1}" for i in range(len(masters))]
+        detail = f"{_version(masters[0])}, 3 masters, no replicas"
+        yield cluster.namespace_url(), lambda: [_used_memory(m) for m in masters], parts, detail
+
+
+@contextmanager
+def _sqlite() -> Iterator[tuple[str, Sizer, list[str], str]]:
+    directory = Path(tempfile.mkdtemp(prefix="conveyor-backlog-"))
+    path = directory / "backlog.db"
+
+    def sizes() -> list[int]:
+        # Every page into the file first: the WAL keeps its high-water size after a checkpoint (1000
+        # pages by default), so without this a small backlog's bytes would be mostly WAL.
+        with closing(sqlite3.connect(path)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return [p.stat().st_size if p.exists() else 0 for p in (path, path.with_name(path.name + "-wal"))]
+
+    try:
+        yield f"sqlite:///{path}", sizes, ["file", "WAL"], f"a file, SQLite {sqlite3.sqlite_version}, defaults"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_STORES = {"redis": _redis, "cluster": _cluster, "sqlite": _sqlite}
+
+
+def _tasks(count: int) -> list[NewTask]:
+    return [NewTask(id=os.urandom(16).hex(), name="job", queue=QUEUE, payload=PAYLOAD) for _ in range(count)]
+
+
+def _timed_claims(broker: Broker, calls: int, limit: int) -> list[float]:
+    """``calls`` claims of up to ``limit`` tasks, each timed alone (ms); every claimed task settled."""
+    samples: list[float] = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        claimed: list[TaskRecord] = broker.claim([QUEUE], NOW, LEASE, limit=limit)
+        samples.append((time.perf_counter() - started) * 1000)
+        if len(claimed) != limit:
+            raise RuntimeError(f"claimed {len(claimed)} of {limit}: the backlog ran out")
+        outcomes = [Outcome(r.id, r.lease_token or "", "complete", keep_for=0.0) for r in claimed]
+        if not all(broker.settle(outcomes, NOW)):
+            raise RuntimeError("a settle was refused")
+    return samples
+
+
+def measure_backend(
+    backend: str,
+    levels: Sequence[int],
+    *,
+    batch: int = 1000,
+    singles: int = 100,
+    batches: int = 10,
+    batch_size: int = 100,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> Run:
+    """Fill one backend's queue to each of ``levels`` in turn and measure there (see the module's doc)."""
+    with _STORES[backend]() as (url, sizes, parts, detail):
+        broker = open_broker(url, BrokerPolicy())
+        try:
+            broker.claim([QUEUE], NOW, LEASE, limit=1)  # first use: scripts loaded, schema made
+            empty = sizes()
+            queued, run = 0, Run(backend=backend, detail=detail, parts=parts)
+            for level in levels:
+                added, spent = level - queued, 0.0
+                while queued < level:
+                    chunk = _tasks(min(batch, level - queued))
+                    started = time.perf_counter()
+                    broker.enqueue(chunk, NOW)
+                    spent += time.perf_counter() - started
+                    queued += len(chunk)
+                grown = [now - then for now, then in zip(sizes(), empty, strict=True)]
+                single = _timed_claims(broker, singles, 1)
+                batched = _timed_claims(broker, batches, batch_size)
+                taken = singles + batches * batch_size
+                cleaned = broker.clean(NOW, limit=taken)
+                if cleaned != taken:
+                    raise RuntimeError(f"cleaned {cleaned} completed tasks, expected {taken}")
+                run.levels.append(Level(queued, grown, added / spent if spent else 0.0, single, batched, batch_size))
+                queued -= taken
+                say(f"  {backend}: {level:,} queued measured")
+        finally:
+            broker.close()
+    return run
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.backlog", description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="10000,100000,1000000", help="backlog sizes, comma-separated")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"of {', '.join(BACKENDS)}")
+    parser.add_argument("--batch", type=int, default=1000, help="tasks per enqueue call")
+    parser.add_argument("--singles", type=int, default=100, help="one-task claims timed per level")
+    parser.add_argument("--batches", type=int, default=10, help="batch claims timed per level")
+    parser.add_argument("--batch-size", type=int, default=100, help="tasks per batch claim")
+    parser.add_argument("--reps", type=int, default=3, help="passes over the backends (interleaved)")
+    parser.add_argument("--markdown", type=Path, help="rewrite the Backlog section of this file")
+    args = parser.parse_args(argv)
+    args.levels = [int(level) for level in args.levels.split(",") if level]
+    args.backends = [name for name in args.backends.split(",") if name]
+    unknown = [name for name in args.backends if name not in BACKENDS]
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}: choose from {', '.join(BACKENDS)}")
+    taken = args.singles + args.batches * args.batch_size
+    if args.levels != sorted(set(args.levels)) or not args.levels or args.levels[0] <= taken:
+        parser.error(f"--levels must rise and start above the {taken} tasks each level's claims take")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = _args(argv)
+    # SIGTERM unwinds like an exception, so the servers are stopped by PID on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.time()
+    passes: dict[str, list[Run]] = {backend: [] for backend in args.backends}
+    for number in range(args.reps):  # interleaved, so that the machine's drift spreads over every backend
+        print(f"pass {number + 1} of {args.reps}", flush=True)
+        for backend in args.backends:
+            run = measure_backend(
+                backend,
+                args.levels,
+                batch=args.batch,
+                singles=args.singles,
+                batches=args.batches,
+                batch_size=args.batch_size,
+            )
+            passes[backend].append(run)
+    runs = [merge(backend_passes) for backend_passes in passes.values()]
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "duration_s": round(time.time() - started),
+        "command": " ".join(["python -m bench.backlog", *argv]),
+        "reps": args.reps,
+        "batch": args.batch,
+        "singles": args.singles,
+        "batches": args.batches,
+        "machine": f"{os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()}",
+    }
+    for line in table(runs):
+        print(line)
+    if args.markdown:
+        text = args.markdown.read_text() if args.markdown.exists() else ""
+        args.markdown.write_text(splice_section(text, markdown_section(runs, meta)))
+        print(f"wrote the Backlog section of {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

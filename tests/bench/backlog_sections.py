@@ -1,0 +1,55 @@
+"""Checks of the backlog section run by ``test_bench_backlog.py`` as a script (``bench`` importable)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from bench.backlog_report import HEADING, Level, Run, markdown_section, quantile, section_of, splice_section
+from bench.report import write_report
+
+REPORT = "# Benchmarks\n\nintro\n\n## Results\n\nrows\n\n## Notes\n\n1. a note\n\n## Settings\n\n- s\n"
+
+
+def _run() -> Run:
+    level = Level(queued=10_000, grown=[4_000_000, 0, 0], enqueue_rate=1e5, single_ms=[0.1] * 100,
+                  batch_ms=[1.0] * 10, batch_size=100)  # fmt: skip
+    return Run(backend="cluster", detail="3 masters", parts=["master 1", "master 2", "master 3"], levels=[level])
+
+
+def check_the_section_names_a_namespace_held_by_one_master_and_replaces_itself() -> None:
+    meta = {"date": "today", "duration_s": 1, "command": "python -m bench.backlog", "machine": "here"}
+    section = markdown_section([_run()], meta)
+    assert section.startswith(HEADING + "\n") and section.endswith("\n")
+    assert "| Redis Cluster, 3 masters | 10,000 | 400 | 100,000 | 0.10 | 0.10 | 1.00 | 1.00 | master 1 100%" in section
+    assert "whole namespace on one master" in section
+    once = splice_section(REPORT, section)
+    assert once.index("rows") < once.index(HEADING) < once.index("## Notes")
+    twice = splice_section(once, section.replace("today", "tomorrow"))
+    assert twice == once.replace("today", "tomorrow")
+    assert splice_section("", section) == section
+    assert splice_section(REPORT.split("## Notes")[0], section).endswith(section)  # no later heading: at the end
+
+
+def check_the_main_report_keeps_the_backlog_section(tmp_path: Path) -> None:
+    path = tmp_path / "benchmarks.md"
+    meta = {"date": "d", "n": 1, "reps": 1, "nproc": 2, "cpu": "c", "python": "3", "placement": "p"}
+    write_report({"meta": meta, "figures": []}, path)
+    assert section_of(path.read_text()) is None
+    section = markdown_section([_run()], {"date": "d", "duration_s": 1, "command": "c", "machine": "m"})
+    path.write_text(splice_section(path.read_text(), section))
+    write_report({"meta": meta, "figures": []}, path)
+    text = path.read_text()
+    assert section_of(text) == section + "\n" and text.index(HEADING) < text.index("## Settings")
+
+
+def check_quantiles_are_nearest_rank() -> None:
+    samples = [float(i) for i in range(100, 0, -1)]
+    assert (quantile(samples, 0.5), quantile(samples, 0.99), quantile([3.0], 0.99)) == (50.0, 99.0, 3.0)
+
+
+if __name__ == "__main__":
+    check_the_section_names_a_namespace_held_by_one_master_and_replaces_itself()
+    with tempfile.TemporaryDirectory() as directory:
+        check_the_main_report_keeps_the_backlog_section(Path(directory))
+    check_quantiles_are_nearest_rank()
