@@ -14,7 +14,10 @@ into one queue until the backlog reaches each level. At each level it reads:
   file plus its WAL after a ``TRUNCATE`` checkpoint (outside the timed calls). Where the bytes sit
   (master by master, or file and WAL) is reported too;
 * **enqueue rate**: tasks enqueued to reach this level from the previous one over the time spent in
-  ``enqueue`` calls (building the ``NewTask`` objects is not timed);
+  ``enqueue`` calls (building the ``NewTask`` objects is not timed), and the CPU each of them cost the
+  store: the server's (``INFO cpu`` deltas, summed over masters) or, for SQLite, which runs in the
+  enqueuing process, that process's CPU in the ``enqueue`` calls. Unlike the rate, it does not count
+  the time other processes on a shared machine take;
 * **claim latency**: ``--singles`` calls of ``claim(limit=1)`` and ``--batches`` calls of
   ``claim(limit=--batch-size)``, the calls a worker makes, each timed alone; every claimed task is
   then settled ``complete`` (untimed) and the completed tasks are cleaned, so the next level is filled
@@ -40,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.backlog_report import BACKENDS, Level, Run, markdown_section, merge, splice_section, table
@@ -61,6 +65,17 @@ LEASE = 300.0
 Sizer = Callable[[], list[int]]
 
 
+@dataclass(frozen=True)
+class Store:
+    """A backend's store while it runs: its URL, how to read its size, and its server's CPU."""
+
+    url: str
+    sizes: Sizer
+    parts: list[str]
+    detail: str
+    server_cpu: Callable[[], float] | None  # seconds, summed over masters; None: it runs in this process
+
+
 def _info(server: RedisServer, section: str) -> dict[str, str]:
     client = server.client()
     try:
@@ -73,28 +88,35 @@ def _used_memory(server: RedisServer) -> int:
     return int(_info(server, "memory")["used_memory"])
 
 
+def _cpu(servers: Sequence[RedisServer]) -> float:
+    fields = [_info(server, "cpu") for server in servers]
+    return sum(float(info["used_cpu_user"]) + float(info["used_cpu_sys"]) for info in fields)
+
+
 def _version(server: RedisServer) -> str:
     info = _info(server, "server")
     return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
 
 
 @contextmanager
-def _redis() -> Iterator[tuple[str, Sizer, list[str], str]]:
+def _redis() -> Iterator[Store]:
     with RedisServer() as server:
-        yield server.namespace_url(), lambda: [_used_memory(server)], ["server"], _version(server)
+        sizes = lambda: [_used_memory(server)]  # noqa: E731
+        yield Store(server.namespace_url(), sizes, ["server"], _version(server), lambda: _cpu([server]))
 
 
 @contextmanager
-def _cluster() -> Iterator[tuple[str, Sizer, list[str], str]]:
+def _cluster() -> Iterator[Store]:
     with LocalCluster(masters=3) as cluster:
         masters = list(cluster.masters)
         parts = [f"master {i + 1}" for i in range(len(masters))]
         detail = f"{_version(masters[0])}, 3 masters, no replicas"
-        yield cluster.namespace_url(), lambda: [_used_memory(m) for m in masters], parts, detail
+        sizes = lambda: [_used_memory(m) for m in masters]  # noqa: E731
+        yield Store(cluster.namespace_url(), sizes, parts, detail, lambda: _cpu(masters))
 
 
 @contextmanager
-def _sqlite() -> Iterator[tuple[str, Sizer, list[str], str]]:
+def _sqlite() -> Iterator[Store]:
     directory = Path(tempfile.mkdtemp(prefix="conveyor-backlog-"))
     path = directory / "backlog.db"
 
@@ -106,7 +128,8 @@ def _sqlite() -> Iterator[tuple[str, Sizer, list[str], str]]:
         return [p.stat().st_size if p.exists() else 0 for p in (path, path.with_name(path.name + "-wal"))]
 
     try:
-        yield f"sqlite:///{path}", sizes, ["file", "WAL"], f"a file, SQLite {sqlite3.sqlite_version}, defaults"
+        detail = f"a file, SQLite {sqlite3.sqlite_version}, defaults"
+        yield Store(f"sqlite:///{path}", sizes, ["file", "WAL"], detail, None)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -144,28 +167,32 @@ def measure_backend(
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Run:
     """Fill one backend's queue to each of ``levels`` in turn and measure there (see the module's doc)."""
-    with _STORES[backend]() as (url, sizes, parts, detail):
-        broker = open_broker(url, BrokerPolicy())
+    with _STORES[backend]() as store:
+        broker = open_broker(store.url, BrokerPolicy())
         try:
             broker.claim([QUEUE], NOW, LEASE, limit=1)  # first use: scripts loaded, schema made
-            empty = sizes()
-            queued, run = 0, Run(backend=backend, detail=detail, parts=parts)
+            empty = store.sizes()
+            queued, run = 0, Run(backend=backend, detail=store.detail, parts=store.parts)
             for level in levels:
-                added, spent = level - queued, 0.0
+                added, spent, own = level - queued, 0.0, 0.0
+                server0 = store.server_cpu() if store.server_cpu else 0.0
                 while queued < level:
                     chunk = _tasks(min(batch, level - queued))
-                    started = time.perf_counter()
+                    started, cpu0 = time.perf_counter(), time.process_time()
                     broker.enqueue(chunk, NOW)
                     spent += time.perf_counter() - started
+                    own += time.process_time() - cpu0
                     queued += len(chunk)
-                grown = [now - then for now, then in zip(sizes(), empty, strict=True)]
+                cpu = store.server_cpu() - server0 if store.server_cpu else own
+                grown = [now - then for now, then in zip(store.sizes(), empty, strict=True)]
                 single = _timed_claims(broker, singles, 1)
                 batched = _timed_claims(broker, batches, batch_size)
                 taken = singles + batches * batch_size
                 cleaned = broker.clean(NOW, limit=taken)
                 if cleaned != taken:
                     raise RuntimeError(f"cleaned {cleaned} completed tasks, expected {taken}")
-                run.levels.append(Level(queued, grown, added / spent if spent else 0.0, single, batched, batch_size))
+                rate = added / spent if spent else 0.0
+                run.levels.append(Level(queued, grown, rate, single, batched, batch_size, cpu / added * 1e6))
                 queued -= taken
                 say(f"  {backend}: {level:,} queued measured")
         finally:

@@ -42,6 +42,7 @@ class Level:
     single_ms: list[float]  # one-task claims
     batch_ms: list[float]  # claims of ``batch_size`` tasks
     batch_size: int
+    cpu_us: float  # the store's CPU per task enqueued into this level (see bench.backlog)
     rates: list[float] = field(default_factory=list)  # each pass's enqueue rate, once merged
 
     @property
@@ -78,6 +79,7 @@ def merge(passes: list[Run]) -> Run:
                 single_ms=[ms for level in levels for ms in level.single_ms],
                 batch_ms=[ms for level in levels for ms in level.batch_ms],
                 batch_size=levels[0].batch_size,
+                cpu_us=statistics.median(level.cpu_us for level in levels),
                 rates=rates,
             )
         )
@@ -97,6 +99,7 @@ def _row(run: Run, level: Level) -> list[str]:
         f"{level.bytes_per_task:,.0f}",
         f"{level.enqueue_rate:,.0f}"
         + (f" ({min(level.rates):,.0f}-{max(level.rates):,.0f})" if len(level.rates) > 1 else ""),
+        f"{level.cpu_us:.1f}",
         f"{quantile(level.single_ms, 0.5):.2f}",
         f"{quantile(level.single_ms, 0.99):.2f}",
         f"{quantile(level.batch_ms, 0.5):.2f}",
@@ -111,6 +114,7 @@ def _columns(batch_size: int) -> list[str]:
         "queued",
         "B/task",
         "enqueue /s",
+        "enqueue CPU µs/task",
         "claim 1 p50 ms",
         "claim 1 p99 ms",
         f"claim {batch_size} p50 ms",
@@ -142,7 +146,8 @@ def flatness(run: Run) -> str:
     return (
         f"{BACKENDS[run.backend]}, {first.queued:,} → {last.queued:,} queued: bytes per task "
         f"{_trend(first.bytes_per_task, last.bytes_per_task)}; enqueue rate "
-        f"{_trend(first.enqueue_rate, last.enqueue_rate, higher_is_worse=False)}; one-task claim p50 "
+        f"{_trend(first.enqueue_rate, last.enqueue_rate, higher_is_worse=False)}; enqueue CPU per task "
+        f"{_trend(first.cpu_us, last.cpu_us)}; one-task claim p50 "
         f"{_trend(quantile(first.single_ms, 0.5), quantile(last.single_ms, 0.5))}; batch claim p50 per task "
         f"{_trend(per_task[0], per_task[1])}."
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from bench.backlog_report import HEADING, Level, Run, markdown_section, quantile, section_of, splice_section
+from bench.backlog_report import HEADING, Level, Run, markdown_section, merge, quantile, section_of, splice_section
 from bench.report import write_report
 
 REPORT = "# Benchmarks\n\nintro\n\n## Results\n\nrows\n\n## Notes\n\n1. a note\n\n## Settings\n\n- s\n"
@@ -13,7 +13,7 @@ REPORT = "# Benchmarks\n\nintro\n\n## Results\n\nrows\n\n## Notes\n\n1. a note\n
 
 def _run() -> Run:
     level = Level(queued=10_000, grown=[4_000_000, 0, 0], enqueue_rate=1e5, single_ms=[0.1] * 100,
-                  batch_ms=[1.0] * 10, batch_size=100)  # fmt: skip
+                  batch_ms=[1.0] * 10, batch_size=100, cpu_us=5.0)  # fmt: skip
     return Run(backend="cluster", detail="3 masters", parts=["master 1", "master 2", "master 3"], levels=[level])
 
 
@@ -21,7 +21,10 @@ def check_the_section_names_a_namespace_held_by_one_master_and_replaces_itself()
     meta = {"date": "today", "duration_s": 1, "command": "python -m bench.backlog", "machine": "here"}
     section = markdown_section([_run()], meta)
     assert section.startswith(HEADING + "\n") and section.endswith("\n")
-    assert "| Redis Cluster, 3 masters | 10,000 | 400 | 100,000 | 0.10 | 0.10 | 1.00 | 1.00 | master 1 100%" in section
+    assert (
+        "| Redis Cluster, 3 masters | 10,000 | 400 | 100,000 | 5.0 | 0.10 | 0.10 | 1.00 | 1.00 | master 1 100%"
+        in section
+    )
     assert "whole namespace on one master" in section
     once = splice_section(REPORT, section)
     assert once.index("rows") < once.index(HEADING) < once.index("## Notes")
@@ -43,6 +46,17 @@ def check_the_main_report_keeps_the_backlog_section(tmp_path: Path) -> None:
     assert section_of(text) == section + "\n" and text.index(HEADING) < text.index("## Settings")
 
 
+def check_passes_merge_into_medians_and_pooled_samples() -> None:
+    passes = [_run(), _run(), _run()]
+    for number, run in enumerate(passes):
+        run.levels[0].enqueue_rate, run.levels[0].cpu_us = 1e5 * (number + 1), 5.0 * (3 - number)
+        run.levels[0].single_ms = [float(number)] * 100
+    merged = merge(passes).levels[0]
+    assert (merged.enqueue_rate, merged.rates, merged.cpu_us) == (2e5, [1e5, 2e5, 3e5], 10.0)
+    assert len(merged.single_ms) == 300 and quantile(merged.single_ms, 0.5) == 1.0
+    assert merged.grown == [4_000_000, 0, 0]
+
+
 def check_quantiles_are_nearest_rank() -> None:
     samples = [float(i) for i in range(100, 0, -1)]
     assert (quantile(samples, 0.5), quantile(samples, 0.99), quantile([3.0], 0.99)) == (50.0, 99.0, 3.0)
@@ -52,4 +66,5 @@ if __name__ == "__main__":
     check_the_section_names_a_namespace_held_by_one_master_and_replaces_itself()
     with tempfile.TemporaryDirectory() as directory:
         check_the_main_report_keeps_the_backlog_section(Path(directory))
+    check_passes_merge_into_medians_and_pooled_samples()
     check_quantiles_are_nearest_rank()

@@ -44,8 +44,9 @@ def test_a_tiny_backlog_run_measures_every_backend_and_writes_its_section(tmp_pa
     out = _python("-m", "bench.backlog", *args, "--markdown", str(report), timeout=110)
     for backend in ("Redis, one server", "Redis Cluster, 3 masters", "SQLite file"):
         for queued in ("200", "400"):
-            # queued, B/task, enqueue /s (median and range of the 2 passes), four latencies (ms)
-            row = rf"^ *{re.escape(backend)} +{queued} +[\d,]+ +[\d,]+ \([\d,]+-[\d,]+\)( +\d+\.\d\d){{4}}  \S"
+            # queued, B/task, enqueue /s (median and range of the 2 passes), CPU µs/task, four latencies (ms)
+            rate = r"[\d,]+ \([\d,]+-[\d,]+\)"
+            row = rf"^ *{re.escape(backend)} +{queued} +[\d,]+ +{rate} +\d+\.\d( +\d+\.\d\d){{4}}  \S"
             assert re.search(row, out, re.M), (backend, queued, out)
     assert [line for line in out.splitlines() if line.startswith("pass ")] == ["pass 1 of 2", "pass 2 of 2"], out
     text = report.read_text()
