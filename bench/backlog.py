@@ -1,7 +1,7 @@
 """A growing backlog on each backend: bytes per task, enqueue rate and claim latency as it grows.
 
     .venv/bin/python -m bench.backlog [--levels 10000,100000,1000000] [--backends redis,cluster,sqlite]
-        [--batch 1000] [--singles 100] [--batches 10] [--batch-size 100] [--reps 3]
+        [--batch 1000] [--singles 100] [--batches 10] [--batch-size 100] [--ids random] [--reps 3]
         [--markdown docs/benchmarks.md]
 
 Issue 33 asks whether a task costs the same with 10k, 100k and 1M tasks queued. For each backend (one
@@ -33,6 +33,7 @@ the "Backlog" section of that file (``docs/benchmarks.md``), leaving the rest as
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import shutil
@@ -137,8 +138,17 @@ def _sqlite() -> Iterator[Store]:
 _STORES = {"redis": _redis, "cluster": _cluster, "sqlite": _sqlite}
 
 
-def _tasks(count: int) -> list[NewTask]:
-    return [NewTask(id=os.urandom(16).hex(), name="job", queue=QUEUE, payload=PAYLOAD) for _ in range(count)]
+def _ids(kind: str) -> Iterator[str]:
+    """Task ids: ``random`` as the app makes them (128 random bits in hex), or ``sequential`` (the same
+    length, in enqueue order) to tell the cost of random ids in an index apart from the rest."""
+    if kind == "random":
+        while True:
+            yield os.urandom(16).hex()
+    yield from (f"{number:032x}" for number in itertools.count())
+
+
+def _tasks(ids: Iterator[str], count: int) -> list[NewTask]:
+    return [NewTask(id=next(ids), name="job", queue=QUEUE, payload=PAYLOAD) for _ in range(count)]
 
 
 def _timed_claims(broker: Broker, calls: int, limit: int) -> list[float]:
@@ -164,6 +174,7 @@ def measure_backend(
     singles: int = 100,
     batches: int = 10,
     batch_size: int = 100,
+    ids: str = "random",
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Run:
     """Fill one backend's queue to each of ``levels`` in turn and measure there (see the module's doc)."""
@@ -172,12 +183,13 @@ def measure_backend(
         try:
             broker.claim([QUEUE], NOW, LEASE, limit=1)  # first use: scripts loaded, schema made
             empty = store.sizes()
+            new_ids = _ids(ids)
             queued, run = 0, Run(backend=backend, detail=store.detail, parts=store.parts)
             for level in levels:
                 added, spent, own = level - queued, 0.0, 0.0
                 server0 = store.server_cpu() if store.server_cpu else 0.0
                 while queued < level:
-                    chunk = _tasks(min(batch, level - queued))
+                    chunk = _tasks(new_ids, min(batch, level - queued))
                     started, cpu0 = time.perf_counter(), time.process_time()
                     broker.enqueue(chunk, NOW)
                     spent += time.perf_counter() - started
@@ -208,6 +220,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--singles", type=int, default=100, help="one-task claims timed per level")
     parser.add_argument("--batches", type=int, default=10, help="batch claims timed per level")
     parser.add_argument("--batch-size", type=int, default=100, help="tasks per batch claim")
+    parser.add_argument("--ids", choices=("random", "sequential"), default="random", help="task ids (see _ids)")
     parser.add_argument("--reps", type=int, default=3, help="passes over the backends (interleaved)")
     parser.add_argument("--markdown", type=Path, help="rewrite the Backlog section of this file")
     args = parser.parse_args(argv)
@@ -238,6 +251,7 @@ def main(argv: list[str]) -> int:
                 singles=args.singles,
                 batches=args.batches,
                 batch_size=args.batch_size,
+                ids=args.ids,
             )
             passes[backend].append(run)
     runs = [merge(backend_passes) for backend_passes in passes.values()]
