@@ -135,7 +135,7 @@ else
 	@echo "   the dashboard's browser test ran in $$($(CHROMIUM) --version 2>/dev/null)"
 endif
 
-# The backlog curve (bench/backlog.py, ~4 min) writes its own section of docs/benchmarks.md, which
+# The backlog curve (bench/backlog.py, 6-8 min here) writes its own section of docs/benchmarks.md, which
 # `python -m bench` keeps; `make bench-backlog` runs it alone.
 bench: $(STAMP)
 	$(BIN)/python -m bench
