@@ -99,21 +99,32 @@ class Acker:
             self._ready.clear()
             if self.linger:
                 self._linger()
-            stopping = False
-            batch: list[tuple[Held, Outcome]] = []
-            while len(batch) < _BATCH:
-                try:
-                    item = self._items.popleft()
-                except IndexError:
-                    break
-                if item is None:
-                    stopping = True
-                    continue
-                batch.append(item)
+            batch, stopping = self._pop(keep_stop=False)
             if batch:
                 self._write(batch, persistent=True)
             if stopping:
                 return
+
+    def _pop(self, keep_stop: bool) -> tuple[list[tuple[Held, Outcome]], bool]:
+        """The outcomes waiting, in order, at most a batch, and whether the stop marker was met. With
+        ``keep_stop`` the marker ends the batch and stays first in line; without, it is taken and the
+        batch goes on past it."""
+        batch: list[tuple[Held, Outcome]] = []
+        stopping = False
+        items = self._items
+        while len(batch) < _BATCH:
+            try:
+                item = items.popleft()
+            except IndexError:
+                break
+            if item is None:
+                stopping = True
+                if keep_stop:
+                    items.appendleft(item)
+                    break
+                continue
+            batch.append(item)
+        return batch, stopping
 
     def _linger(self) -> None:
         """Leave the outcomes to a claimer while it is about to claim (see the module docstring)."""
@@ -132,17 +143,7 @@ class Acker:
     def take(self) -> list[tuple[Held, Outcome]]:
         """The outcomes waiting (at most a batch), for a claimer to settle with its claim; it hands them
         to :meth:`settled` once written, or back with :meth:`give_back` if its call failed."""
-        batch: list[tuple[Held, Outcome]] = []
-        items = self._items
-        while len(batch) < _BATCH:
-            try:
-                item = items.popleft()
-            except IndexError:
-                break
-            if item is None:  # the stop marker stays for the acker's own loop
-                items.appendleft(item)
-                break
-            batch.append(item)
+        batch, _ = self._pop(keep_stop=True)  # the stop marker stays for the acker's own loop
         if batch:
             self._taken_at = time.monotonic()
         return batch
