@@ -90,13 +90,17 @@ unit: $(STAMP)
 	$(call redis_again,$(BIN))
 
 # The quick loop while working: every test but the `slow` ones (processes of their own, the browser,
-# benchmarks, long property runs), which `make test` still runs. Its temporary files (SQLite databases
-# above all) go to /dev/shm where there is one: each test's fsyncs then cost nothing, which on a busy
-# shared disk is most of the run's time. No cache: parallel checkouts share none.
+# benchmarks, the Redis Cluster, long property runs), which `make test` still runs, spread over every
+# core (pytest-xdist, -n auto; worksteal: a worker left idle takes tests queued for the other). Its
+# temporary files (SQLite databases above all) go to /dev/shm where there is one: each test's fsyncs
+# then cost nothing, which on a busy shared disk is most of the run's time. No pytest cache: parallel
+# checkouts share none. Bytecode (the test modules' with their rewritten asserts included) is kept in
+# the venv even where PYTHONDONTWRITEBYTECODE is set: compiling it again is seconds of every run.
 FAST_TMP := $(firstword $(wildcard /dev/shm) /tmp)
 unit-fast: $(STAMP)
 	@tmp=$$(mktemp -d $(FAST_TMP)/conveyor-unit-fast.XXXXXX) && \
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --basetemp=$$tmp/pytest; \
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache \
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" -n auto --dist worksteal --basetemp=$$tmp/pytest; \
 	status=$$?; rm -rf $$tmp; exit $$status
 
 ifneq ($(NEWEST),)

@@ -30,6 +30,23 @@ def _available(backend: str) -> bool:
     return spec is not None and spec.origin is not None  # a package still without __init__.py is not built
 
 
+#: Fixtures of the session's private Redis Cluster (three servers, about two seconds to build per test
+#: process), and the conformance suite's parameter that runs on it.
+CLUSTER_FIXTURES = frozenset({"redis_cluster", "redis_cluster_url"})
+CLUSTER_BACKEND = "redis-cluster"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the mark must be there by then
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the Redis Cluster is ``slow`` (servers of the session's own, started for it), so
+    ``make unit-fast`` leaves them to ``make test``; marked here, in one place, not test by test."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_cluster = callspec is not None and callspec.params.get("broker_url") == CLUSTER_BACKEND
+        if on_cluster or CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(1_000_000.0)

@@ -657,7 +657,7 @@ def test_a_starting_worker_logs_the_preflight_warnings_once(
     own_server.client().config_set("maxmemory-policy", "allkeys-lru")
     spy = SpyBroker.from_url(own_server.namespace_url())
     app = Conveyor(broker=spy)
-    worker = app.worker(poll_interval=0.05, registry_interval=0.05)
+    worker = app.worker(poll_interval=0.05, registry_interval=0.05, freeze_heap=False)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     with caplog.at_level("WARNING", logger="conveyor"):
         thread.start()
@@ -735,7 +735,9 @@ def test_a_worker_on_redis_keeps_two_claims_in_flight(redis_url: str) -> None:
         done.append(i)
 
     app.enqueue_many("job", [((i,), {}) for i in range(3000)], queue="pipelined")
-    worker = Worker(app, WorkerConfig(queues=("pipelined",), concurrency=8, prefetch=8, poll_interval=0.05))
+    worker = Worker(
+        app, WorkerConfig(queues=("pipelined",), concurrency=8, prefetch=8, poll_interval=0.05, freeze_heap=False)
+    )
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:

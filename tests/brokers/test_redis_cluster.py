@@ -270,7 +270,7 @@ def test_a_running_worker_drains_and_wakes_on_a_cluster(redis_cluster: LocalClus
     def record(n: int) -> None:
         done.append(n)
 
-    worker = app.worker(concurrency=4)
+    worker = app.worker(concurrency=4, freeze_heap=False)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:

@@ -35,6 +35,7 @@ def test_the_session_cluster_spreads_the_slots_evenly_over_three_masters(redis_c
     assert all(master.info("cluster")["cluster_state"] == "ok" for master in redis_cluster.masters)
 
 
+@pytest.mark.slow  # a cluster of its own
 def test_replicas_follow_their_masters_and_stop_leaves_no_process() -> None:
     with LocalCluster(masters=3, replicas=1) as cluster:
         pids = [node.pid for node in cluster.nodes]

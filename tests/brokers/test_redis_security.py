@@ -133,7 +133,7 @@ def refused_quickly(url: str, error: type[BrokerError], match: str | None = None
 
 @contextmanager
 def running(app: Conveyor) -> Iterator[None]:
-    worker = app.worker(concurrency=8, poll_interval=0.05)
+    worker = app.worker(concurrency=8, poll_interval=0.05, freeze_heap=False)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:

@@ -160,7 +160,7 @@ def test_a_worker_thread_meets_an_injected_outage_and_goes_on(memory_spy: SpyBro
 
     memory_spy.fail("claim", BrokerUnavailable("down"), times=3)
     job.enqueue()
-    worker = app.worker(poll_interval=0.01)
+    worker = app.worker(poll_interval=0.01, freeze_heap=False)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:

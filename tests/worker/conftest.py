@@ -1,4 +1,9 @@
-"""Fixtures for runtime tests: a memory app on the system clock and a worker running on a thread."""
+"""Fixtures for runtime tests: a memory app on the system clock and a worker running on a thread.
+
+Workers started here (and by the other tests that run one on a thread) do not freeze the heap
+(``freeze_heap=False``): the freeze begins with a full collection of the process, here the whole test
+session's heap, which made it most of a worker test's time. ``test_garbage.py`` tests the freeze itself.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ def start_worker(live_app: Conveyor) -> Iterator[Start]:
 
     def start(app: Conveyor | None = None, **settings: Any) -> Worker:
         settings.setdefault("poll_interval", 0.02)
+        settings.setdefault("freeze_heap", False)  # see the module docstring
         worker = (app or live_app).worker(**settings)
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         thread.start()

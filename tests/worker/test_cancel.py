@@ -253,7 +253,7 @@ def test_a_task_cancelled_while_the_pool_starts_it_never_runs(
         ran.append("second")
 
     handle = first.enqueue()
-    worker = app.worker(concurrency=1, poll_interval=0.02, lease_for=60.0, heartbeat_interval=10.0)
+    worker = app.worker(concurrency=1, poll_interval=0.02, lease_for=60.0, heartbeat_interval=10.0, freeze_heap=False)
     prepare = worker.executor.prepare
 
     def prepare_then_lose(record: TaskRecord) -> Any:
@@ -292,7 +292,7 @@ def test_a_task_cancelled_just_after_it_started_stays_held_and_its_cancel_is_rep
         release.wait(10)  # never looks at its context
 
     handle = stubborn.enqueue()
-    worker = app.worker(poll_interval=0.02, lease_for=60.0, heartbeat_interval=10.0)
+    worker = app.worker(poll_interval=0.02, lease_for=60.0, heartbeat_interval=10.0, freeze_heap=False)
     reports = Reports()
 
     def cancel_at_start(held: Held) -> None:

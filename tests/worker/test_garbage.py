@@ -41,7 +41,7 @@ def test_a_finished_task_leaves_no_cyclic_garbage(live_app: Conveyor) -> None:
 def test_worker_freezes_the_heap_while_it_runs(live_app: Conveyor, start_worker: Start) -> None:
     before = gc.get_freeze_count()
     made_before = ["alive when the worker starts"]
-    worker = start_worker()
+    worker = start_worker(freeze_heap=True)
     assert gc.get_freeze_count() > before
     assert not any(o is made_before for o in gc.get_objects())  # in the permanent generation: skipped
     worker.stop()

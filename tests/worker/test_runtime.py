@@ -153,7 +153,9 @@ def test_lost_lease_is_flagged_and_its_result_fenced() -> None:
         return ctx.attempt
 
     handle = slow.enqueue()
-    worker = app.worker(lease_for=10.0, heartbeat_interval=0.02, reaper_interval=0.02, poll_interval=0.02)
+    worker = app.worker(
+        lease_for=10.0, heartbeat_interval=0.02, reaper_interval=0.02, poll_interval=0.02, freeze_heap=False
+    )
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
@@ -207,7 +209,7 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost(settings: dict[str, A
         return "first"
 
     handle = waits.enqueue()
-    worker = app.worker(**settings)
+    worker = app.worker(**settings, freeze_heap=False)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
@@ -239,7 +241,7 @@ def test_async_handler_is_cancelled_when_its_lease_is_lost_while_it_is_being_sta
         await sleep_until_cancelled(started, cancelled)
 
     waits.enqueue()
-    worker = app.worker(lease_for=10.0, poll_interval=0.02)
+    worker = app.worker(lease_for=10.0, poll_interval=0.02, freeze_heap=False)
     submit = asyncio.run_coroutine_threadsafe
 
     def submit_then_lose(coro: Any, loop: asyncio.AbstractEventLoop) -> Any:
@@ -272,7 +274,7 @@ def test_a_task_whose_lease_is_lost_while_it_is_being_prepared_never_starts(monk
         seen.append(current_task().lease_lost)
 
     looks.enqueue()
-    worker = app.worker(lease_for=10.0, poll_interval=0.02)
+    worker = app.worker(lease_for=10.0, poll_interval=0.02, freeze_heap=False)
     prepare = worker.executor.prepare
     prepared_once = threading.Event()
 
