@@ -188,9 +188,9 @@ def test_a_one_task_claim_reply_is_its_row_alone() -> None:
 
 
 def test_the_lua_row_layout_is_the_codecs() -> None:
-    """``_lib.lua`` lists a row's fields once (``FIELDS``) and builds ``ROW`` and the head patterns of
-    ``claim.lua`` and ``settle.lua`` from it (a head out of its order does not load): in ``ROW_NAMES``'s
-    order, with no pattern of a row spelled again elsewhere."""
+    """``_lib.lua`` lists a row's fields once (``FIELDS``) and builds ``ROW``, the head patterns of
+    ``claim.lua`` and ``settle.lua`` and a new task's row from it (a head out of its order does not load):
+    in ``ROW_NAMES``'s order, with no pattern of a row spelled again elsewhere."""
     lib = read_source("_lib")
     (fields,) = re.findall(r"^ *local FIELDS = \{([^}]*)\}", lib, flags=re.MULTILINE)
     assert re.findall(r"'(\w+)'", fields) == list(ROW_NAMES[:-1])  # the body: the rest of the row
@@ -199,8 +199,32 @@ def test_the_lua_row_layout_is_the_codecs() -> None:
     for spec in heads.values():
         names = re.findall(r"'(\w+)'", spec)
         assert names == list(ROW_NAMES[: len(names)])
-    (fresh,) = re.findall(r"^local FRESH = '(.*)'$", lib, flags=re.MULTILINE)
-    assert len(fresh.split()) == ROW_NAMES.index("fa") - ROW_NAMES.index("x")  # x .. sa
     for name in ("claim", "settle"):
         assert "%S" not in read_source(name)
         assert re.search(rf"string\.match\(row, {name.upper()}_HEAD\)", read_source(name))
+
+
+def test_a_new_tasks_row_is_built_from_the_shared_layout() -> None:
+    """``enqueue.lua`` writes a new task's row with ``_lib.lua``'s ``new_row``/``new_tail``, not by hand:
+    the fields after ``x`` are ``NEW``'s, the values of a fresh row (the codec's, as ``row()`` has them),
+    or those a task sets, ``NEW_SETS`` (their order is checked when the library loads), which are
+    ``new_tail``'s parameters; ``FRESH``, what ``claim.lua`` compares such a row's head with, is built
+    from ``NEW`` too."""
+    lib, enqueue = read_source("_lib"), read_source("enqueue")
+    (new,) = re.findall(r"^ *local NEW = \{([^}]*)\}", lib, flags=re.MULTILINE)
+    fixed = dict(re.findall(r"(\w+) = '([^']*)'", new))
+    fresh = dict(zip(ROW_NAMES, row().split(" ", len(ROW_NAMES) - 1), strict=True))
+    assert {name: fresh[name] for name in fixed} == fixed  # counters and flags 0, the rest "-"
+    (sets,) = re.findall(r"^ *local NEW_SETS = \{([^}]*)\}", lib, flags=re.MULTILINE)
+    set_by_task = re.findall(r"'(\w+)'", sets)
+    after_x = ROW_NAMES[ROW_NAMES.index("x") + 1 : -1]
+    assert sorted([*fixed, *set_by_task]) == sorted(after_x)
+    assert not set(fixed) & set(set_by_task)
+    ((parameters, body),) = re.findall(r"^local function new_tail\(([^)]*)\)\n(.*?)^end$", lib, flags=re.M | re.S)
+    assert parameters.split(", ") == set_by_task
+    pieces = re.findall(r"r\[(\d+)\]\s*\.\.\s*(\w+)", body)  # each run of NEW_RUNS, then the value after it
+    assert pieces == [(str(i), name) for i, name in enumerate(set_by_task, start=1)]
+    assert re.search(rf"\.\. {set_by_task[-1]} \.\. r\[{len(set_by_task) + 1}\]\s*$", body)
+    assert "new_tail(" in enqueue and "new_row(" in enqueue
+    assert not re.search(r"'[ 0-]* 0 [ 0-]*'", enqueue)  # no fields of a row spelled out by hand
+    assert "local FRESH =" not in lib and "FRESH = '- '" in lib

@@ -224,8 +224,9 @@ end
 -- (it may hold anything). ROW matches a whole row; claim.lua and settle.lua match only the head of
 -- a row, each with a pattern of its own (CLAIM_HEAD, SETTLE_HEAD) that captures just the fields it
 -- reads and ends with the position where the rest begins: a capture of the rest would read every byte
--- of the body. All three are built here, once, from FIELDS.
-local ROW, CLAIM_HEAD, SETTLE_HEAD
+-- of the body. All three are built here, once, from FIELDS, and so are a new task's row (new_row) and
+-- FRESH, its head as claim.lua compares it.
+local ROW, CLAIM_HEAD, SETTLE_HEAD, NEW_RUNS, FRESH
 do
   local FIELDS = {'s', 'm', 'q', 'x', 'a', 'c', 'l', 'ne', 'tk', 'lx', 'sa', 'fa', 'ku', 'r', 'st', 'pr', 'ea', 'fd',
     'ra', 'nr', 'ar', 'uu', 'uk'}
@@ -258,11 +259,37 @@ do
   CLAIM_HEAD = head({'s', 'm', 'q', 'x', 'a', skip('c'), 'l', 'ne', skip('tk', 'lx', 'sa')}, '()')
   -- settle.lua: s m q (x a c as one) l ne tk (lx sa as one) (fa ku), then where r begins
   SETTLE_HEAD = head({'s', 'm', 'q', {'x', 'a', 'c'}, 'l', 'ne', 'tk', {'lx', 'sa'}, skip('fa', 'ku')}, '()')
+  -- A new task's row: s m q x given per task (new_row), then the fields after x up to uk, each either
+  -- NEW's (counters and flags 0, no lease, no result) or, in FIELDS's order, one the task sets (NEW_SETS:
+  -- new_tail's parameters), which new_tail() puts between the runs of NEW's values (NEW_RUNS). FIELDS
+  -- not starting with s m q x, or NEW_SETS out of its order, stops FUNCTION LOAD, as above.
+  local NEW = {a = '0', c = '0', l = '0', ne = '0', tk = '-', lx = '-', sa = '-', ku = '-', r = '0', st = '0',
+    ar = '-'}
+  local NEW_SETS = {'fa', 'pr', 'ea', 'fd', 'ra', 'nr', 'uu', 'uk'}
+  local _ = FIELDS[1] .. FIELDS[2] .. FIELDS[3] .. FIELDS[4] == 'smqx' or FIELDS.new_row_not_s_m_q_x.stop
+  local run, k = ' ', 0
+  NEW_RUNS = {}
+  for i = 5, #FIELDS do
+    local name = FIELDS[i]
+    if NEW[name] then
+      run = run .. NEW[name] .. ' '
+    else
+      k = k + 1
+      _ = name == NEW_SETS[k] or FIELDS.new_sets_out_of_row_order.stop
+      NEW_RUNS[k], run = run, ' '
+    end
+  end
+  _ = k == #NEW_SETS or FIELDS.new_sets_out_of_row_order.stop
+  NEW_RUNS[k + 1] = run
+  -- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at: x (none),
+  -- then NEW's a .. sa (claim.lua compares it as one string: cheaper than matching CLAIM_HEAD field by
+  -- field)
+  FRESH = '- '
+  for i = 5, #FIELDS do
+    if FIELDS[i] == 'fa' then break end
+    FRESH = FRESH .. (NEW[FIELDS[i]] or FIELDS.fresh_field_not_fixed.stop) .. ' '
+  end
 end
--- what follows "pending <m> <q> " in the row of a task never claimed, without expires_at, as
--- enqueue.lua writes it: x a c l ne tk lx sa (claim.lua compares it as one string: cheaper than
--- matching CLAIM_HEAD field by field)
-local FRESH = '- 0 0 0 0 - - - '
 
 local function str(s) if s == '-' then return nil end return s end
 -- string.byte('g'): a pending row whose fa starts with it waits in that group (see above)
@@ -292,6 +319,19 @@ local function pack(t)
   return table.concat({t.s, t.m, t.q, rn(t.x), f(t.a), t.c == '1' and '1' or '0', t.l and '1' or '0',
     t.ne and '1' or '0', t.tk or '-', rn(t.lx), rn(t.sa), t.g or rn(t.fa), rn(t.ku), f(t.r), f(t.st), f(t.pr),
     rn(t.ea), rn(t.fd), rn(t.ra), rn(t.nr), t.ar or '-', rn(t.uu), t.uk and '=' .. t.uk or '-', t.b}, ' ')
+end
+
+-- the fields after x of a new task's row (see NEW above): NEW_SETS's, as a row holds them ("-":
+-- absent), between NEW's; one tail serves every task of a call that sets the same values (enqueue.lua:
+-- its plain tasks of a priority). Its parameters are NEW_SETS (a test checks it).
+local function new_tail(fa, pr, ea, fd, ra, nr, uu, uk)
+  local r = NEW_RUNS
+  return r[1] .. fa .. r[2] .. pr .. r[3] .. ea .. r[4] .. fd .. r[5] .. ra .. r[6] .. nr .. r[7] .. uu .. r[8]
+    .. uk .. r[9]
+end
+-- a new task's row, as pack() would make it (x: expires_at, nil for none; tail: new_tail()'s)
+local function new_row(s, m, q, x, tail, body)
+  return s .. ' ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. tail .. body
 end
 
 local function load(id) return parse(id, redis.call('HGET', ROWS, id)) end

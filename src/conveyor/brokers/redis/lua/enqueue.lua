@@ -50,17 +50,12 @@ end
 -- m for sequence number seq (the zero-padded sequence, then the id)
 local function member(seq, id) return string.format('%016d', seq) .. id end
 
--- A new task's row, as pack() would make it (its counters are 0 and it has no lease yet): its head,
--- then the tail row_tail() makes (fa: "-" or the task's group, priority, next run "-" or formatted,
--- unique_until, unique key), then its body. Numbers are formatted here, not copied: a row's fields must
--- not hold spaces.
+-- The tail of a new task's row (new_tail, _lib.lua): fa ("-" or the task's group), priority, enqueued,
+-- first due and ready at now (first due: its next run if scheduled), next run ("-" or formatted),
+-- unique_until, unique key. Numbers are formatted here, not copied: a row's fields must not hold spaces.
 local function row_tail(pr, nr, uu, uk, fa)
-  return ' 0 0 0 0 - - - ' .. (fa or '-') .. ' - 0 0 ' .. (pr == 0 and '0' or f(pr)) .. ' ' .. NOWS .. ' '
-    .. (nr == '-' and NOWS or nr) .. ' ' .. NOWS .. ' ' .. nr .. ' - ' .. (uu and f(uu) or '-') .. ' '
-    .. (uk and '=' .. uk or '-') .. ' '
-end
-local function new_row(s, m, q, x, tail, body)
-  return s .. ' ' .. m .. ' ' .. q .. ' ' .. (x and f(x) or '-') .. tail .. body
+  return new_tail(fa or '-', pr == 0 and '0' or f(pr), NOWS, nr == '-' and NOWS or nr, NOWS, nr,
+    uu and f(uu) or '-', uk and '=' .. uk or '-')
 end
 
 -- task V[b..] as stored, with sequence number seq; its row goes to `rows` (id, row pairs), which the
