@@ -574,11 +574,12 @@ def test_close_closes_every_connection_the_broker_opened(redis_server: RedisServ
     for thread in threads:
         thread.join()
     assert len(sockets_to(redis_server.port) - before) >= 3
-    listeners = [broker._events._listener._thread, broker._cancels._listener._thread]
+    listeners = [thread for thread in threading.enumerate() if thread.name.startswith("conveyor-redis-")]
+    assert sorted(thread.name for thread in listeners) == ["conveyor-redis-cancels", "conveyor-redis-events"]
     broker.close()
     assert sockets_to(redis_server.port) - before == set()
     for listener in listeners:
-        assert listener is not None and not listener.is_alive()  # it would reconnect
+        assert not listener.is_alive()  # it would reconnect
 
 
 def test_events_reach_other_broker_objects_through_pub_sub(redis_url: str) -> None:

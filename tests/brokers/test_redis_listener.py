@@ -4,6 +4,7 @@ on a private server: it survives a message it fails on, and ``close`` ends its t
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -41,13 +42,17 @@ def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: Redi
         listener.close()
 
 
+def threads_named(name: str) -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == name]
+
+
 def test_close_ends_the_thread_and_a_later_start_does_not_restart_it(broker: RedisBroker) -> None:
     listener = Listener(
         lambda: broker.client, broker.keys.prefix + "test-listener", 2.0, lambda data: None, what="test"
     )
     assert listener.start()
-    thread = listener._thread
+    (thread,) = threads_named("conveyor-redis-test")
     listener.close()
-    assert thread is not None and not thread.is_alive()
+    assert not thread.is_alive()
     listener.start()
-    assert listener._thread is None
+    assert threads_named("conveyor-redis-test") == []
