@@ -52,16 +52,18 @@ def test_summary_counts_what_ended_since_its_last_line(live_app: Conveyor, start
 
 
 def test_summary_reports_busy_slots_while_nothing_ends(live_app: Conveyor, start_worker: Start) -> None:
-    gate = threading.Event()
+    gate, started = threading.Event(), threading.Event()
 
     @live_app.task
     def hold() -> None:
+        started.set()
         gate.wait(10)
 
     hold.enqueue()
     worker = start_worker(summary_interval=3600.0, concurrency=4)
     summary = summary_of(worker)
-    poll_until(lambda: live_app.stats()["default"]["active"] == 1, message="the task to start")
+    # its handler running, not only claimed (`active`): a claimed task may still wait in the buffer
+    assert started.wait(10), "the task to start"
     try:
         line = summary.report(final=False)
         assert line is not None and " 0 done, 0 failed, 0 retried " in line and line.endswith(" 1/4 slots busy")
