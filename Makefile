@@ -25,12 +25,16 @@ REDIS_TESTS := tests/conformance tests/brokers/test_redis.py tests/brokers/test_
 # how, unless SKIP_BROWSER=1. Otherwise the test may not skip itself (CONVEYOR_REQUIRE_BROWSER).
 SKIP_BROWSER ?=
 CHROMIUM := /usr/bin/chromium
+# `make test JOBS=auto` (or a number) runs each suite over that many processes (pytest-xdist's -n);
+# by default, as in CI, it runs in one, where the timing-sensitive process tests have a core to wait on.
+JOBS ?=
+XDIST := $(if $(JOBS),-n $(JOBS) --dist worksteal)
 ifeq ($(SKIP_BROWSER),1)
-PYTEST := $(BIN)/pytest -q --ignore=tests/web/test_browser.py
-NEWEST_PYTEST := $(NEWEST_VENV)/bin/pytest -q --ignore=tests/web/test_browser.py
+PYTEST := $(BIN)/pytest -q $(XDIST) --ignore=tests/web/test_browser.py
+NEWEST_PYTEST := $(NEWEST_VENV)/bin/pytest -q $(XDIST) --ignore=tests/web/test_browser.py
 else
-PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(BIN)/pytest -q
-NEWEST_PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(NEWEST_VENV)/bin/pytest -q
+PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(BIN)/pytest -q $(XDIST)
+NEWEST_PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(NEWEST_VENV)/bin/pytest -q $(XDIST)
 endif
 
 VERSION_OF = $$($(1)/python -c 'import platform; print(platform.python_version())')
