@@ -19,7 +19,7 @@ from conveyor.brokers.capabilities import Finding
 from conveyor.brokers.declarations import decode_declaration, encode_declaration
 from conveyor.brokers.redis.codec import decode_history, decode_worker, encode_worker
 from conveyor.brokers.redis.faults import translate_errors
-from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.keys import Keys, Slot
 from conveyor.errors import BrokerError
 from conveyor.history import QueueMinute
 from conveyor.model import QueueInfo, QueueSettings, TaskDeclaration, TaskState, WorkerInfo
@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 
-def task_item(client: redis.Redis, keys: Keys, task_id: str) -> list[Any]:
-    """What ``codec.decode_record`` reads for one task: its row, result, last error, failures, limit and traceback."""
+def task_item(client: redis.Redis, keys: Slot, task_id: str) -> list[Any]:
+    """What ``codec.decode_record`` reads for one task (``keys``: its slot): its row, result, last
+    error, failures, limit and traceback."""
     with translate_errors():
         pipe = client.pipeline(transaction=False)
         for key in (keys.rows, keys.results, keys.lasterr):
@@ -71,10 +72,12 @@ def queue_infos(rows: Sequence[Any]) -> list[QueueInfo]:
 
 
 def set_paused(client: redis.Redis, keys: Keys, queue: str, paused: bool) -> None:
+    """Registers the queue (namespace slot) and sets its flag (its slot): one transaction in layout 4,
+    two steps in layout 5 (docs/architecture.md)."""
     with translate_errors():
         pipe = client.pipeline(transaction=True)
         pipe.sadd(keys.queues, queue)
-        pipe.hset(keys.settings(queue), "pa", "1" if paused else "0")
+        pipe.hset(keys.slot(keys.queue_prefix(queue)).settings(queue), "pa", "1" if paused else "0")
         pipe.execute()
 
 
@@ -121,14 +124,19 @@ def workers(client: redis.Redis, keys: Keys, now: float) -> list[WorkerInfo]:
     return [decode_worker(text) for text in texts if text is not None]
 
 
-def history(client: redis.Redis, keys: Keys, first: int, last: int) -> list[QueueMinute]:
+def history(client: redis.Redis, slots: Sequence[Slot], first: int, last: int) -> list[QueueMinute]:
+    """The counters of minutes ``first`` to ``last`` of the queues of ``slots`` (each slot counts its own)."""
     minutes = range(first, last + 1)
     with translate_errors():
         pipe = client.pipeline(transaction=False)
-        for minute in minutes:
-            pipe.hgetall(keys.history(minute))
+        for slot in slots:
+            for minute in minutes:
+                pipe.hgetall(slot.history(minute))
         replies = cast("list[dict[str, str]]", pipe.execute())
-    return [row for minute, fields in zip(minutes, replies, strict=True) for row in decode_history(minute, fields)]
+    rows: list[QueueMinute] = []
+    for place, fields in enumerate(replies):
+        rows += decode_history(minutes[place % len(minutes)], fields)
+    return rows
 
 
 def declare_tasks(client: redis.Redis, keys: Keys, declarations: Sequence[TaskDeclaration]) -> None:

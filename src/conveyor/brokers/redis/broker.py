@@ -1,6 +1,12 @@
 """``redis://``: the Broker contract on Redis 7+ / Valkey, every transition one atomic Lua script.
 
 The semantics are those of ``memory://`` (see ``conveyor.brokers.base``); the layout is in ``keys.py``.
+Every script call is addressed by queue: it works in the slot of the queue (or the task id) it is
+about, and declares that slot's key, plus the namespace slot's for the operations ``BOTH_SLOTS``
+lists. A call that spans queues (a claim over several queues, an enqueue of tasks of several queues, a
+settle of their outcomes) is one call per slot: one call in layout 4, where every queue shares the
+namespace's slot. The maintenance and reading calls over every queue (promote, reap, clean, stats,
+history) read the queue registry and visit each slot.
 Round trips: ``enqueue`` one per chunk of :data:`ENQUEUE_CHUNK` tasks (each chunk atomic: on
 ``QueueFull`` earlier chunks of the call stay written), ``claim`` one for any ``limit`` (due tasks are
 promoted and expired leases reaped inside it, at most :data:`MAINTENANCE_BUDGET` of each per call),
@@ -15,8 +21,8 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 
 import redis
 
@@ -33,7 +39,7 @@ from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, trans
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import Arg, Scripts
+from conveyor.brokers.redis.scripts import BOTH_SLOTS, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
@@ -72,14 +78,16 @@ def _scripts() -> Scripts:
 class RedisBroker:
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
 
-    def __init__(self, config: RedisConfig, policy: BrokerPolicy | None = None) -> None:
+    def __init__(self, config: RedisConfig, policy: BrokerPolicy | None = None, keys: Keys | None = None) -> None:
+        """``keys``: the key names, ``Keys(config.namespace)`` unless given (tests give one whose
+        queue slots differ from the namespace slot)."""
         self.config = config
         self.policy = policy or BrokerPolicy()
-        self.keys = Keys(config.namespace)
+        self.keys = keys or Keys(config.namespace)
         self._plain = config.client()  # one server, or a cluster URL's first seed (TIME, INFO)
         self._link: Link | None = None  # the client and the hot path's connections, chosen at first use
         self._link_lock = threading.Lock()
-        self._key = self.keys.seq  # the one key every call declares (see lua/_lib.lua)
+        self._registry = self.keys.queues  # KEYS[2] of the operations that need the namespace slot
         self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)
@@ -127,20 +135,25 @@ class RedisBroker:
 
     # -- calling scripts -----------------------------------------------------------------------
 
-    def _call(self, name: str, now: float, *args: Arg) -> Any:
-        return self._invoke(name, repr(float(now)), args)[1]
+    def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
+        return self._invoke(name, prefix, repr(float(now)), args)[1]
 
-    def _head(self, now: str) -> tuple[Arg, ...]:
-        """KEYS, then the ARGV head (see lua/_lib.lua); only `now` and the events flag change per call."""
-        return (1, self._key, now, self._origin, "1" if self._events.active else "0", self._policy)
+    def _head(self, name: str, prefix: str, now: str) -> tuple[Arg, ...]:
+        """KEYS (the queue slot's `seq`, then for ``BOTH_SLOTS`` the namespace's registry), then the
+        ARGV head (see lua/_lib.lua)."""
+        events = "1" if self._events.active else "0"
+        if name in BOTH_SLOTS:
+            return (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
+        return (1, prefix + "seq", now, self._origin, events, self._policy)
 
     def _invoke(
-        self, name: str, now: str, args: Sequence[Arg], before: Sequence[Command] = ()
+        self, name: str, prefix: str, now: str, args: Sequence[Arg], before: Sequence[Command] = ()
     ) -> tuple[list[Any], Any, float]:
-        """Run operation ``name`` (after the commands ``before``, in the same write): their replies,
-        its result, and the ``now`` it ran at (``now`` "" asks for the server's TIME)."""
+        """Run operation ``name`` in the queue slot ``prefix`` (after the commands ``before``, in the
+        same write): their replies, its result, and the ``now`` it ran at (``now`` "" asks for the
+        server's TIME)."""
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
-            command = self._scripts.command(name, self._head(now), args)
+            command = self._scripts.command(name, self._head(name, prefix, now), args)
             conns = self._conns
             if self._wait is not None and self._wait.applies(name):  # see replication.py
                 early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)
@@ -150,10 +163,13 @@ class RedisBroker:
             raise failure(exc) from exc
         return (early, *self._result(reply))
 
-    def _invoke_each(self, name: str, now: str, calls: Iterable[Sequence[Arg]], handle: Callable[[Any], None]) -> None:
-        """Run operation ``name`` once per argument list in ``calls``, one call after another, each
-        made while the server runs the one before; ``handle`` gets each result, in order."""
-        commands = (self._scripts.command(name, self._head(now), args) for args in calls)
+    def _invoke_each(
+        self, name: str, prefix: str, now: str, calls: Iterable[Sequence[Arg]], handle: Callable[[Any], None]
+    ) -> None:
+        """Run operation ``name`` in the queue slot ``prefix`` once per argument list in ``calls``, one
+        call after another, each made while the server runs the one before; ``handle`` gets each
+        result, in order."""
+        commands = (self._scripts.command(name, self._head(name, prefix, now), args) for args in calls)
         try:
             self._scripts.call_each(self._conns, self._client, commands, lambda reply: handle(self._result(reply)[0]))
         except CLIENT_ERRORS as exc:
@@ -181,20 +197,72 @@ class RedisBroker:
                 records.append(record)
         return records
 
+    # -- addressing slots ------------------------------------------------------------------------
+
+    def _by_slot(self, items: Sequence[Any], prefix_of: Callable[[Any], str]) -> list[tuple[str, list[int]]]:
+        """The places of ``items`` grouped by the slot ``prefix_of`` gives each, in order of first place."""
+        groups: dict[str, list[int]] = {}
+        for place, item in enumerate(items):
+            groups.setdefault(prefix_of(item), []).append(place)
+        return list(groups.items())
+
+    def _runs(self, queues: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
+        """``queues`` cut into runs of neighbours in one slot (their order is the claim order)."""
+        run: list[str] = []
+        prefix = ""
+        for queue in queues:
+            this = self.keys.queue_prefix(queue)
+            if run and this != prefix:
+                yield prefix, run
+                run = []
+            prefix = this
+            run.append(queue)
+        if run:
+            yield prefix, run
+
+    def _registered(self) -> list[str]:
+        """Every queue of the registry (the namespace slot's ``queues``), sorted."""
+        with translate_errors():
+            return sorted(cast("set[str]", self._client.smembers(self.keys.queues)))
+
+    def _slots(self) -> list[str]:
+        """The prefixes of every slot that holds queues (layout 4: the one slot, without a round trip)."""
+        if self.keys.one_slot:
+            return [self.keys.prefix]
+        return sorted({self.keys.queue_prefix(queue) for queue in self._registered()})
+
+    def _wake_keys(self, queues: Sequence[str]) -> list[str]:
+        """The ``wake`` lists of the slots of ``queues``."""
+        if self.keys.one_slot:
+            return [self.keys.wake]
+        return list(dict.fromkeys(self.keys.slot(self.keys.queue_prefix(queue)).wake for queue in queues))
+
     # -- producing -----------------------------------------------------------------------------
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        keys = self.keys
+        if keys.one_slot:
+            return self._enqueue(keys.prefix, tasks, now)
+        groups = self._by_slot(tasks, lambda task: keys.queue_prefix(task.queue))
+        results: list[str | None] = [None] * len(tasks)
+        for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
+            for place, result in zip(places, self._enqueue(prefix, [tasks[i] for i in places], now), strict=True):
+                results[place] = result
+        return results
+
+    def _enqueue(self, prefix: str, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        """Enqueue ``tasks``, all of the queue slot ``prefix``."""
         try:
             if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
                 at = repr(float(now))
                 return self._wait.enqueue(
                     tasks,
-                    lambda args: self._invoke("enqueue", at, args)[1],
+                    lambda args: self._invoke("enqueue", prefix, at, args)[1],
                     lambda reply: self._result(reply)[0],
-                    lambda ids: self._invoke("withdraw", at, ids)[1],
+                    lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
                 )
             if len(tasks) == 1:  # the most common call, without the machinery for several chunks
-                duplicate: str = self._invoke("enqueue", repr(float(now)), one_task_args(tasks[0]))[1]
+                duplicate: str = self._invoke("enqueue", prefix, repr(float(now)), one_task_args(tasks[0]))[1]
                 return [duplicate or None]  # one string for a one-task call (see enqueue.lua)
             results: list[str | None] = []
 
@@ -205,7 +273,7 @@ class RedisBroker:
                     results.extend([None] * min(ENQUEUE_CHUNK, len(tasks) - len(results)))
 
             # the next chunk is encoded while the server stores this one
-            self._invoke_each("enqueue", repr(float(now)), enqueue_args(tasks), stored)
+            self._invoke_each("enqueue", prefix, repr(float(now)), enqueue_args(tasks), stored)
         except Refused as exc:
             _, queue, max_size = exc.text.split(" ")
             raise QueueFull(queue, int(float(max_size))) from None
@@ -219,10 +287,23 @@ class RedisBroker:
     def _claim(
         self, queues: Sequence[str], now: str, lease_for: float, limit: int, before: Sequence[Command] = ()
     ) -> list[TaskRecord]:
+        if self.keys.one_slot:
+            return self._claim_in(self.keys.prefix, queues, now, lease_for, limit, before)
+        claimed: list[TaskRecord] = []
+        for prefix, run in self._runs(queues):  # a call per slot, in the queues' order, until `limit`
+            if len(claimed) >= limit:
+                break
+            claimed += self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
+            before = ()
+        return claimed
+
+    def _claim_in(
+        self, prefix: str, queues: Sequence[str], now: str, lease_for: float, limit: int, before: Sequence[Command]
+    ) -> list[TaskRecord]:
         base = secrets.token_hex(12)
         lease_for = float(lease_for)
         args: tuple[Arg, ...] = (repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
-        _, reply, ran_at = self._invoke("claim", now, args, before)
+        _, reply, ran_at = self._invoke("claim", prefix, now, args, before)
         return decode_claimed(reply, ran_at, lease_for, base)  # rows, then one string (see claim.lua)
 
     def claim_after_wait(
@@ -237,21 +318,32 @@ class RedisBroker:
         ``clock()``: the claim must see the caller's time.
         """
         if self._clock is not None and clock is self._clock:
-            blpop = ("BLPOP", self.keys.wake, repr(self._block_for(timeout)))
+            blpop = ("BLPOP", *self._wake_keys(queues), repr(self._block_for(timeout)))
             return self._claim(queues, "", lease_for, limit, before=[blpop])
         self.wait_for_work(queues, timeout)
         return self.claim(queues, clock(), lease_for, limit)
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        keys = self.keys
+        if keys.one_slot:
+            return self._settle(keys.prefix, outcomes, now)
+        applied = [False] * len(outcomes)
+        for prefix, places in self._by_slot(outcomes, lambda outcome: keys.task_prefix(outcome.task_id)):
+            flags = self._settle(prefix, [outcomes[i] for i in places], now)
+            for place, flag in zip(places, flags, strict=True):
+                applied[place] = flag
+        return applied
+
+    def _settle(self, prefix: str, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         applied: list[bool] = []
         for start in range(0, len(outcomes), SETTLE_CHUNK):
             chunk = outcomes[start : start + SETTLE_CHUNK]
-            reply = self._call("settle", now, *settle_args(chunk))  # "1"/"0" per outcome
+            reply = self._call("settle", prefix, now, *settle_args(chunk))  # "1"/"0" per outcome
             applied.extend(flag == "1" for flag in reply)
         return applied
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
-        reply = self._call("extend", now, task_id, token, repr(float(lease_for)))
+        reply = self._call("extend", self.keys.task_prefix(task_id), now, task_id, token, repr(float(lease_for)))
         if not reply:
             return None
         return LeaseStatus(float(reply[0]), reply[1] == "1")
@@ -259,18 +351,32 @@ class RedisBroker:
     # -- maintenance ---------------------------------------------------------------------------
 
     def promote(self, now: float, limit: int = 1000) -> int:
-        return int(self._call("promote", now, limit))
+        moved = 0
+        for prefix in self._slots():
+            moved += int(self._call("promote", prefix, now, max(0, limit - moved)))
+        return moved
 
     def reap(self, now: float, limit: int = 1000) -> int:
-        return int(self._call("reap", now, limit, MAINTENANCE_BUDGET))
+        done = 0
+        for prefix in self._slots():
+            done += int(self._call("reap", prefix, now, max(0, limit - done), MAINTENANCE_BUDGET))
+        return done
 
     def clean(self, now: float, limit: int = 1000) -> int:
-        return int(self._call("clean", now, limit, self.policy.max_archived))
+        queues = self._registered()
+        removed = 0
+        for prefix, places in self._by_slot(queues, self.keys.queue_prefix):
+            if removed >= limit:
+                break
+            group = [queues[i] for i in places]
+            removed += int(self._call("clean", prefix, now, limit - removed, self.policy.max_archived, *group))
+        return removed
 
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, task_id: str, now: float) -> TaskRecord | None:
-        records = self._records([admin.task_item(self._client, self.keys, task_id)])
+        slot = self.keys.slot(self.keys.task_prefix(task_id))
+        records = self._records([admin.task_item(self._client, slot, task_id)])
         if not records:
             return None
         record = records[0]
@@ -282,10 +388,15 @@ class RedisBroker:
         self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100
     ) -> list[TaskRecord]:
         state = TaskState(state)
-        return self._records(self._call("list", now, queue, state.value, max(0, offset), max(0, limit)))
+        prefix = self.keys.queue_prefix(queue)
+        return self._records(self._call("list", prefix, now, queue, state.value, max(0, offset), max(0, limit)))
 
     def queues(self, now: float) -> list[QueueInfo]:
-        return admin.queue_infos(self._call("stats", now))
+        queues = self._registered()
+        rows: list[Any] = []
+        for prefix, places in self._by_slot(queues, self.keys.queue_prefix):
+            rows += self._call("stats", prefix, now, *(queues[i] for i in places))
+        return admin.queue_infos(rows)
 
     # -- queue settings ------------------------------------------------------------------------
 
@@ -293,15 +404,15 @@ class RedisBroker:
         def text(value: float | None) -> str:
             return "" if value is None else repr(value)
 
-        self._call(
-            "configure", 0.0, settings.name, text(settings.max_size), text(settings.concurrency), text(settings.aging)
-        )
+        name = settings.name
+        limits = (text(settings.max_size), text(settings.concurrency), text(settings.aging))
+        self._call("configure", self.keys.queue_prefix(name), 0.0, name, *limits)
 
     def set_paused(self, queue: str, paused: bool) -> None:
         admin.set_paused(self._client, self.keys, queue, paused)
 
     def forget_queue(self, queue: str) -> int | None:
-        answer = str(self._call("forget_queue", 0.0, queue))
+        answer = str(self._call("forget_queue", self.keys.queue_prefix(queue), 0.0, queue))
         return None if answer == "unknown" else 0 if answer == "forgotten" else int(answer)
 
     # -- admin ---------------------------------------------------------------------------------
@@ -309,7 +420,7 @@ class RedisBroker:
     def _admin(self, name: str, task_id: str, now: float) -> Any:
         """Operator action ``name`` (``transitions.ADMIN_SOURCES``): its script checks the source state."""
         try:
-            return self._call(name, now, task_id)
+            return self._call(name, self.keys.task_prefix(task_id), now, task_id)
         except Refused as exc:
             if exc.text.startswith("CONVEYOR_NOTFOUND"):
                 raise TaskNotFound(task_id) from None
@@ -331,7 +442,8 @@ class RedisBroker:
         state = TaskState(state)
         if state is TaskState.ACTIVE:
             raise InvalidTransition("cannot purge active tasks; cancel them first")
-        return int(self._call("purge", now, queue, state.value, -1 if limit is None else max(0, limit)))
+        count = -1 if limit is None else max(0, limit)
+        return int(self._call("purge", self.keys.queue_prefix(queue), now, queue, state.value, count))
 
     # -- workers and events ----------------------------------------------------------------------
 
@@ -348,7 +460,7 @@ class RedisBroker:
         return admin.worker_command(self._client, self.keys, worker_id, now)
 
     def history(self, first: int, last: int) -> list[QueueMinute]:
-        return admin.history(self._client, self.keys, first, last)
+        return admin.history(self._client, [self.keys.slot(prefix) for prefix in self._slots()], first, last)
 
     def declare_tasks(self, declarations: Sequence[TaskDeclaration]) -> None:
         admin.declare_tasks(self._client, self.keys, declarations)
@@ -392,7 +504,7 @@ class RedisBroker:
         ``socket_timeout - 1`` so the blocking pop never trips the socket timeout.
         """
         with translate_errors():
-            return self._client.blpop([self.keys.wake], timeout=self._block_for(timeout)) is not None
+            return self._client.blpop(self._wake_keys(queues), timeout=self._block_for(timeout)) is not None
 
     def _block_for(self, timeout: float) -> float:
         """A blocking pop's timeout: at least 10 ms, and short enough never to trip the socket timeout."""

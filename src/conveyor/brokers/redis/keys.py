@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError
 
-__all__ = ["LAYOUT", "NAMESPACE_RE", "SLOTS", "Keys", "keyslot", "partition_labels"]
+__all__ = ["LAYOUT", "NAMESPACE_RE", "SLOTS", "Keys", "Slot", "keyslot", "partition_labels"]
 
 #: The storage layout's version, part of every key (see above).
 LAYOUT = "v4"
@@ -109,8 +109,68 @@ def partition_labels(namespace: str, label: str, partitions: int) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Slot:
+    """The keys of one *queue slot*: everything of the tasks of the queues whose keys start with
+    ``prefix`` (layout 4: every queue of the namespace, ``{ns}:v4:``; layout 5: one queue or
+    partition, ``{ns|label}:v5:``, see docs/architecture.md). A script call touches the keys of one
+    queue slot, plus, for the calls ``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and
+    unique keys."""
+
+    prefix: str
+
+    @property
+    def declared(self) -> str:
+        """The key a call on this slot declares first (``KEYS[1]``, see ``lua/_lib.lua``): ``seq``."""
+        return self.prefix + "seq"
+
+    @property
+    def wake(self) -> str:
+        return self.prefix + "wake"
+
+    @property
+    def rows(self) -> str:
+        return self.prefix + "rows"
+
+    @property
+    def results(self) -> str:
+        return self.prefix + "results"
+
+    @property
+    def lasterr(self) -> str:
+        return self.prefix + "lasterr"
+
+    @property
+    def limits(self) -> str:
+        return self.prefix + "limits"
+
+    @property
+    def tracebacks(self) -> str:
+        return self.prefix + "tracebacks"
+
+    def errors(self, task_id: str) -> str:
+        return f"{self.prefix}e:{task_id}"
+
+    def queue(self, queue: str, part: str) -> str:
+        return f"{self.prefix}q:{queue}:{part}"
+
+    def settings(self, queue: str) -> str:
+        return f"{self.prefix}qs:{queue}"
+
+    def history(self, minute: int) -> str:
+        return f"{self.prefix}h:{minute}"
+
+
+@dataclass(frozen=True, slots=True)
 class Keys:
-    """Key names of one namespace."""
+    """Key names of one namespace.
+
+    Every call is addressed by queue: :meth:`queue_prefix` (by queue name) and :meth:`task_prefix` (by
+    task id) give the prefix of the queue slot a call works in, :attr:`namespace_prefix` the
+    namespace slot's (the queue registry, unique keys, workers, declarations). In layout 4 all three
+    are :attr:`prefix`, so :attr:`one_slot` holds and a call may span queues; the properties below
+    name layout 4's keys. Tests give a subclass whose prefixes differ, to check that every script
+    stays in the slots it is told.
+    """
 
     namespace: str
 
@@ -122,6 +182,28 @@ class Keys:
     def prefix(self) -> str:
         """``{ns}:v4:``: the start of every key, hash tag and layout version included."""
         return "{" + self.namespace + "}:" + LAYOUT + ":"
+
+    @property
+    def namespace_prefix(self) -> str:
+        """The namespace slot's prefix; its declared key is :attr:`queues` (``KEYS[2]``)."""
+        return self.prefix
+
+    @property
+    def one_slot(self) -> bool:
+        """True when every queue and task of the namespace is in one slot with the namespace's own
+        keys (layout 4): calls over several queues stay one call."""
+        return True
+
+    def queue_prefix(self, queue: str) -> str:
+        """The prefix of the slot that holds ``queue``'s tasks."""
+        return self.prefix
+
+    def task_prefix(self, task_id: str) -> str:
+        """The prefix of the slot that holds the task ``task_id`` (layout 5: the label in its id)."""
+        return self.prefix
+
+    def slot(self, prefix: str) -> Slot:
+        return Slot(prefix)
 
     def errors(self, task_id: str) -> str:
         return f"{self.prefix}e:{task_id}"

@@ -28,6 +28,7 @@ from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.connections import Arg, Command, Connections
 
 __all__ = [
+    "BOTH_SLOTS",
     "EACH_CALL",
     "OPERATIONS",
     "READ_ONLY",
@@ -61,6 +62,14 @@ OPERATIONS = (
 #: Operations that never write: registered ``no-writes``, so they still answer on a server that is
 #: out of memory (the dashboard and ``conveyor stats`` keep working while an operator fixes it).
 READ_ONLY = frozenset({"list", "stats"})
+
+
+#: Operations that touch the namespace slot (``QUEUES``, ``UNIQ``) besides their queue slot, and so
+#: declare both (``KEYS[2]``, see ``lua/_lib.lua``): the places layout 5 splits into a call per slot
+#: (docs/architecture.md). ``enqueue`` and ``configure`` add the queue to the registry (``enqueue``
+#: only the first time) and ``forget_queue`` takes it out; ``enqueue`` claims unique keys, and every
+#: operation that deletes tasks frees theirs.
+BOTH_SLOTS = frozenset({"clean", "configure", "delete", "enqueue", "forget_queue", "purge", "withdraw"})
 
 
 def read_source(name: str) -> str:

@@ -2,18 +2,24 @@
 -- Functions library from it and the operation files (each becomes a function `conveyor_<version>_<op>`),
 -- loaded once per server: the helpers below are built at load time, not on every call.
 --
--- KEYS[1] (the same for every operation: keys.Keys.seq): the namespace's `seq` counter. It is the one key
--- declared, for routing: every other key is built from its prefix "{ns}:v4:" (hash tag: one slot),
--- with the names keys.py gives them (a test checks they match). `seq`, not another, because it always
--- exists once the namespace holds anything (the first enqueue or `configure` makes it; nothing deletes
--- it): while a cluster migrates the slot, the source node runs a call as long as the declared key is
--- still there and sends it to the target (ASK) once it is gone, so a slot moved whole (all its keys in one
--- MIGRATE) is never seen half-moved (a `due` zset, deleted when empty, sent calls to the target while
--- the data was still on the source). Declaring them all would cost every call
--- server time per argument (docs/performance-notes.md). The shared keys (see keys.py for their types):
+-- KEYS[1]: the `seq` counter of the call's *queue slot* (keys.Slot.declared), which Python chooses per
+-- call from the queue (keys.Keys.queue_prefix) or the task id (task_prefix) the call is about. Every key
+-- of that slot is built from its prefix P ("{ns}:v4:" in layout 4, where every queue of a namespace
+-- shares it; "{ns|label}:v5:" in layout 5, docs/architecture.md), with the names keys.py gives them (a
+-- test checks they match, and another that a call touches no key outside the slots it declares).
+-- KEYS[2], declared only by the operations scripts.BOTH_SLOTS lists: the `queues` registry of the
+-- *namespace slot* (keys.Keys.queues), whose prefix gives QUEUES and UNIQ; without it both are nil and
+-- a call that reaches them fails (the places layout 5 splits into a call per slot).
+-- `seq`, not another, because it always exists once the slot holds anything (the first enqueue or
+-- `configure` makes it; nothing deletes it): while a cluster migrates the slot, the source node runs a
+-- call as long as the declared key is still there and sends it to the target (ASK) once it is gone, so
+-- a slot moved whole (all its keys in one MIGRATE) is never seen half-moved (a `due` zset, deleted when
+-- empty, sent calls to the target while the data was still on the source). Declaring them all would
+-- cost every call server time per argument (docs/performance-notes.md). The keys (see keys.py for
+-- their types), all of the queue slot but QUEUES and UNIQ:
 --   DUE       scheduled + retry tasks by next_run_at     LEASES    active tasks by lease_expires_at
 --   EXPIRING  pending/scheduled/retry by expires_at      SEQ       enqueue counter
---   QUEUES    known queue names                          UNIQ      unique_key -> holder task id
+--   QUEUES    known queue names (namespace slot)         UNIQ      unique_key -> holder task id (namespace slot)
 --   CHANNEL   pub/sub channel of transitions             WAKE      one token, pushed when a call made
 --                                                                  tasks pending (idle workers BLPOP it)
 --   LISTENING exists while some process listens on the events channel (a TTL its listener keeps
@@ -55,17 +61,24 @@ local EXPIRED_ERROR = 'Expired: not started before its deadline'
 local RETRY_ERROR = 'Retry'
 local LEASE_EXPIRED_ERROR = 'LeaseExpired: lease expired without an acknowledgement ({stalls} stall(s))'
 
--- the shared key names of a namespace, by its `seq` key: built once per namespace, not per call (a
--- pure function of the name, so nothing of a call's state carries over)
-local NAMES = {}
+-- the key names of a queue slot, by its `seq` key, and of a namespace slot, by its `queues` key: built
+-- once per slot, not per call (a pure function of the name, so nothing of a call's state carries over)
+local NAMES, NSNAMES = {}, {}
 local function names(seq)
   local n = NAMES[seq]
   if not n then
     local p = string.sub(seq, 1, -4) -- "{ns}:v4:seq" -> "{ns}:v4:"
-    n = {p, p .. 'due', p .. 'leases', p .. 'expiring', seq, p .. 'queues', p .. 'uniq', p .. 'events',
-      p .. 'wake', p .. 'listening', p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits',
-      p .. 'tracebacks'}
+    n = {p, p .. 'due', p .. 'leases', p .. 'expiring', seq, p .. 'events', p .. 'wake', p .. 'listening',
+      p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits', p .. 'tracebacks'}
     NAMES[seq] = n
+  end
+  return n
+end
+local function namespace_names(registry)
+  local n = NSNAMES[registry]
+  if not n then
+    n = {registry, string.sub(registry, 1, -7) .. 'uniq'} -- "{ns}:v4:queues" -> "{ns}:v4:uniq"
+    NSNAMES[registry] = n
   end
   return n
 end
@@ -81,8 +94,9 @@ local function begin(keys, argv)
     NOWS = ARGV[1]
     NOW = tonumber(NOWS)
   end
-  P, DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS =
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS =
     unpack(names(KEYS[1]))
+  if KEYS[2] then QUEUES, UNIQ = unpack(namespace_names(KEYS[2])) else QUEUES, UNIQ = nil, nil end
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = EMIT and {} or nil, false, false, nil, nil, {}

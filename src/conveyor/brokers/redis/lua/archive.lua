@@ -1,5 +1,5 @@
 -- archive.lua: an operator dead-letters a waiting task.
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | pending | retry -> archived(manual).

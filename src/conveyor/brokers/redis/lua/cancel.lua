@@ -1,5 +1,5 @@
 -- cancel.lua: cancel a task that has not finished; a running one loses its lease with it.
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: the task's state after the call, or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | pending | retry | active -> archived(cancelled) (CANCELLABLE in brokers/base.py).

@@ -1,5 +1,6 @@
 -- claim.lua: lease up to `limit` ready tasks from the queues in the order given.
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua), which holds every queue of A(5..) (the caller groups them by
+--       slot).
 -- ARGV: head (_lib.lua), then A(1) lease_for, A(2) limit, A(3) token base (random, from the caller),
 --       A(4) maintenance budget (due tasks promoted and leases reaped first, each at most this many),
 --       A(5..) queue names.

@@ -1,13 +1,18 @@
 -- clean.lua: the janitor. Bounded work: at most `limit` deletions, ZRANGE windows of that size.
--- KEYS: the standard one (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue).
+-- KEYS: the queue slot's and the namespace slot's (_lib.lua; deleting a task frees its unique key).
+-- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue), A(3..) the slot's queues, in
+--       the order to visit them (the caller reads them from the registry).
 -- Returns: how many tasks were deleted.
 -- Transition: completed/archived past keep_until -> deleted (not reported); then the oldest archived
 --             tasks beyond max_archived per queue -> deleted (not reported).
 local limit, cap = tonumber(A(1)), tonumber(A(2))
 local removed = 0
-local queues = redis.call('SMEMBERS', QUEUES)
-table.sort(queues)
+local queues = {}
+local i = 3
+while A(i) do
+  queues[i - 2] = A(i)
+  i = i + 1
+end
 for _, q in ipairs(queues) do
   for _, s in ipairs({'completed', 'archived'}) do
     if removed >= limit then break end

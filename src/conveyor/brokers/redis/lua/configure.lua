@@ -1,5 +1,5 @@
 -- configure.lua: store a queue's max_size, concurrency and aging (paused is kept).
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's and the namespace slot's (_lib.lua): the queue joins QUEUES.
 -- ARGV: head (_lib.lua), then A(1) queue, A(2) max_size, A(3) concurrency, A(4) aging ("" = None).
 -- Returns: "ok".
 -- Transition: none. When aging changes, the queue's pending tasks are re-scored (the only rescoring;

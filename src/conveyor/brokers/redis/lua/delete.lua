@@ -1,5 +1,6 @@
 -- delete.lua: remove a task that is not running.
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's and the namespace slot's (_lib.lua): a deleted task frees its unique key
+--       in UNIQ.
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID active.
 -- Transition: any state but active -> deleted (reported).

@@ -1,5 +1,6 @@
 -- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's and the namespace slot's (_lib.lua): a new queue joins QUEUES, unique keys
+--       are in UNIQ.
 -- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for

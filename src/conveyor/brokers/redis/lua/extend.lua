@@ -1,5 +1,5 @@
 -- extend.lua: heartbeat, fenced by the lease token.
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) task id, A(2) token, A(3) lease_for.
 -- Returns: {lease_expires_at, "1" if cancel was requested else "0"}, or false if the lease is lost.
 -- Transition: none (active stays active; lease_expires_at = now + lease_for).

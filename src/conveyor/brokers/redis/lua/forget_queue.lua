@@ -1,5 +1,5 @@
 -- forget_queue.lua: forget an empty queue (its settings and its name in QUEUES).
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's and the namespace slot's (_lib.lua): the queue leaves QUEUES.
 -- ARGV: head (_lib.lua), then A(1) queue.
 -- Returns: "unknown" (no such queue), "forgotten", or the number of tasks it still holds (as a string;
 --          nothing is changed then).

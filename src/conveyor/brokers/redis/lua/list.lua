@@ -1,5 +1,5 @@
 -- list.lua: a page of one queue's visible tasks in one state (read only).
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) offset, A(4) limit.
 -- Returns: the tasks, each {row, result, last error, failures, retry limit,
 --          traceback} (_lib.lua's dump()). Order:

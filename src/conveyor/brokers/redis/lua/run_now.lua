@@ -1,5 +1,5 @@
 -- run_now.lua: make a waiting or archived task runnable now.
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | retry -> pending; archived -> pending (retries, stalls and the archive

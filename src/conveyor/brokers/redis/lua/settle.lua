@@ -1,5 +1,5 @@
 -- settle.lua: apply execution outcomes, each fenced by its lease token (compare-and-set).
--- KEYS: the standard one (_lib.lua).
+-- KEYS: the queue slot's (_lib.lua).
 -- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 8 strings, per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
 --       keep_for (complete) or the retry limit the execution ran with (retry, archive: "" none; kept in

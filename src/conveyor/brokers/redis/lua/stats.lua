@@ -1,11 +1,14 @@
--- stats.lua: every known queue's settings and visible counts (read only).
--- KEYS: the standard one (_lib.lua).
--- ARGV: head (_lib.lua) only.
+-- stats.lua: the settings and visible counts of queues of one slot (read only).
+-- KEYS: the queue slot's (_lib.lua).
+-- ARGV: head (_lib.lua), then A(1..) the queues (the caller reads them from the registry).
 -- Returns: per queue {name, max_size, concurrency, aging, paused, scheduled, pending, active, retry,
 --          completed, archived, oldest ready_at of a pending task}; "" stands for None.
 -- Transition: none.
 local out = {}
-for _, q in ipairs(redis.call('SMEMBERS', QUEUES)) do
+local i = 1
+while A(i) do
+  local q = A(i)
+  i = i + 1
   local v = redis.call('HMGET', skey(q), 'ms', 'cc', 'ag', 'pa')
   local row = {q, v[1] or '', v[2] or '', v[3] or '', v[4] or '0'}
   for _, s in ipairs({'scheduled', 'pending', 'active', 'retry'}) do
