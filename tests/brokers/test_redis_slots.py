@@ -1,0 +1,190 @@
+"""Every script call stays in the slots it is told (issue 33, stage A of the per-queue layout).
+
+The broker runs on a real server with key names whose every queue has a slot of its own, apart from
+the namespace slot (a standalone server does not check slots, so the calls run as they would on a
+cluster of such slots); ``MONITOR`` records each ``FCALL`` and the commands its script ran, and every
+key a script touched must be of the queue slot it declared, or, for the operations
+``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and unique keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import LAYOUT, Keys, keyslot
+from conveyor.brokers.redis.scripts import BOTH_SLOTS, OPERATIONS, build_library
+from conveyor.errors import ConveyorError
+from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskState
+from conveyor.testing.redis_server import RedisServer
+
+NOW = 1_000_000.0
+
+
+class SplitKeys(Keys):
+    """Keys of a namespace whose queues each have a slot of their own, ``{ns|queue}:v4:``; a task id
+    names its queue after its last ``~`` (layout 5's generated ids carry their queue's label so)."""
+
+    @property
+    def one_slot(self) -> bool:
+        return False
+
+    def queue_prefix(self, queue: str) -> str:
+        return "{" + self.namespace + "|" + queue + "}:" + LAYOUT + ":"
+
+    def task_prefix(self, task_id: str) -> str:
+        return self.queue_prefix(task_id.rpartition("~")[2])
+
+
+@dataclass
+class Call:
+    """One ``FCALL`` as ``MONITOR`` showed it, and the keys of the commands its script ran."""
+
+    operation: str
+    declared: list[str]
+    touched: list[str] = field(default_factory=list)
+
+
+_LINE = re.compile(r"^\S+ \[\d+ (\S+)\] (.*)$")
+_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def recorded_calls(monitor: redis.Connection, reader: redis.Redis, marker: str, version: str) -> list[Call]:
+    """The script calls ``monitor`` saw until the ``ECHO marker`` line; keys found by ``COMMAND GETKEYS``."""
+    calls: list[Call] = []
+    while True:
+        line = str(monitor.read_response())
+        match = _LINE.match(line)
+        if match is None:
+            continue
+        source, args = match.group(1), _ARG.findall(match.group(2))
+        if args == ["ECHO", marker] or args == ["echo", marker]:
+            return calls
+        if source != "lua":
+            if args and args[0].upper() == "FCALL":
+                operation = args[1].removeprefix(f"conveyor_{version}_")
+                calls.append(Call(operation, args[3 : 3 + int(args[2])]))
+            continue
+        try:
+            keys = reader.command_getkeys(*args)
+        except redis.ResponseError:  # a command without keys (TIME)
+            keys = []
+        calls[-1].touched.extend(str(key) for key in keys)
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+def task(
+    task_id: str, *, run_at: float | None = None, expires_at: float | None = None, unique_key: str | None = None
+) -> NewTask:
+    """A task of the queue its id names; a unique key holds for 100 s."""
+    return NewTask(
+        id=task_id,
+        name="job",
+        queue=task_id.rpartition("~")[2],
+        payload="[[], {}]",
+        run_at=run_at,
+        expires_at=expires_at,
+        unique_key=unique_key,
+        unique_until=None if unique_key is None else NOW + 100,
+    )
+
+
+def run_every_operation(broker: RedisBroker, url: str) -> None:
+    """Every operation at least once, on tasks of two queues; checks that the broker still behaves."""
+    broker.subscribe(lambda event: None)  # scripts then make events (SPUBLISH on the queue's channel)
+    broker.configure_queue(QueueSettings("a", max_size=100, aging=1.0))
+    broker.configure_queue(QueueSettings("b", concurrency=5))
+    broker.set_paused("b", True)
+    broker.set_paused("b", False)
+    assert broker.enqueue([task("1~a")], NOW) == [None]
+    batch = [
+        task("2~a"),
+        task("3~b"),
+        task("4~b", unique_key="u"),
+        task("5~a", run_at=NOW + 10),
+        task("6~b", expires_at=NOW + 1000),
+        task("7~b", unique_key="u"),  # a duplicate of 4~b by its unique key
+    ]
+    assert broker.enqueue(batch, NOW) == [None, None, None, None, None, "4~b"]
+    claimed = {record.id: record for record in broker.claim(["a", "b"], NOW, 30.0, limit=10)}
+    assert sorted(claimed) == ["1~a", "2~a", "3~b", "4~b", "6~b"]
+    assert broker.extend("3~b", claimed["3~b"].lease_token or "", NOW, 30.0) is not None
+    outcomes = [
+        Outcome("1~a", claimed["1~a"].lease_token or "", "complete", result="1"),
+        Outcome("3~b", claimed["3~b"].lease_token or "", "archive", error="no"),
+        Outcome("2~a", claimed["2~a"].lease_token or "", "retry", error="again", run_at=NOW + 5),
+        Outcome("4~b", claimed["4~b"].lease_token or "", "release"),
+    ]
+    assert broker.settle(outcomes, NOW) == [True, True, True, True]
+    assert broker.promote(NOW + 20) == 2  # 2~a (retry) and 5~a (scheduled), from the slot of a
+    assert broker.reap(NOW + 100) == 1  # 6~b's lease, in the slot of b
+    assert [record.id for record in broker.list_tasks("a", TaskState.PENDING, NOW + 100)] == ["2~a", "5~a"]
+    counts = {info.name: info.counts["total"] for info in broker.queues(NOW + 100)}
+    assert counts == {"a": 3, "b": 3}
+    record = broker.get("1~a", NOW + 100)
+    assert record is not None and record.state is TaskState.COMPLETED
+    assert {row.queue for row in broker.history(int(NOW // 60), int(NOW // 60))} == {"a", "b"}
+    broker.run_now("3~b", NOW + 100)
+    broker.archive("5~a", NOW + 100)
+    again = broker.claim(["b", "a"], NOW + 100, 30.0, limit=1)
+    assert [record.queue for record in again] == ["b"]
+    assert broker.cancel(again[0].id, NOW + 100) is TaskState.ARCHIVED
+    broker.delete("1~a", NOW + 100)
+    assert broker.purge("b", TaskState.PENDING, NOW + 100) == 2
+    assert broker.wait_for_work(["a", "b"], 0.01)  # the token enqueues left in the wake list of a or b
+    assert broker.clean(NOW + 10**8) == 2  # 5~a and the task cancelled in b, past keep_until
+    assert broker.forget_queue("b") == 0
+    waiting = RedisBroker(RedisConfig.from_url(url + "?wait_replicas=1&wait_timeout=10"), keys=broker.keys)
+    try:  # no replica confirms: the enqueue is withdrawn (withdraw.lua)
+        with pytest.raises(ConveyorError):
+            waiting.enqueue([task("8~a")], NOW)
+    finally:
+        waiting.close()
+
+
+@pytest.mark.parametrize("layout", ["split", "layout 4"])
+def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, layout: str) -> None:
+    """``split``: every queue in a slot of its own; ``layout 4``: today's keys, every call in one slot."""
+    config = RedisConfig.from_url(server.url)
+    keys = SplitKeys(config.namespace) if layout == "split" else Keys(config.namespace)
+    broker = RedisBroker(config, BrokerPolicy(max_stalls=2), keys=keys)
+    reader = server.client()
+    monitor = redis.Connection(host="127.0.0.1", port=server.port)  # type: ignore[no-untyped-call]
+    try:
+        monitor.send_command("MONITOR")  # type: ignore[no-untyped-call]
+        assert monitor.read_response() in ("OK", b"OK")
+        run_every_operation(broker, server.url)
+        reader.echo("end-of-calls")
+        calls = recorded_calls(monitor, reader, "end-of-calls", build_library()[0])
+    finally:
+        monitor.disconnect()  # type: ignore[no-untyped-call]
+        reader.close()
+        broker.close()
+    assert {call.operation for call in calls} == set(OPERATIONS)
+    namespace_keys = {keys.queues, keys.uniq}
+    slots_used = set()
+    for call in calls:
+        both = call.operation in BOTH_SLOTS
+        assert len(call.declared) == (2 if both else 1), call
+        prefix = call.declared[0].removesuffix("seq")
+        assert call.declared[0] == prefix + "seq", call
+        if both:
+            assert call.declared[1] == keys.queues, call
+        slots_used.add(prefix)
+        declared_slots = {keyslot(key) for key in call.declared}
+        for key in call.touched:
+            assert key.startswith(prefix) or (both and key in namespace_keys), (call.operation, key)
+            assert keyslot(key) in declared_slots, (call.operation, key)
+    assert slots_used == {keys.queue_prefix("a"), keys.queue_prefix("b")}
+    assert (len(slots_used) == 1) is (layout == "layout 4")
