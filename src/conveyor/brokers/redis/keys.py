@@ -6,7 +6,9 @@ slot (Redis Cluster safe) and stays atomic. Why one tag per *namespace* rather t
 task ids and unique keys unique across queues, checked atomically by ``enqueue``. With a tag per queue,
 that check would span slots (no longer one atomic script) and every by-id call would need an extra
 round trip to an id→queue index. A namespace is therefore the unit of sharding: tenants or apps on
-one cluster get their own namespaces, which spread over the nodes.
+one cluster get their own namespaces, which spread over the nodes. Layout 5 (docs/architecture.md)
+will give each queue a slot of its own; already every script call is addressed by queue
+(:meth:`Keys.queue_prefix`, :meth:`Keys.task_prefix`), all of them ``{ns}:v4:`` in this layout.
 
 Layout (``P`` = ``{ns}:v4:``; ``v4`` is the layout's version: the per-task hashes of layout 1 lived
 under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, layout 3 a ``waiting`` member
