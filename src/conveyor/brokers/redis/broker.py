@@ -138,22 +138,28 @@ class RedisBroker:
     def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
         return self._invoke(name, prefix, repr(float(now)), args)[1]
 
-    def _head(self, name: str, prefix: str, now: str) -> tuple[Arg, ...]:
-        """KEYS (the queue slot's `seq`, then for ``BOTH_SLOTS`` the namespace's registry), then the
-        ARGV head (see lua/_lib.lua)."""
+    def _head(self, name: str, prefix: str, now: str, namespace: bool | None = None) -> tuple[Arg, ...]:
+        """KEYS (the queue slot's `seq`, then, for ``BOTH_SLOTS`` unless ``namespace`` is False, the
+        namespace's registry), then the ARGV head (see lua/_lib.lua)."""
         events = "1" if self._events.active else "0"
-        if name in BOTH_SLOTS:
+        if name in BOTH_SLOTS if namespace is None else namespace:
             return (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
         return (1, prefix + "seq", now, self._origin, events, self._policy)
 
     def _invoke(
-        self, name: str, prefix: str, now: str, args: Sequence[Arg], before: Sequence[Command] = ()
+        self,
+        name: str,
+        prefix: str,
+        now: str,
+        args: Sequence[Arg],
+        before: Sequence[Command] = (),
+        namespace: bool | None = None,
     ) -> tuple[list[Any], Any, float]:
         """Run operation ``name`` in the queue slot ``prefix`` (after the commands ``before``, in the
         same write): their replies, its result, and the ``now`` it ran at (``now`` "" asks for the
-        server's TIME)."""
+        server's TIME). ``namespace``: whether to declare the namespace slot (default: ``BOTH_SLOTS``)."""
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
-            command = self._scripts.command(name, self._head(name, prefix, now), args)
+            command = self._scripts.command(name, self._head(name, prefix, now, namespace), args)
             conns = self._conns
             if self._wait is not None and self._wait.applies(name):  # see replication.py
                 early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)
@@ -262,8 +268,7 @@ class RedisBroker:
                     lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
                 )
             if len(tasks) == 1:  # the most common call, without the machinery for several chunks
-                duplicate: str = self._invoke("enqueue", prefix, repr(float(now)), one_task_args(tasks[0]))[1]
-                return [duplicate or None]  # one string for a one-task call (see enqueue.lua)
+                return [self._enqueue_one(prefix, tasks[0], repr(float(now))) or None]
             results: list[str | None] = []
 
             def stored(reply: str) -> None:  # "" when every task of the chunk was stored (see enqueue.lua)
@@ -278,6 +283,19 @@ class RedisBroker:
             _, queue, max_size = exc.text.split(" ")
             raise QueueFull(queue, int(float(max_size))) from None
         return results
+
+    def _enqueue_one(self, prefix: str, task: NewTask, now: str) -> str:
+        """One task: "" if stored, else the existing task's id (see enqueue.lua). Without a unique key
+        the call leaves the namespace slot out, which saves the server a declared key per call; the
+        script refuses, before writing, when it needs it after all (a queue's first task)."""
+        args = one_task_args(task)
+        if task.unique_key is None:
+            try:
+                return cast("str", self._invoke("enqueue", prefix, now, args, namespace=False)[1])
+            except Refused as exc:
+                if exc.text != "CONVEYOR_NAMESPACE":
+                    raise
+        return cast("str", self._invoke("enqueue", prefix, now, args)[1])
 
     # -- consuming -----------------------------------------------------------------------------
 

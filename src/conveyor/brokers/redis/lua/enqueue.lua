@@ -1,6 +1,8 @@
 -- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
 -- KEYS: the queue slot's and the namespace slot's (_lib.lua): a new queue joins QUEUES, unique keys
---       are in UNIQ.
+--       are in UNIQ. A one-task call without a unique key may leave the namespace slot's out: it then
+--       refuses, before any write, with the error CONVEYOR_NAMESPACE what needs it (a queue not yet
+--       registered, a task to replace that holds a unique key), and the caller sends it again with both.
 -- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
@@ -96,6 +98,7 @@ end
 local n = tonumber(A(1))
 if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no tables of the chunk's
   local id, q = A(2), A(3)
+  if not QUEUES and not settings(q).known then return redis.error_reply('CONVEYOR_NAMESPACE') end
   if (A(6) or '') == '' and (A(8) or '') == '' then
     -- plain: its row is written with HSETNX, which is also the check that its id is free (one command
     -- less); an id in use (a duplicate, or an invisible task to replace) takes the general path below,
@@ -115,6 +118,7 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
     end
   end
   local old = load(id)
+  if not QUEUES and old and old.uk then return redis.error_reply('CONVEYOR_NAMESPACE') end
   local dup = duplicate_of(ARGV, 6, old)
   if dup then return finish(dup) end
   local full = over_max_size(q, 1)
