@@ -4,7 +4,8 @@ The broker runs on a real server with key names whose every queue has a slot of 
 the namespace slot (a standalone server does not check slots, so the calls run as they would on a
 cluster of such slots); ``MONITOR`` records each ``FCALL`` and the commands its script ran, and every
 key a script touched must be of the queue slot it declared, or, for the operations
-``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and unique keys.
+``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and unique keys; ``release`` (of
+``NAMESPACE_ONLY``) touches the unique keys alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import redis
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import LAYOUT, Keys, keyslot
-from conveyor.brokers.redis.scripts import BOTH_SLOTS, OPERATIONS, build_library
+from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, OPERATIONS, build_library
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskState
 from conveyor.testing.redis_server import RedisServer
@@ -143,9 +144,11 @@ def run_every_operation(broker: RedisBroker, url: str) -> None:
     assert broker.cancel(again[0].id, NOW + 100) is TaskState.ARCHIVED
     broker.delete("1~a", NOW + 100)
     assert broker.purge("b", TaskState.PENDING, NOW + 100) == 2
+    assert not broker.client.hexists(broker.keys.uniq, "u")  # 4~b's unique key, freed by release.lua
     assert broker.wait_for_work(["a", "b"], 0.01)  # the token enqueues left in the wake list of a or b
     assert broker.clean(NOW + 10**8) == 2  # 5~a and the task cancelled in b, past keep_until
     assert broker.forget_queue("b") == 0
+    assert broker.enqueue([task("9~b", unique_key="u")], NOW + 100) == [None]  # 4~b's key, freed by the purge
     waiting = RedisBroker(RedisConfig.from_url(url + "?wait_replicas=1&wait_timeout=10"), keys=broker.keys)
     try:  # no replica confirms: the enqueue is withdrawn (withdraw.lua)
         with pytest.raises(ConveyorError):
@@ -177,6 +180,10 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
     namespace_keys = {keys.queues, keys.uniq}
     slots_used = set()
     for call in calls:
+        if call.operation in NAMESPACE_ONLY:
+            assert call.declared == [keys.queues], call
+            assert set(call.touched) <= {keys.uniq}, call
+            continue
         # a one-task enqueue leaves the namespace slot out unless it needs it (see enqueue.lua)
         expected = {1, 2} if call.operation == "enqueue" else {2} if call.operation in BOTH_SLOTS else {1}
         assert len(call.declared) in expected, call
@@ -192,3 +199,18 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
             assert keyslot(key) in declared_slots, (call.operation, key)
     assert slots_used == {keys.queue_prefix("a"), keys.queue_prefix("b")}
     assert (len(slots_used) == 1) is (layout == "layout 4")
+
+
+def test_a_unique_key_whose_release_never_ran_is_free(server: RedisServer) -> None:
+    """A crash between a delete (queue slot) and ``release`` (namespace slot) leaves the key's entry
+    naming a task that is gone: the next task with that key is stored, and takes the entry over."""
+    broker = RedisBroker(RedisConfig.from_url(server.url))
+    try:
+        assert broker.enqueue([task("1~a", unique_key="u")], NOW) == [None]
+        broker.delete("1~a", NOW)
+        broker.client.hset(broker.keys.uniq, "u", "1~a")  # as if the release after the delete never ran
+        assert broker.enqueue([task("2~a", unique_key="u")], NOW) == [None]
+        assert broker.enqueue([task("3~a", unique_key="u")], NOW) == ["2~a"]
+        assert broker.client.hget(broker.keys.uniq, "u") == "2~a"
+    finally:
+        broker.close()

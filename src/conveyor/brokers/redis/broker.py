@@ -39,11 +39,11 @@ from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, trans
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import BOTH_SLOTS, Arg, Scripts
+from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
-from conveyor.errors import InvalidTransition, QueueFull, TaskNotFound
+from conveyor.errors import ConveyorError, InvalidTransition, QueueFull, TaskNotFound
 from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
@@ -142,6 +142,8 @@ class RedisBroker:
         """KEYS (the queue slot's `seq`, then, for ``BOTH_SLOTS`` unless ``namespace`` is False, the
         namespace's registry), then the ARGV head (see lua/_lib.lua)."""
         events = "1" if self._events.active else "0"
+        if name in NAMESPACE_ONLY:
+            return (1, self._registry, now, self._origin, "0", self._policy)
         if name in BOTH_SLOTS if namespace is None else namespace:
             return (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
         return (1, prefix + "seq", now, self._origin, events, self._policy)
@@ -187,9 +189,26 @@ class RedisBroker:
             now, _, result = reply.partition("\n")
             return result, float(now)
         ran_at = float(reply[1])
-        if len(reply) > 2:  # {result, now, events}
-            self._events.deliver(decode_events(reply[2], ran_at))
+        if len(reply) > 2:  # {result, now, events} or {result, now, events or "", freed}
+            if reply[2]:
+                self._events.deliver(decode_events(reply[2], ran_at))
+            if len(reply) > 3:
+                self._release(reply[3], ran_at)
         return reply[0], ran_at
+
+    def _release(self, freed: str, now: float) -> None:
+        """Free in the namespace slot the unique keys of tasks a call deleted in their queue slot
+        (``freed``: lines ``"<unique key> <id>"``, see ``release.lua``). Their tasks are gone either
+        way: a failure here leaves entries whose holder is gone, which an enqueue treats as free, so
+        it is logged rather than raised."""
+        args: list[Arg] = []
+        for line in freed.split("\n"):
+            key, _, task_id = line.partition(" ")
+            args += (key, task_id)
+        try:
+            self._invoke("release", self.keys.namespace_prefix, repr(float(now)), args)
+        except ConveyorError:
+            log.warning("unique keys of deleted tasks left in place (harmless): %s", freed, exc_info=True)
 
     def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
         records = []

@@ -30,6 +30,7 @@ from conveyor.brokers.redis.connections import Arg, Command, Connections
 __all__ = [
     "BOTH_SLOTS",
     "EACH_CALL",
+    "NAMESPACE_ONLY",
     "OPERATIONS",
     "READ_ONLY",
     "Arg",
@@ -53,6 +54,7 @@ OPERATIONS = (
     "promote",
     "purge",
     "reap",
+    "release",
     "run_now",
     "settle",
     "stats",
@@ -67,9 +69,11 @@ READ_ONLY = frozenset({"list", "stats"})
 #: Operations that touch the namespace slot (``QUEUES``, ``UNIQ``) besides their queue slot, and so
 #: declare both (``KEYS[2]``, see ``lua/_lib.lua``): the places layout 5 splits into a call per slot
 #: (docs/architecture.md). ``enqueue`` and ``configure`` add the queue to the registry (``enqueue``
-#: only the first time) and ``forget_queue`` takes it out; ``enqueue`` claims unique keys, and every
-#: operation that deletes tasks frees theirs.
-BOTH_SLOTS = frozenset({"clean", "configure", "delete", "enqueue", "forget_queue", "purge", "withdraw"})
+#: only the first time) and ``forget_queue`` takes it out; ``enqueue`` claims unique keys. (The
+#: operations that delete tasks free their unique keys with ``release`` afterwards.)
+BOTH_SLOTS = frozenset({"configure", "enqueue", "forget_queue"})
+#: Operations of the namespace slot alone: ``KEYS[1]`` is its registry (``begin_namespace`` in ``_lib.lua``).
+NAMESPACE_ONLY = frozenset({"release"})
 
 
 def read_source(name: str) -> str:
@@ -99,9 +103,10 @@ def build_library() -> tuple[str, str]:
     registrations = []
     for name in OPERATIONS:
         flags = "{'no-writes'}" if name in READ_ONLY else "{}"
+        begin = "begin_namespace" if name in NAMESPACE_ONLY else "begin"
         registrations.append(
             f"redis.register_function{{function_name = 'conveyor_{version}_{name}', "
-            f"callback = function(keys, args) begin(keys, args) return op_{name}() end, flags = {flags}}}"
+            f"callback = function(keys, args) {begin}(keys, args) return op_{name}() end, flags = {flags}}}"
         )
     code = f"#!lua name=conveyor_{version}\n{body}\n" + "\n".join(registrations) + "\n"
     return version, code

@@ -38,7 +38,9 @@
 --   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls>" (one argument; read as
 --           numbers only by the operations that use them: max_errors() and so on)
 -- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
--- Every operation returns {result, now} or, with events wanted and some made, {result, now, events};
+-- Every operation returns {result, now} or, with events wanted and some made, {result, now, events},
+-- and, when it deleted tasks holding unique keys without the namespace slot, {result, now, events or
+-- "", freed} (freed: lines "<unique key> <id>", for release.lua);
 -- a string result with nothing else to return comes as one string, now .. "\n" .. result (a table
 -- reply costs the server a conversion, a string nothing). Events are also SPUBLISHed as
 -- "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
@@ -52,7 +54,7 @@
 local KEYS, ARGV
 local P, NOW, ORIGIN, WANT, NOWS, POLICY
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
-local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS
+local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
 
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
 -- match): a task expired before it started, a retry whose outcome gave no error, an expired lease
@@ -99,7 +101,17 @@ local function begin(keys, argv)
   if KEYS[2] then QUEUES, UNIQ = unpack(namespace_names(KEYS[2])) else QUEUES, UNIQ = nil, nil end
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
-  EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS = EMIT and {} or nil, false, false, nil, nil, {}
+  EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = EMIT and {} or nil, false, false, nil, nil, {}, nil
+end
+
+-- begin() of the operations of the namespace slot alone (scripts.NAMESPACE_ONLY): KEYS[1] is its
+-- `queues` registry; they touch no queue slot's key and make no events
+local function begin_namespace(keys, argv)
+  KEYS, ARGV = keys, argv
+  ORIGIN, WANT, POLICY, NOWS, NOW = ARGV[2], false, nil, ARGV[1], tonumber(ARGV[1])
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS = nil
+  QUEUES, UNIQ = unpack(namespace_names(KEYS[1]))
+  EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = false, nil, false, false, nil, nil, {}, nil
 end
 
 -- Sorted-set writes while DEFER is on are buffered per key (order kept per key) and sent as one
@@ -191,11 +203,13 @@ local function finish(result)
   if WOKEN and redis.call('LLEN', WAKE) == 0 then -- at most one token; usually one is there already
     redis.call('LPUSH', WAKE, '1')
   end
+  local freed = FREED and table.concat(FREED, '\n') -- see remove_task()
   if EVENTS and #EVENTS > 0 then
     local blob = table.concat(EVENTS, '\n')
     redis.call('SPUBLISH', CHANNEL, ORIGIN .. '\n' .. NOWS .. '\n' .. blob)
-    if WANT then return {result, NOWS, blob} end
+    if WANT then return {result, NOWS, blob, freed} end
   end
+  if freed then return {result, NOWS, '', freed} end
   if type(result) == 'string' then return NOWS .. '\n' .. result end
   return {result, NOWS}
 end
@@ -457,7 +471,14 @@ local function remove_task(t, report)
     redis.call('HDEL', LIMITS, t.id)
     redis.call('HDEL', TRACEBACKS, t.id)
   end
-  if t.uk and redis.call('HGET', UNIQ, t.uk) == t.id then redis.call('HDEL', UNIQ, t.uk) end
+  if t.uk then
+    if not UNIQ then -- a call without the namespace slot: the caller frees it there (release.lua)
+      FREED = FREED or {}
+      FREED[#FREED + 1] = t.uk .. ' ' .. t.id
+    elseif redis.call('HGET', UNIQ, t.uk) == t.id then
+      redis.call('HDEL', UNIQ, t.uk)
+    end
+  end
   if report then event(t.id, t.s, 'deleted', t.q) end
 end
 

@@ -1,5 +1,6 @@
 -- clean.lua: the janitor. Bounded work: at most `limit` deletions, ZRANGE windows of that size.
--- KEYS: the queue slot's and the namespace slot's (_lib.lua; deleting a task frees its unique key).
+-- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+--       (release.lua).
 -- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue), A(3..) the slot's queues, in
 --       the order to visit them (the caller reads them from the registry).
 -- Returns: how many tasks were deleted.

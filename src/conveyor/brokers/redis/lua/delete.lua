@@ -1,6 +1,6 @@
 -- delete.lua: remove a task that is not running.
--- KEYS: the queue slot's and the namespace slot's (_lib.lua): a deleted task frees its unique key
---       in UNIQ.
+-- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+--       (release.lua).
 -- ARGV: head (_lib.lua), then A(1) task id.
 -- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID active.
 -- Transition: any state but active -> deleted (reported).

@@ -1,6 +1,6 @@
 -- purge.lua: delete visible tasks of one queue in one state (not active), oldest enqueued first.
--- KEYS: the queue slot's and the namespace slot's (_lib.lua): a deleted task frees its unique key
---       in UNIQ.
+-- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+--       (release.lua).
 -- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) limit (-1: all).
 -- Returns: how many were deleted.
 -- Transition: scheduled | pending | retry | completed | archived -> deleted (reported, in enqueue

@@ -1,7 +1,7 @@
 -- withdraw.lua: take back tasks an enqueue just stored, those no worker has claimed yet (replication.py
 -- calls it when fewer replicas than wait_replicas confirmed the enqueue).
--- KEYS: the queue slot's and the namespace slot's (_lib.lua): a deleted task frees its unique key
---       in UNIQ.
+-- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+--       (release.lua).
 -- ARGV: head (_lib.lua), then A(1).. the ids the enqueue stored.
 -- Returns: one string, per id "1" (removed) or "0" (left: claimed at least once, finished, or gone),
 --          in order, without separators.
