@@ -18,32 +18,23 @@ the server runs the one before (``Connections.execute_each``). Faults become ``c
 
 from __future__ import annotations
 
-import logging
 import secrets
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-import redis
-
-from conveyor.brokers.base import MAX_ERRORS_KEPT, EventCallback, Finding
+from conveyor.brokers.base import EventCallback, Finding
 from conveyor.brokers.redis import admin, preflight
+from conveyor.brokers.redis.addressing import RedisCalls
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, enqueue_args, one_task_args, settle_args
-from conveyor.brokers.redis.cancels import CancelWatch
-from conveyor.brokers.redis.cluster import ClusterCalls
-from conveyor.brokers.redis.codec import decode_claimed, decode_events, decode_record
+from conveyor.brokers.redis.codec import decode_claimed
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.connections import Command, Connections
-from conveyor.brokers.redis.events import EventHub
-from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
-from conveyor.brokers.redis.keys import Keys
-from conveyor.brokers.redis.link import Link, connect
-from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, Arg, Scripts
+from conveyor.brokers.redis.connections import Command
+from conveyor.brokers.redis.faults import Refused, translate_errors
+from conveyor.brokers.redis.scripts import Arg
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
-from conveyor.errors import ConveyorError, InvalidTransition, QueueFull, TaskNotFound
+from conveyor.errors import InvalidTransition, QueueFull, TaskNotFound
 from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
@@ -60,207 +51,16 @@ from conveyor.model import (
 
 __all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
 
-log = logging.getLogger("conveyor.brokers.redis")
-
 #: Due tasks promoted and expired leases reaped (each) inside one claim or reap call, at most.
 MAINTENANCE_BUDGET = 1000
 
-_SCRIPTS: Scripts | None = None
 
-
-def _scripts() -> Scripts:
-    global _SCRIPTS
-    if _SCRIPTS is None:
-        _SCRIPTS = Scripts()
-    return _SCRIPTS
-
-
-class RedisBroker:
+class RedisBroker(RedisCalls):
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
-
-    def __init__(self, config: RedisConfig, policy: BrokerPolicy | None = None, keys: Keys | None = None) -> None:
-        """``keys``: the key names, ``Keys(config.namespace)`` unless given (tests give one whose
-        queue slots differ from the namespace slot)."""
-        self.config = config
-        self.policy = policy or BrokerPolicy()
-        self.keys = keys or Keys(config.namespace)
-        self._plain = config.client()  # one server, or a cluster URL's first seed (TIME, INFO)
-        self._link: Link | None = None  # the client and the hot path's connections, chosen at first use
-        self._link_lock = threading.Lock()
-        self._registry = self.keys.queues  # KEYS[2] of the operations that need the namespace slot
-        self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
-        self._scripts = _scripts()
-        self._origin = secrets.token_hex(8)
-        self._events = EventHub(
-            lambda: self._client, self.keys.events, self.keys.listening, self._origin, config.socket_connect_timeout
-        )
-        self._cancels = CancelWatch(lambda: self._client, self.keys.cancels, config.socket_connect_timeout)
-        self._clock: ServerClock | None = None
-        self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> RedisBroker:
         return cls(RedisConfig.from_url(url), policy)
-
-    @property
-    def client(self) -> redis.Redis:
-        """The underlying redis-py client (for diagnostics and tests; not part of the Broker contract):
-        on a cluster, redis-py's ``RedisCluster`` (``cluster.ClusterClient``), which has the same
-        command methods."""
-        return self._client
-
-    @property
-    def cluster(self) -> bool:
-        """True when the broker talks to a Redis Cluster (a ``redis+cluster://`` URL, or a node found
-        to be one); finding out may take one round trip."""
-        return self._client is not self._plain
-
-    @property
-    def _client(self) -> redis.Redis:
-        link = self._link
-        return (link or self._connect()).client
-
-    @property
-    def _conns(self) -> Connections | ClusterCalls:
-        link = self._link
-        return (link or self._connect()).conns
-
-    def _connect(self) -> Link:
-        """Choose the client at the first call (``link.py``); raises ``conveyor.errors`` if the server
-        cannot be reached, and tries again at the next call."""
-        with self._link_lock:
-            if self._link is None:
-                self._link = connect(self.config, self._plain)
-            return self._link
-
-    # -- calling scripts -----------------------------------------------------------------------
-
-    def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
-        return self._invoke(name, prefix, repr(float(now)), args)[1]
-
-    def _head(self, name: str, prefix: str, now: str, namespace: bool | None = None) -> tuple[Arg, ...]:
-        """KEYS (the queue slot's `seq`, then, for ``BOTH_SLOTS`` unless ``namespace`` is False, the
-        namespace's registry), then the ARGV head (see lua/_lib.lua)."""
-        events = "1" if self._events.active else "0"
-        if name in NAMESPACE_ONLY:
-            return (1, self._registry, now, self._origin, "0", self._policy)
-        if name in BOTH_SLOTS if namespace is None else namespace:
-            return (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
-        return (1, prefix + "seq", now, self._origin, events, self._policy)
-
-    def _invoke(
-        self,
-        name: str,
-        prefix: str,
-        now: str,
-        args: Sequence[Arg],
-        before: Sequence[Command] = (),
-        namespace: bool | None = None,
-    ) -> tuple[list[Any], Any, float]:
-        """Run operation ``name`` in the queue slot ``prefix`` (after the commands ``before``, in the
-        same write): their replies, its result, and the ``now`` it ran at (``now`` "" asks for the
-        server's TIME). ``namespace``: whether to declare the namespace slot (default: ``BOTH_SLOTS``)."""
-        try:  # inline rather than `with translate_errors()`: this is every operation's hot path
-            command = self._scripts.command(name, self._head(name, prefix, now, namespace), args)
-            conns = self._conns
-            if self._wait is not None and self._wait.applies(name):  # see replication.py
-                early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)
-            else:
-                early, reply = self._scripts.call(conns, self._client, command, before)
-        except CLIENT_ERRORS as exc:
-            raise failure(exc) from exc
-        return (early, *self._result(reply))
-
-    def _invoke_each(
-        self, name: str, prefix: str, now: str, calls: Iterable[Sequence[Arg]], handle: Callable[[Any], None]
-    ) -> None:
-        """Run operation ``name`` in the queue slot ``prefix`` once per argument list in ``calls``, one
-        call after another, each made while the server runs the one before; ``handle`` gets each
-        result, in order."""
-        commands = (self._scripts.command(name, self._head(name, prefix, now), args) for args in calls)
-        try:
-            self._scripts.call_each(self._conns, self._client, commands, lambda reply: handle(self._result(reply)[0]))
-        except CLIENT_ERRORS as exc:
-            raise failure(exc) from exc
-
-    def _result(self, reply: Any) -> tuple[Any, float]:
-        """An operation's result and the ``now`` it ran at, from its reply (events go to subscribers)."""
-        if isinstance(reply, str):  # now + "\n" + a string result: see lua/_lib.lua
-            now, _, result = reply.partition("\n")
-            return result, float(now)
-        ran_at = float(reply[1])
-        if len(reply) > 2:  # {result, now, events} or {result, now, events or "", freed}
-            if reply[2]:
-                self._events.deliver(decode_events(reply[2], ran_at))
-            if len(reply) > 3:
-                self._release(reply[3], ran_at)
-        return reply[0], ran_at
-
-    def _release(self, freed: str, now: float) -> None:
-        """Free in the namespace slot the unique keys of tasks a call deleted in their queue slot
-        (``freed``: lines ``"<unique key> <id>"``, see ``release.lua``). Their tasks are gone either
-        way: a failure here leaves entries whose holder is gone, which an enqueue treats as free, so
-        it is logged rather than raised."""
-        args: list[Arg] = []
-        for line in freed.split("\n"):
-            key, _, task_id = line.partition(" ")
-            args += (key, task_id)
-        try:
-            self._invoke("release", self.keys.namespace_prefix, repr(float(now)), args)
-        except ConveyorError:
-            log.warning("unique keys of deleted tasks left in place (harmless): %s", freed, exc_info=True)
-
-    def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
-        records = []
-        for item in items:
-            try:
-                record = decode_record(item)
-            except (ValueError, KeyError, TypeError, IndexError):
-                log.exception("skipping a task that cannot be decoded: %r", item)
-                continue
-            if record is not None:
-                records.append(record)
-        return records
-
-    # -- addressing slots ------------------------------------------------------------------------
-
-    def _by_slot(self, items: Sequence[Any], prefix_of: Callable[[Any], str]) -> list[tuple[str, list[int]]]:
-        """The places of ``items`` grouped by the slot ``prefix_of`` gives each, in order of first place."""
-        groups: dict[str, list[int]] = {}
-        for place, item in enumerate(items):
-            groups.setdefault(prefix_of(item), []).append(place)
-        return list(groups.items())
-
-    def _runs(self, queues: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
-        """``queues`` cut into runs of neighbours in one slot (their order is the claim order)."""
-        run: list[str] = []
-        prefix = ""
-        for queue in queues:
-            this = self.keys.queue_prefix(queue)
-            if run and this != prefix:
-                yield prefix, run
-                run = []
-            prefix = this
-            run.append(queue)
-        if run:
-            yield prefix, run
-
-    def _registered(self) -> list[str]:
-        """Every queue of the registry (the namespace slot's ``queues``), sorted."""
-        with translate_errors():
-            return sorted(cast("set[str]", self._client.smembers(self.keys.queues)))
-
-    def _slots(self) -> list[str]:
-        """The prefixes of every slot that holds queues (layout 4: the one slot, without a round trip)."""
-        if self.keys.one_slot:
-            return [self.keys.prefix]
-        return sorted({self.keys.queue_prefix(queue) for queue in self._registered()})
-
-    def _wake_keys(self, queues: Sequence[str]) -> list[str]:
-        """The ``wake`` lists of the slots of ``queues``."""
-        if self.keys.one_slot:
-            return [self.keys.wake]
-        return list(dict.fromkeys(self.keys.slot(self.keys.queue_prefix(queue)).wake for queue in queues))
 
     # -- producing -----------------------------------------------------------------------------
 
