@@ -131,3 +131,16 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
     # the floor and the curve are sections of their own, not rows of the results table or peers
     assert not [line for line in lines if line.startswith(("| sqlite floor |", "| sqlite processes |"))]
     assert not any("**sqlite floor**" in line for line in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_latency_row_runs_alone_on_this_tree_and_on_another(tmp_path: Path) -> None:
+    out = run_python(
+        "-m", "bench.sqlite_latency", "--passes", "1", "--n", "40", "--code", str(ROOT / "src"), timeout=110
+    )
+    lines = out.splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["bare FULL commit at 200/s", "this tree", str(ROOT / "src")]
+    for line in lines:
+        p50, p99 = (float(part.split()[1]) for part in line.split(": ")[2].split(", "))
+        assert 0 < p50 <= p99, line
