@@ -87,8 +87,12 @@ class SQLiteBroker:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[Tx], T]) -> T:
+    def _write(self, fn: Callable[[Tx], T], durable: bool = True) -> T:
         """Run ``fn`` in one write transaction, then deliver its events to this process's subscribers.
+
+        ``durable=False`` (a claim settling nothing): under ``synchronous=FULL`` it commits without a
+        sync of its own (``Database.write``); a power cut may undo it, which only makes the tasks it
+        claimed pending again, as if never claimed (at least once, as ever).
 
         A domain error raised by ``fn`` (QueueFull, TaskNotFound, InvalidTransition, ValueError) is
         raised before ``fn`` wrote anything of its own; the transaction still commits what came
@@ -109,7 +113,7 @@ class SQLiteBroker:
             self._trim_events(tx, tx.save_events(self._origin))
             return result
 
-        outcome = self._db.write(attempt)
+        outcome = self._db.write(attempt, durable)
         events = last[0].events
         if any(event[2] == _PENDING for event in events):
             self._bell.ring()  # after the commit: a consumer it wakes sees the task
@@ -136,7 +140,7 @@ class SQLiteBroker:
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
         self._seen.version = self._db.data_version()  # before the claim: no commit after it goes unseen
-        records = self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit))
+        records = self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit), durable=False)
         if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
             self._bell.ring()
         return records
@@ -181,7 +185,7 @@ class SQLiteBroker:
             return applied, ops.claim(tx, names, now, lease_for, limit)
 
         self._seen.version = self._db.data_version()  # as in claim()
-        return self._write(run)
+        return self._write(run, durable=bool(batch))  # what settles is synced; a claim alone need not be
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
         return self._write(lambda tx: ops.extend(tx, task_id, token, now, lease_for))

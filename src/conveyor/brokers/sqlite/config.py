@@ -4,8 +4,9 @@
 absolute. Query options (all optional):
 
 ``synchronous`` (default ``FULL``)
-    ``OFF``, ``NORMAL``, ``FULL`` or ``EXTRA`` (any case). ``FULL`` syncs the WAL at every commit, so
-    every acknowledged enqueue and outcome survives a power cut or OS crash too. ``NORMAL`` syncs only
+    ``OFF``, ``NORMAL``, ``FULL`` or ``EXTRA`` (any case). ``FULL`` syncs the WAL at every commit but
+    a claim's that settles nothing (``db.py``), so every acknowledged enqueue and outcome survives a
+    power cut or OS crash too. ``NORMAL`` syncs only
     at checkpoints: it never corrupts the file and loses nothing when a *process* dies (committed
     transactions are in the WAL, which the OS owns), but a power cut or OS crash can roll back the
     last commits; it is several times faster where commits are small (figures: docs/reliability.md).

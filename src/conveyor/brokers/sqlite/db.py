@@ -20,6 +20,14 @@ so the next writer tries within a scheduler hop of the commit; one ring wakes on
 the whole transaction until ``busy_timeout`` has passed, then raises ``BrokerUnavailable``. A writer
 that does not ring (another tool; a process killed mid-transaction, whose lock the kernel releases)
 is covered by the waits' timeouts: short, jittered and growing to ``_RETRY_MAX``.
+
+**Writes that need no sync of their own** (``write(fn, durable=False)``: a claim that settles
+nothing) commit at ``synchronous=NORMAL`` when the file's setting is ``FULL`` or ``EXTRA``: the
+setting is per connection, switched before ``BEGIN`` (SQLite refuses it inside a transaction) and
+switched back before the next durable write. Such a commit still survives the death of any process
+(it is in the WAL, which the OS holds); a power cut may undo it, which leaves the file as it was
+before it, and the next synced commit (an enqueue, a settle) syncs it with its own frames. A group
+commit is durable if any of its writes is.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ T = TypeVar("T")
 
 _RETRY_FIRST = 0.002  # seconds: the first wait for a locked file (a ring ends it sooner)
 _RETRY_MAX = 0.01
+#: The ``synchronous`` settings under which a write that needs no sync of its own commits at ``NORMAL``.
+_LOWERED = ("FULL", "EXTRA")
 
 
 class Database:
@@ -63,6 +73,7 @@ class Database:
         self._conns: set[sqlite3.Connection] = set()  # open ones; whoever takes one out closes it
         self._conns_lock = threading.RLock()  # re-entrant: a finalizer may run wherever a slot goes
         self._generation = 0
+        self._lowers = config.synchronous in _LOWERED  # non-durable writes may skip their sync
         self._check_path()
         try:
             self._retry(self._open_schema)
@@ -164,21 +175,24 @@ class Database:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, fn: Callable[[sqlite3.Connection], T], durable: bool = True) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried whole while the file is busy; the
-        writes of other threads queued meanwhile may share it (each in its own savepoint)."""
+        writes of other threads queued meanwhile may share it (each in its own savepoint).
+
+        ``durable=False``: losing this commit to a power cut is harmless (it only claims), so under
+        ``FULL`` it commits without a sync of its own (see the module docstring)."""
         if self.write_lock.acquire(blocking=False):  # no other write of this process: try it alone first
             try:
                 if not self._queued:
                     try:
-                        return self._transaction(fn, "BEGIN IMMEDIATE")
+                        return self._transaction(fn, "BEGIN IMMEDIATE", durable)
                     except sqlite3.Error as exc:
                         if not _is_busy(exc):
                             raise _translate(exc, self.path) from exc
-                return self._write_queued(fn)  # the file is busy: wait, then write with whatever queued up
+                return self._write_queued(fn, durable)  # the file is busy: wait, then write with whatever queued up
             finally:
                 self.write_lock.release()
-        write = _Write(fn)
+        write = _Write(fn, durable)
         with self._queued_lock:
             self._queued.append(write)
         with self.write_lock:
@@ -186,9 +200,9 @@ class Database:
                 self._write_group()
         return write.outcome()  # type: ignore[return-value]
 
-    def _write_queued(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _write_queued(self, fn: Callable[[sqlite3.Connection], T], durable: bool) -> T:
         """Queue ``fn`` and make the queued writes together (write_lock held)."""
-        write = _Write(fn)
+        write = _Write(fn, durable)
         with self._queued_lock:
             self._queued.append(write)
         self._write_group()
@@ -204,10 +218,11 @@ class Database:
                 self._queued.clear()
             if len(group) == 1:
                 write = group[0]
-                write.result = self._transaction(write.fn, "BEGIN IMMEDIATE")
+                write.result = self._transaction(write.fn, "BEGIN IMMEDIATE", write.durable)
                 write.error = None
             else:
-                self._transaction(lambda conn: _apply(conn, group, self.path), "BEGIN IMMEDIATE")
+                durable = any(write.durable for write in group)
+                self._transaction(lambda conn: _apply(conn, group, self.path), "BEGIN IMMEDIATE", durable)
 
         try:
             self._retry(attempt)
@@ -228,8 +243,13 @@ class Database:
         """Run ``fn`` in one read transaction (a consistent snapshot)."""
         return self._retry(lambda: self._transaction(fn, "BEGIN"))
 
-    def _transaction(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T], begin: str, durable: bool = True) -> T:
         conn = self.connection()
+        if self._lowers and begin != "BEGIN":
+            slot: _Slot = self._local.slot  # set by connection()
+            if slot.lowered == durable:  # switch: a durable write after a lowered one, or the reverse
+                conn.execute(f"PRAGMA synchronous = {self.config.synchronous if durable else 'NORMAL'}")
+                slot.lowered = not durable
         conn.execute(begin)
         try:
             result = fn(conn)
@@ -276,10 +296,11 @@ class Database:
 class _Write:
     """One call of :meth:`Database.write`, made by whichever thread holds the write lock first."""
 
-    __slots__ = ("done", "error", "fn", "result")
+    __slots__ = ("done", "durable", "error", "fn", "result")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+    def __init__(self, fn: Callable[[sqlite3.Connection], object], durable: bool) -> None:
         self.fn = fn
+        self.durable = durable
         self.done = False
         self.result: object = None
         self.error: BaseException | None = None
@@ -309,11 +330,12 @@ def _apply(conn: sqlite3.Connection, group: list[_Write], path: str) -> None:
 class _Slot:
     """One thread's connection, kept in the thread-local (a slot, so that its end can be watched)."""
 
-    __slots__ = ("__weakref__", "conn", "generation")
+    __slots__ = ("__weakref__", "conn", "generation", "lowered")
 
     def __init__(self, conn: sqlite3.Connection, generation: int) -> None:
         self.conn = conn
         self.generation = generation
+        self.lowered = False  # set to synchronous=NORMAL for a non-durable write (``Database.write``)
 
 
 def _release(conns: set[sqlite3.Connection], lock: threading.RLock, conn: sqlite3.Connection, path: str) -> None:
