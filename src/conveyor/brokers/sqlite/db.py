@@ -19,7 +19,11 @@ the ``<path>-turn`` FIFO (``wake.Doorbell``), which every writer rings as its wr
 so the next writer tries within a scheduler hop of the commit; one ring wakes one waiter. It retries
 the whole transaction until ``busy_timeout`` has passed, then raises ``BrokerUnavailable``. A writer
 that does not ring (another tool; a process killed mid-transaction, whose lock the kernel releases)
-is covered by the waits' timeouts: short, jittered and growing to ``_RETRY_MAX``.
+is covered by the waits' timeouts: short, jittered and growing to ``_RETRY_MAX``. A writer waiting
+for its turn marks itself (``Doorbell.queue_up``), and a writer of another process about to begin
+lets it go first, for at most ``_STEP_ASIDE``: else the writer that just rang, still running, takes
+the lock again before the one it woke has run, and a worker's claim can wait behind a producer's
+back-to-back enqueues for as long as they last.
 
 **Writes that need no sync of their own** (``write(fn, durable=False)``: a claim that settles
 nothing) commit at ``synchronous=NORMAL`` when the file's setting is ``FULL`` or ``EXTRA``: the
@@ -55,6 +59,8 @@ T = TypeVar("T")
 
 _RETRY_FIRST = 0.002  # seconds: the first wait for a locked file (a ring ends it sooner)
 _RETRY_MAX = 0.01
+_STEP_ASIDE = 0.005  # seconds: the longest a writer lets waiting writers of other processes go first
+_STEP = 0.0001
 #: The ``synchronous`` settings under which a write that needs no sync of its own commits at ``NORMAL``.
 _LOWERED = ("FULL", "EXTRA")
 
@@ -184,6 +190,7 @@ class Database:
         if self.write_lock.acquire(blocking=False):  # no other write of this process: try it alone first
             try:
                 if not self._queued:
+                    self._step_aside()
                     try:
                         return self._transaction(fn, "BEGIN IMMEDIATE", durable)
                     except sqlite3.Error as exc:
@@ -225,7 +232,7 @@ class Database:
                 self._transaction(lambda conn: _apply(conn, group, self.path), "BEGIN IMMEDIATE", durable)
 
         try:
-            self._retry(attempt)
+            self._retry(attempt, queue=True)
         except BaseException as exc:
             for write in group:
                 write.result, write.error = None, exc
@@ -266,23 +273,44 @@ class Database:
                 self._turn.ring()
         return result
 
-    def _retry(self, fn: Callable[[], T]) -> T:
+    def _retry(self, fn: Callable[[], T], queue: bool = False) -> T:
+        """Call ``fn`` until the file is not busy; ``queue``: a write, which marks itself as waiting for
+        its turn while it waits (``_step_aside``)."""
         deadline = time.monotonic() + self.config.busy_timeout
         delay = _RETRY_FIRST
-        while True:
-            try:
-                return fn()
-            except sqlite3.Error as exc:
-                if not _is_busy(exc):
-                    raise _translate(exc, self.path) from exc
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise BrokerUnavailable(
-                        f"{self.path} stayed locked by another connection for more than"
-                        f" {self.config.busy_timeout:g}s (busy_timeout): {exc}"
-                    ) from None
-                self._pause(min(random.uniform(delay / 2, delay), remaining))
-                delay = min(delay * 2, _RETRY_MAX)
+        queued = False
+        try:
+            while True:
+                try:
+                    return fn()
+                except sqlite3.Error as exc:
+                    if not _is_busy(exc):
+                        raise _translate(exc, self.path) from exc
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise BrokerUnavailable(
+                            f"{self.path} stayed locked by another connection for more than"
+                            f" {self.config.busy_timeout:g}s (busy_timeout): {exc}"
+                        ) from None
+                    if queue and not queued:
+                        self._turn.queue_up()
+                        queued = True
+                    self._pause(min(random.uniform(delay / 2, delay), remaining))
+                    delay = min(delay * 2, _RETRY_MAX)
+        finally:
+            if queued:
+                self._turn.leave_queue()
+
+    def _step_aside(self) -> None:
+        """Let writers of other processes that wait for their turn go first, for at most ``_STEP_ASIDE``."""
+        turn = self._turn
+        if not turn.others_waiting():
+            return
+        deadline = time.monotonic() + _STEP_ASIDE
+        while time.monotonic() < deadline:
+            time.sleep(_STEP)  # the waiter ends its wait by taking the lock, and leaves the queue after
+            if not turn.others_waiting():
+                return
 
     def _pause(self, seconds: float) -> None:
         """Wait for the next writer's ring, at most ``seconds``; sleep instead where there is no FIFO."""

@@ -14,6 +14,13 @@ but only the one that reads it returns; the others sleep on. So one task enqueue
 worker, not every worker on the file to race for it (a claim that takes a full batch rings again,
 for the next one: ``SQLiteBroker.claim``), and one commit lets one waiting writer try the lock.
 
+**Turns.** A ring wakes a waiting writer, but the writer that rang is running and usually wants the
+lock again first (a producer enqueueing back to back; on one core, always): the waiter wakes to find
+the file locked again, and waits on. So a writer waiting for its turn also holds a shared ``flock`` on
+the ``-turn`` FIFO (``queue_up`` / ``leave_queue``), and a writer about to start a transaction asks
+``others_waiting`` (an exclusive ``flock`` that fails while any other process holds a shared one) and
+lets them go first. The kernel drops a dead process's ``flock``, so a killed waiter holds no one up.
+
 Where FIFOs do not exist (Windows) or the path is taken by something that is not a FIFO, both
 sides turn themselves off and the consumer falls back to polling ``data_version`` alone.
 """
@@ -21,6 +28,7 @@ sides turn themselves off and the consumer falls back to polling ``data_version`
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import select
@@ -105,6 +113,36 @@ class Doorbell:
                         pass
                 return True
         except (OSError, ValueError):  # closed by close() meanwhile: the caller checks its data_version
+            return False
+
+    def queue_up(self) -> None:
+        """Mark this process as waiting for its turn (until :meth:`leave_queue`); best effort."""
+        fd = self._reading()
+        if fd is not None:
+            with contextlib.suppress(OSError):  # another process checking at this instant: not marked
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+
+    def leave_queue(self) -> None:
+        with self._lock:
+            if self._reader is not None and self._pid == os.getpid():
+                with contextlib.suppress(OSError):
+                    fcntl.flock(self._reader, fcntl.LOCK_UN)
+
+    def others_waiting(self) -> bool:
+        """Whether another process waits for its turn (:meth:`queue_up`). Never blocks; False when no
+        ring of this process found a reader yet (then nobody waits)."""
+        with self._lock:
+            self._forget_inherited()
+            fd = self._writer
+            if fd is None:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            fcntl.flock(fd, fcntl.LOCK_UN)
             return False
 
     def close(self) -> None:
