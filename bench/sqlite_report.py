@@ -157,7 +157,7 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     locked = sum(sum(f.runs) for k, f in by_key.items() if k[0] == CURVE and k[2] == "locked")
 
     commit = _measured(by_key, (FLOOR, f"synchronous={default_mode}", "commit"))
-    # the latency starts before the producer's enqueue; its commit and the claim's each sync (FULL)
+    # the latency starts before the producer's enqueue, whose commit syncs (FULL): a bare commit is its floor
     synced = f"; a bare commit: {1000 / commit.value:.2f} ms" if commit and commit.value else ""
 
     def latency(figure: Figure | None) -> str:
@@ -198,9 +198,10 @@ def sqlite_sections(figures: list[Figure], by_key: dict[Key, Figure], default_mo
         "queued first (SqliteHuey: N/2), from the first task's start to the last one's end; CPU: the worker's",
         "process tree over the drain; enqueue: one process, one call per task; latency: an idle worker, 600",
         "tasks at a paced 200/s, the handler's start minus the producer's clock before its `enqueue` (under",
-        "FULL that includes two syncs: the enqueue's commit and the claim's, both on the producer's and the",
-        "worker's one core). An idle Conveyor worker on SQLite is woken by the FIFO beside the file",
-        "(`docs/architecture.md`), not by its poll interval.",
+        "FULL that includes the enqueue's commit and its sync; the claim commits without one; the producer",
+        "and the worker share one core). An idle Conveyor worker on SQLite is woken by the FIFO beside the",
+        "file (`docs/architecture.md`), not by its poll interval. `python -m bench.sqlite_latency` runs this",
+        "latency alone, beside the disk's bare commit at the same pace.",
         "",
         *_user_table(by_key),
         *_aims(by_key, default_mode),
