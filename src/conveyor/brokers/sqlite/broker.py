@@ -25,7 +25,7 @@ from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.brokers.sqlite.tx import Tx
-from conveyor.brokers.sqlite.wake import Doorbell
+from conveyor.brokers.sqlite.wake import Doorbell, wait_any, wake_suffix
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
 from conveyor.model import (
@@ -49,9 +49,10 @@ T = TypeVar("T")
 _PENDING = TaskState.PENDING.value
 
 #: How often an idle consumer checks the file for commits by other connections (``wait_for_work``):
-#: without a usable wake-up FIFO, and with one (then only for writers that do not ring it).
+#: without a usable wake-up FIFO, and with one (then only for writers that do not ring it: other
+#: tools, versions before the FIFOs per queue).
 _WAKE_CHECK = 0.002
-_WAKE_CHECK_RUNG = 0.02
+_WAKE_CHECK_RUNG = 0.5
 
 #: A broker trims the events table after writing this many events.
 _TRIM_EVERY = 10_000
@@ -73,7 +74,8 @@ class SQLiteBroker:
         self._db = Database(config)
         self._origin = secrets.token_hex(8)
         self._events = EventHub(self._db, self._origin, config.poll_interval)
-        self._bell = Doorbell(config.path)
+        self._bells: dict[str, Doorbell] = {}  # the wake-up FIFO of each queue this broker used
+        self._bells_lock = threading.Lock()
         self._written_since_trim = 0
         self._seen = threading.local()  # data_version before each thread's last claim
 
@@ -115,8 +117,8 @@ class SQLiteBroker:
 
         outcome = self._db.write(attempt, durable)
         events = last[0].events
-        if any(event[2] == _PENDING for event in events):
-            self._bell.ring()  # after the commit: a consumer it wakes sees the task
+        for queue in {event[3] for event in events if event[2] == _PENDING}:
+            self._bell(queue).ring()  # after the commit: a consumer it wakes sees the task
         if events and self._events.active:
             self._events.deliver([Event(*event) for event in events])
         if isinstance(outcome, _Failed):
@@ -142,19 +144,29 @@ class SQLiteBroker:
         self._seen.version = self._db.data_version()  # before the claim: no commit after it goes unseen
         records = self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit), durable=False)
         if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
-            self._bell.ring()
+            for queue in {record.queue for record in records}:
+                self._bell(queue).ring()
         return records
+
+    def _bell(self, queue: str) -> Doorbell:
+        bell = self._bells.get(queue)
+        if bell is None:
+            with self._bells_lock:
+                bell = self._bells.setdefault(queue, Doorbell(self.config.path, wake_suffix(queue)))
+        return bell
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Block up to ``timeout`` s until another connection (any process) commits to the file.
 
-        Sleeps on the file's wake-up FIFO (``wake``), which a broker rings after a commit that made
-        a task pending, so an idle worker wakes within a scheduler hop of an enqueue; and compares
-        ``PRAGMA data_version`` (a read of shared memory, no I/O, no lock) with its value before
-        this thread's last claim, every ``_WAKE_CHECK_RUNG`` s, or every ``_WAKE_CHECK`` s where
-        there is no FIFO. True is a hint (the commit may have been anything).
+        Sleeps on the wake-up FIFOs of ``queues`` (``wake``), which a broker rings after a commit that
+        made a task of that queue pending, so an idle worker wakes within a scheduler hop of an
+        enqueue; and compares ``PRAGMA data_version`` (a read of shared memory, no I/O, no lock) with
+        its value before this thread's last claim, every ``_WAKE_CHECK_RUNG`` s (for writers that do
+        not ring), or every ``_WAKE_CHECK`` s where there is no FIFO. True is a hint (the commit may
+        have been anything).
         """
-        rung = self._bell.listen()  # before the check: a ring after it is not lost
+        bells = [self._bell(queue) for queue in queues]
+        rung = all([bell.listen() for bell in bells])  # before the check: a ring after it is not lost
         seen = getattr(self._seen, "version", None)
         if seen is None:
             seen = self._db.data_version()
@@ -167,7 +179,7 @@ class SQLiteBroker:
                 return False
             if not rung:
                 time.sleep(min(_WAKE_CHECK, remaining))
-            elif self._bell.wait(min(_WAKE_CHECK_RUNG, remaining)):
+            elif wait_any(bells, min(_WAKE_CHECK_RUNG, remaining)):
                 return True
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
@@ -335,7 +347,10 @@ class SQLiteBroker:
     def close(self) -> None:
         """Stop the event poller and close every connection. Idempotent; a later call reopens lazily."""
         self._events.close()
-        self._bell.close()
+        with self._bells_lock:
+            bells, self._bells = list(self._bells.values()), {}
+        for bell in bells:
+            bell.close()
         self._db.close()
 
 

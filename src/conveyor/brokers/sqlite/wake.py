@@ -1,8 +1,11 @@
 """Waking waiters of other processes at once: FIFOs beside the database file.
 
-``<path>-wake``: a consumer waiting for work (``SQLiteBroker.wait_for_work``) holds the FIFO open
-for reading and sleeps in ``select`` on it; a broker that has just committed a transaction that
-made a task pending writes one byte to it. ``<path>-turn`` (``db.py``): a writer that found the
+``<path>-wake-<queue digest>`` (``wake_suffix``), one per queue: a consumer waiting for work
+(``SQLiteBroker.wait_for_work``) holds the FIFOs of its queues open for reading and sleeps in
+``select`` on them (``wait_any``); a broker that has just committed a transaction that made a task
+pending writes one byte to that task's queue's FIFO. One FIFO per queue, because a ring wakes one
+waiter: on a FIFO shared by all queues it could wake a worker of another queue, which claims nothing
+while the right one sleeps on. ``<path>-turn`` (``db.py``): a writer that found the
 file locked by another connection sleeps on it, and every writer rings it as its transaction ends.
 The writer opens it without blocking, so with no reader (nobody idle, or
 no consumer yet) a ring costs one failed ``open`` and nothing waits; a full pipe (readers busy) just
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import select
@@ -36,7 +40,7 @@ import stat
 import threading
 import time
 
-__all__ = ["Doorbell"]
+__all__ = ["Doorbell", "wait_any", "wake_suffix"]
 
 log = logging.getLogger("conveyor.brokers.sqlite")
 
@@ -44,10 +48,36 @@ log = logging.getLogger("conveyor.brokers.sqlite")
 _QUIET = 0.01
 
 
+def wake_suffix(queue: str) -> str:
+    """The suffix of ``queue``'s wake-up FIFO: a digest, as a queue name may hold any character."""
+    return "-wake-" + hashlib.blake2b(queue.encode(), digest_size=8).hexdigest()
+
+
+def wait_any(bells: list[Doorbell], timeout: float) -> bool:
+    """Sleep up to ``timeout`` s or until a ring of any of ``bells`` this waiter takes; True if rung.
+    False at once when none is usable."""
+    fds = {fd: bell for bell in bells if (fd := bell._reading()) is not None}
+    if not fds:
+        return False
+    deadline = time.monotonic() + max(timeout, 0.0)
+    try:
+        while True:
+            ready, _, _ = select.select(list(fds), [], [], max(deadline - time.monotonic(), 0.0))
+            if not ready:
+                return False
+            taken = [fds[fd].take(fd) for fd in ready]  # every one: one wake-up covers them all
+            if True in taken:
+                return True
+            if None in taken:
+                return False  # end of file: cannot happen while a waiter holds a write end
+    except (OSError, ValueError):  # closed by close() meanwhile: the caller checks its data_version
+        return False
+
+
 class Doorbell:
     """The FIFO of one database file: ``ring`` after a commit, ``wait`` while idle. Thread-safe."""
 
-    def __init__(self, db_path: str, suffix: str = "-wake") -> None:
+    def __init__(self, db_path: str, suffix: str) -> None:
         self.path = f"{db_path}{suffix}"
         self._mode = 0o600
         with contextlib.suppress(OSError):
@@ -94,26 +124,20 @@ class Doorbell:
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` s or until a ring this waiter takes; True if rung. False at once when
         not usable."""
-        fd = self._reading()
-        if fd is None:
-            return False
-        deadline = time.monotonic() + max(timeout, 0.0)
+        return wait_any([self], timeout)
+
+    def take(self, fd: int) -> bool | None:
+        """Read the rings pending on ``fd`` (this bell's reader, reported readable): True if it got any,
+        False if another waiter took them first, None at end of file."""
         try:
-            while True:
-                ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))
-                if not ready:
-                    return False
-                try:
-                    if not os.read(fd, 4096):
-                        return False  # end of file: cannot happen while we hold a write end
-                except BlockingIOError:  # another waiter took the ring: sleep on
-                    continue
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
-                        pass
-                return True
-        except (OSError, ValueError):  # closed by close() meanwhile: the caller checks its data_version
+            if not os.read(fd, 4096):
+                return None
+        except BlockingIOError:  # another waiter took the ring: sleep on
             return False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(fd, 4096):  # every pending ring: one wake-up covers them all
+                pass
+        return True
 
     def queue_up(self) -> None:
         """Mark this process as waiting for its turn (until :meth:`leave_queue`); best effort."""
