@@ -13,6 +13,13 @@ started (nothing of it is used).
 compared in one run on the same disk at the same moment. Each pass first times ``--n`` bare one-row
 WAL commits at ``synchronous=FULL``, paced at 200/s on the same disk: the producer's own commit is
 part of every latency, so that is its floor of the moment. Prints p50/p99 (ms) per pass and code.
+
+``--synchronous normal`` runs the file at ``synchronous=NORMAL`` instead of the default ``FULL`` (and
+times the bare commits at it too): no commit then waits for the disk, so what is left is Conveyor's own
+path (wake-up, claim, hand-off) rather than the disk's sync.
+
+``--redis`` adds, in each pass, the same latency row for the default ``conveyor worker`` on a Redis
+server the run starts (and stops): a control for what the shared machine's scheduling adds to a tail.
 """
 
 from __future__ import annotations
@@ -25,14 +32,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from bench.measure import percentile
 from bench.peer_runs import HERE, ROOT, Peer, PeerRunner
-from bench.server import choose_placement
-
-if TYPE_CHECKING:
-    from bench.server import Server
+from bench.server import Server, choose_placement
 
 __all__ = ["main", "measure"]
 
@@ -46,10 +50,12 @@ class _NoServer:
         return None
 
 
-def measure(directory: Path, n: int, src: Path | None, log_dir: Path) -> tuple[float, float]:
+def measure(directory: Path, n: int, src: Path | None, log_dir: Path, synchronous: str = "FULL") -> tuple[float, float]:
     """One latency run on a fresh file in ``directory``; ``src``: the Conveyor source tree the worker and
     the producer import (None: this one). Returns (p50, p99) in ms."""
     url = f"sqlite:///{directory / 'bench.db'}"
+    if synchronous != "FULL":
+        url += f"?synchronous={synchronous.lower()}"
     env = [("BENCH_URL", url)]
     if src is not None:
         env.append(("PYTHONPATH", os.pathsep.join([str(src), str(ROOT), str(HERE / "peers")])))
@@ -60,13 +66,16 @@ def measure(directory: Path, n: int, src: Path | None, log_dir: Path) -> tuple[f
     return runner.latency(n, 120)
 
 
-def commit_floor(directory: Path, n: int, rate: float = 200.0) -> tuple[float, float]:
-    """p50 and p99 (ms) of ``n`` bare one-row WAL commits at ``synchronous=FULL``, paced at ``rate``/s."""
+def commit_floor(directory: Path, n: int, rate: float = 200.0, synchronous: str = "FULL") -> tuple[float, float]:
+    """p50 and p99 (ms) of ``n`` bare one-row WAL commits at ``synchronous`` (FULL or NORMAL), paced at
+    ``rate``/s."""
+    if synchronous not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
     path = directory / "floor.db"
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
         took = []
         next_at = time.perf_counter()
@@ -90,20 +99,31 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--n", type=int, default=600, help="tasks per run (make bench: 600)")
     parser.add_argument("--code", type=Path, action="append", default=[], help="another src tree to compare")
+    parser.add_argument("--synchronous", type=str.upper, choices=["FULL", "NORMAL"], default="FULL")
+    parser.add_argument("--redis", action="store_true", help="add the Redis default worker's row as a control")
     args = parser.parse_args()
-    choose_placement().pin_clients()
+    placement = choose_placement()
+    placement.pin_clients()
     codes: list[tuple[str, Path | None]] = [("this tree", None)] + [(str(p), p.resolve()) for p in args.code]
     log_dir = ROOT / "bench" / "results" / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-sqlite-latency-"))
+    server = Server(placement).start() if args.redis else None
     try:
         for number in range(1, args.passes + 1):
-            p50, p99 = commit_floor(work, args.n)
-            print(f"pass {number}: bare FULL commit at 200/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
+            p50, p99 = commit_floor(work, args.n, synchronous=args.synchronous)
+            floor = f"bare {args.synchronous} commit at 200/s"
+            print(f"pass {number}: {floor}: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
             for label, src in codes:
-                p50, p99 = measure(work, args.n, src, log_dir)
+                p50, p99 = measure(work, args.n, src, log_dir, args.synchronous)
                 print(f"pass {number}: {label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
+            if server is not None:
+                peer = Peer("Conveyor (redis)", "conveyor")
+                p50, p99 = PeerRunner(Path(sys.executable), server, peer, "default", log_dir).latency(args.n, 120)
+                print(f"pass {number}: Redis, this tree: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
     finally:
+        if server is not None:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -144,3 +144,14 @@ def test_the_latency_row_runs_alone_on_this_tree_and_on_another(tmp_path: Path) 
     for line in lines:
         p50, p99 = (float(part.split()[1]) for part in line.split(": ")[2].split(", "))
         assert 0 < p50 <= p99, line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_latency_row_runs_at_synchronous_normal_when_asked() -> None:
+    out = run_python("-m", "bench.sqlite_latency", "--passes", "1", "--n", "40", "--synchronous", "normal", timeout=110)
+    lines = out.splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["bare NORMAL commit at 200/s", "this tree"]
+    for line in lines:
+        p50, p99 = (float(part.split()[1]) for part in line.split(": ")[2].split(", "))
+        assert 0 < p50 <= p99, line
