@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 from collections.abc import Callable, Coroutine, Iterable
 from functools import cached_property
@@ -18,6 +17,7 @@ from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.declared import DeclaredTasks
 from conveyor.errors import ConfigurationError, DuplicateTask, TaskNotFound
+from conveyor.ids import new_task_id
 from conveyor.info import task_info
 from conveyor.inspect import Inspector
 from conveyor.lease import Lease
@@ -204,7 +204,7 @@ class Conveyor:
         if not options:  # the usual call: the base options as they are (TaskOptions checked them)
             expires_at = None if base.expires is None else check_expires(base.expires, now)
             # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
-            return NewTask(os.urandom(16).hex(), name, base.queue, payload, base.priority, None, expires_at)
+            return NewTask(new_task_id(), name, base.queue, payload, base.priority, None, expires_at)
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None
@@ -224,7 +224,7 @@ class Conveyor:
         # positional, in NewTask's field order (cheaper than keywords on every enqueue; docs/performance-notes.md):
         # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
         return NewTask(
-            options.get("task_id") or os.urandom(16).hex(),  # 128 random bits like uuid4, for less work
+            options.get("task_id") or new_task_id(),  # time-ordered: conveyor/ids.py says why
             name,
             queue,
             payload,
