@@ -1,7 +1,7 @@
 """A growing backlog on each backend: bytes per task, enqueue rate and claim latency as it grows.
 
     .venv/bin/python -m bench.backlog [--levels 10000,100000,1000000] [--backends redis,cluster,sqlite]
-        [--batch 1000] [--singles 100] [--batches 10] [--batch-size 100] [--ids random] [--reps 3]
+        [--batch 1000] [--singles 100] [--batches 10] [--batch-size 100] [--ids app] [--reps 3]
         [--markdown docs/benchmarks.md]
 
 Issue 33 asks whether a task costs the same with 10k, 100k and 1M tasks queued. For each backend (one
@@ -51,6 +51,7 @@ from bench.backlog_report import BACKENDS, Level, Run, markdown_section, merge, 
 from bench.server import cpu_model
 from conveyor.brokers import open_broker
 from conveyor.brokers.base import Broker
+from conveyor.ids import new_task_id
 from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
@@ -139,8 +140,12 @@ _STORES = {"redis": _redis, "cluster": _cluster, "sqlite": _sqlite}
 
 
 def _ids(kind: str) -> Iterator[str]:
-    """Task ids: ``random`` as the app makes them (128 random bits in hex), or ``sequential`` (the same
-    length, in enqueue order) to tell the cost of random ids in an index apart from the rest."""
+    """Task ids: ``app`` as the app makes them (``conveyor.ids``: a millisecond prefix, then random
+    bits), ``random`` (128 random bits in hex, the app's ids before they were time-ordered) or
+    ``sequential`` (the same length, in enqueue order), to tell the ids' cost in an index apart."""
+    if kind == "app":
+        while True:
+            yield new_task_id()
     if kind == "random":
         while True:
             yield os.urandom(16).hex()
@@ -174,7 +179,7 @@ def measure_backend(
     singles: int = 100,
     batches: int = 10,
     batch_size: int = 100,
-    ids: str = "random",
+    ids: str = "app",
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Run:
     """Fill one backend's queue to each of ``levels`` in turn and measure there (see the module's doc)."""
@@ -217,7 +222,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--singles", type=int, default=100, help="one-task claims timed per level")
     parser.add_argument("--batches", type=int, default=10, help="batch claims timed per level")
     parser.add_argument("--batch-size", type=int, default=100, help="tasks per batch claim")
-    parser.add_argument("--ids", choices=("random", "sequential"), default="random", help="task ids (see _ids)")
+    parser.add_argument("--ids", choices=("app", "random", "sequential"), default="app", help="task ids (see _ids)")
     parser.add_argument("--reps", type=int, default=3, help="passes over the backends (interleaved)")
     parser.add_argument("--markdown", type=Path, help="rewrite the Backlog section of this file")
     args = parser.parse_args(argv)
