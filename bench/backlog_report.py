@@ -66,15 +66,19 @@ class Run:
 
 
 def merge(passes: list[Run]) -> Run:
-    """One backend's passes as one run: medians of the bytes and rates, latency samples pooled."""
+    """One backend's passes as one run: the median pass's bytes (by their total), median rates, latency
+    samples pooled. The bytes are one pass's, not each part's median: a cluster's namespace may sit on
+    a different master in each pass, and per-master medians would spread it over masters that never
+    held it."""
     first = passes[0]
     merged = Run(backend=first.backend, detail=first.detail, parts=first.parts)
     for levels in zip(*(run.levels for run in passes), strict=True):
         rates = [level.enqueue_rate for level in levels]
+        middle = sorted(levels, key=lambda level: sum(level.grown))[(len(levels) - 1) // 2]
         merged.levels.append(
             Level(
                 queued=levels[0].queued,
-                grown=[round(statistics.median(part)) for part in zip(*(lv.grown for lv in levels), strict=True)],
+                grown=list(middle.grown),
                 enqueue_rate=statistics.median(rates),
                 single_ms=[ms for level in levels for ms in level.single_ms],
                 batch_ms=[ms for level in levels for ms in level.batch_ms],
@@ -167,12 +171,13 @@ WHY = (
     "  tasks (about 350 MB) the skip-list nodes and hash buckets an insert visits are no longer in the",
     "  CPU's caches. The ids' order does not change this (`--ids sequential` gives the same curve:",
     "  `docs/performance-notes.md`). A one-task claim stays close to one round trip.",
-    "- **SQLite**: bytes per task are flat. The enqueue cost is not: task ids are random (128 bits, as",
-    "  the app makes them) and `tasks.id` is `UNIQUE`, so a batch of 1,000 lands on random leaves of that",
-    "  index and dirties about min(1,000, its leaf pages) of them, each written to the WAL and synced at",
-    "  the commit: about 0.1 page per task at 10k, close to 1 at 1M. With ids in enqueue order",
-    "  (`--ids sequential`) the same run stays flat (`docs/performance-notes.md`). Each claim commits",
-    "  with a disk sync (`synchronous=FULL`), so its latency says more about the disk than the backlog.",
+    "- **SQLite**: bytes per task are flat, and so is the enqueue CPU since task ids start with the",
+    "  wall-clock milliseconds (`conveyor/ids.py`): a batch's inserts into the `UNIQUE` index on `tasks.id`",
+    "  land together at its right edge. With the 128 random bits the app used before (`--ids random`) a",
+    "  batch of 1,000 landed on random leaves of that index and dirtied about min(1,000, its leaf pages)",
+    "  of them, each written to the WAL at the commit, and the enqueue CPU per task grew about 3x from",
+    "  10k to 1M queued (`docs/performance-notes.md`). Each claim commits with a disk sync",
+    "  (`synchronous=FULL`), so its latency says more about the disk than the backlog.",
     "- Rates, p99s and maxima move with the other processes of this shared machine (see the rates'",
     "  ranges); the CPU column is the steadier figure.",
 )

@@ -57,6 +57,15 @@ def check_passes_merge_into_medians_and_pooled_samples() -> None:
     assert merged.grown == [4_000_000, 0, 0]
 
 
+def check_a_namespace_on_another_master_each_pass_stays_on_one_master_merged() -> None:
+    passes = [_run(), _run()]
+    passes[1].levels[0].grown = [0, 0, 4_100_000]
+    merged = merge(passes)
+    assert merged.levels[0].grown == [4_000_000, 0, 0]  # one pass's bytes, not 50% on two masters
+    meta = {"date": "today", "duration_s": 1, "command": "python -m bench.backlog", "machine": "here"}
+    assert "whole namespace on one master" in markdown_section([merged], meta)
+
+
 def check_quantiles_are_nearest_rank() -> None:
     samples = [float(i) for i in range(100, 0, -1)]
     assert (quantile(samples, 0.5), quantile(samples, 0.99), quantile([3.0], 0.99)) == (50.0, 99.0, 3.0)
@@ -67,4 +76,5 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as directory:
         check_the_main_report_keeps_the_backlog_section(Path(directory))
     check_passes_merge_into_medians_and_pooled_samples()
+    check_a_namespace_on_another_master_each_pass_stays_on_one_master_merged()
     check_quantiles_are_nearest_rank()
