@@ -10,6 +10,7 @@ key a script touched must be of the queue slot it declared, or, for the operatio
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from conveyor.brokers.redis.keys import LAYOUT, Keys, keyslot
 from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, OPERATIONS, build_library
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskState
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
 NOW = 1_000_000.0
@@ -212,5 +214,59 @@ def test_a_unique_key_whose_release_never_ran_is_free(server: RedisServer) -> No
         assert broker.enqueue([task("2~a", unique_key="u")], NOW) == [None]
         assert broker.enqueue([task("3~a", unique_key="u")], NOW) == ["2~a"]
         assert broker.client.hget(broker.keys.uniq, "u") == "2~a"
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_forget_queue_never_unlists_a_queue_an_enqueue_brought_back(server: RedisServer, crash: bool) -> None:
+    """``forget_queue``'s steps (mark in the queue slot, SREM in the namespace slot, finish) with an
+    enqueue of the queue between the mark and the SREM: its SADD comes first and is undone, yet the
+    queue ends listed: by the finish, or, when the forget dies before its finish (``crash``), by the
+    next enqueue, which registers the queue again while the mark holds."""
+    config = RedisConfig.from_url(server.url)
+    broker = RedisBroker(config, keys=SplitKeys(config.namespace))
+    try:
+        broker.configure_queue(QueueSettings("a", max_size=10))
+        marker = broker._forget_mark("a")
+        assert isinstance(marker, str)
+        assert broker.enqueue([task("1~a")], NOW) == [None]
+        assert broker.client.sismember(broker.keys.queues, "a")
+        broker._unregister("a")
+        if not crash:
+            broker._forget_finish("a", marker)
+            assert broker.client.sismember(broker.keys.queues, "a")
+            assert broker.enqueue([task("2~a")], NOW) == [None]
+        else:
+            assert not broker.client.sismember(broker.keys.queues, "a")
+            assert broker.enqueue([task("2~a")], NOW) == [None]
+            assert broker.client.sismember(broker.keys.queues, "a")
+            broker._unregister("a")  # while the mark holds, every enqueue lists the queue again
+            assert broker.enqueue([task("3~a")], NOW) == [None]
+        assert broker.client.sismember(broker.keys.queues, "a")
+        assert [info.name for info in broker.queues(NOW)] == ["a"]
+        assert broker.forget_queue("a") == (3 if crash else 2)
+    finally:
+        broker.close()
+
+
+def test_a_mark_of_a_forget_that_died_is_taken_over(server: RedisServer) -> None:
+    """A mark past its deadline (the forget died between its steps) is removed by the next enqueue,
+    which then sets ``kn`` again: later enqueues need the namespace slot no longer."""
+    config = RedisConfig.from_url(server.url + "?socket_timeout=0.05")
+    broker = RedisBroker(config, keys=SplitKeys(config.namespace))
+    try:
+        assert broker.enqueue([task("1~a")], NOW) == [None]
+        broker.delete("1~a", NOW)
+        assert isinstance(broker._forget_mark("a"), str)  # holds 0.1 s
+        settings = broker.keys.slot(broker.keys.queue_prefix("a")).settings("a")
+        enqueued = itertools.count(2)
+
+        def taken_over() -> bool:
+            assert broker.enqueue([task(f"{next(enqueued)}~a")], NOW) == [None]
+            return not broker.client.hexists(settings, "fg")
+
+        poll_until(taken_over, message="the mark taken over")
+        assert broker.client.hget(settings, "kn") == "1"
     finally:
         broker.close()

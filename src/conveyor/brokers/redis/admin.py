@@ -72,12 +72,12 @@ def queue_infos(rows: Sequence[Any]) -> list[QueueInfo]:
 
 
 def set_paused(client: redis.Redis, keys: Keys, queue: str, paused: bool) -> None:
-    """Registers the queue (namespace slot) and sets its flag (its slot): one transaction in layout 4,
-    two steps in layout 5 (docs/architecture.md)."""
+    """Sets the queue's flag (its slot), then registers it (namespace slot), in one round trip: the
+    order ``configure`` keeps (``broker.py``), which a ``forget_queue`` running meanwhile sees."""
     with translate_errors():
-        pipe = client.pipeline(transaction=True)
-        pipe.sadd(keys.queues, queue)
+        pipe = client.pipeline(transaction=False)
         pipe.hset(keys.slot(keys.queue_prefix(queue)).settings(queue), "pa", "1" if paused else "0")
+        pipe.sadd(keys.queues, queue)
         pipe.execute()
 
 

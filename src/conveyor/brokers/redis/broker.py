@@ -238,19 +238,58 @@ class RedisBroker(RedisCalls):
     # -- queue settings ------------------------------------------------------------------------
 
     def configure_queue(self, settings: QueueSettings) -> None:
+        """Settings in the queue slot, then the registry (namespace slot): a crash between leaves
+        settings of a queue not listed yet, which the next ``configure`` or enqueue lists, and a
+        ``forget_queue`` between its steps sees the settings and keeps the queue listed."""
+
         def text(value: float | None) -> str:
             return "" if value is None else repr(value)
 
         name = settings.name
         limits = (text(settings.max_size), text(settings.concurrency), text(settings.aging))
         self._call("configure", self.keys.queue_prefix(name), 0.0, name, *limits)
+        self._register(name)
 
     def set_paused(self, queue: str, paused: bool) -> None:
         admin.set_paused(self._client, self.keys, queue, paused)
 
     def forget_queue(self, queue: str) -> int | None:
-        answer = str(self._call("forget_queue", self.keys.queue_prefix(queue), 0.0, queue))
-        return None if answer == "unknown" else 0 if answer == "forgotten" else int(answer)
+        """Three steps (docs/architecture.md, "Redis Cluster: keys per queue"): mark the queue
+        forgotten in its slot unless it holds tasks, take it out of the registry, then take the mark
+        away, listing the queue again if an enqueue or a ``configure`` brought it back meanwhile (an
+        enqueue that sees the mark registers the queue on every call until it is gone)."""
+        marked = self._forget_mark(queue)
+        if marked is None or isinstance(marked, int):
+            return marked
+        self._unregister(queue)
+        self._forget_finish(queue, marked)
+        return 0
+
+    def _forget_mark(self, queue: str) -> int | str | None:
+        """The first step: None (no such queue), the number of tasks it holds, or the marker."""
+        with translate_errors():
+            listed = bool(self._client.sismember(self.keys.queues, queue))
+        prefix, bound = self.keys.queue_prefix(queue), repr(2 * self.config.socket_timeout)
+        answer = str(self._invoke("forget_queue", prefix, "", (queue, "mark", "1" if listed else "0", bound))[1])
+        if answer == "unknown":
+            return None
+        if answer.startswith("marked "):
+            return answer.removeprefix("marked ")
+        return int(answer)
+
+    def _forget_finish(self, queue: str, marker: str) -> None:
+        """The last step: the mark taken away, the queue listed again if it came back meanwhile."""
+        answer = str(self._invoke("forget_queue", self.keys.queue_prefix(queue), "", (queue, "finish", marker))[1])
+        if answer == "again":
+            self._register(queue)
+
+    def _register(self, queue: str) -> None:
+        with translate_errors():
+            self._client.sadd(self.keys.queues, queue)
+
+    def _unregister(self, queue: str) -> None:
+        with translate_errors():
+            self._client.srem(self.keys.queues, queue)
 
     # -- admin ---------------------------------------------------------------------------------
 

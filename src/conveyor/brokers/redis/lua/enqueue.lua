@@ -43,9 +43,18 @@ local function over_max_size(q, count)
   return nil
 end
 
+-- A queue a forget_queue is taking out of the registry holds the marker `fg` (forget_queue.lua): while
+-- it holds, the queue is added again on every call and `kn` stays unset, since the forget's SREM may
+-- come after this SADD; a marker past its deadline (its forget died between its steps) is taken over.
 local function register(q) -- settings(q) is cached: read for max_size before
   if not settings(q).known then
     redis.call('SADD', QUEUES, q)
+    local fg = redis.call('HGET', skey(q), 'fg')
+    if fg then
+      local t = redis.call('TIME')
+      if tonumber(fg) > tonumber(t[1]) + tonumber(t[2]) / 1000000 then return end
+      redis.call('HDEL', skey(q), 'fg')
+    end
     redis.call('HSET', skey(q), 'kn', '1')
   end
 end
