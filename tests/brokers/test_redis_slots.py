@@ -19,7 +19,9 @@ import pytest
 import redis
 
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.calls import one_task_args
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.faults import Refused
 from conveyor.brokers.redis.keys import LAYOUT, Keys, keyslot
 from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, OPERATIONS, build_library
 from conveyor.errors import ConveyorError
@@ -178,7 +180,12 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
         reader.close()
         broker.close()
     assert {call.operation for call in calls} == set(OPERATIONS)
-    assert [len(call.declared) for call in calls if call.operation == "enqueue"][:3] == [1, 2, 1]
+    enqueues = [call for call in calls if call.operation == "enqueue"]
+    # refused for a's registration, then sent again: with both slots in layout 4, else in a's slot alone
+    # with its forget counter (the broker registered it in between); a unique key still needs both
+    assert [len(call.declared) for call in enqueues][:3] == ([1, 1, 1] if layout == "split" else [1, 2, 1])
+    if layout == "split":
+        assert all(len(call.declared) == 1 or keys.uniq in call.touched for call in enqueues)
     namespace_keys = {keys.queues, keys.uniq}
     slots_used = set()
     for call in calls:
@@ -268,5 +275,32 @@ def test_a_mark_of_a_forget_that_died_is_taken_over(server: RedisServer) -> None
 
         poll_until(taken_over, message="the mark taken over")
         assert broker.client.hget(settings, "kn") == "1"
+    finally:
+        broker.close()
+
+
+def test_an_enqueue_whose_registration_a_forget_undid_registers_again(server: RedisServer) -> None:
+    """An enqueue in its queue slot alone, refused for its queue's registration: the broker SADDs the
+    queue, but a whole ``forget_queue`` runs before the call is sent again (its SREM undoes the SADD).
+    The call sent again with the forget counter of the refusal is refused once more, so the broker
+    registers the queue again: the queue ends listed with its task."""
+    config = RedisConfig.from_url(server.url)
+    broker = RedisBroker(config, keys=SplitKeys(config.namespace))
+    prefix, args = broker.keys.queue_prefix("a"), one_task_args(task("1~a"))
+    try:
+        broker.configure_queue(QueueSettings("a"))
+        with pytest.raises(Refused) as refused:
+            broker._invoke("enqueue", prefix, repr(NOW), args, namespace=False)
+        assert refused.value.text == "CONVEYOR_NAMESPACE a 0"
+        broker._register("a")
+        assert broker.forget_queue("a") == 0
+        assert not broker.client.sismember(broker.keys.queues, "a")
+        with pytest.raises(Refused) as again:  # the SADD it stands for was undone
+            broker._invoke("enqueue", prefix, repr(NOW), args, namespace=False, proof=" a 0")
+        assert again.value.text == "CONVEYOR_NAMESPACE a 2"
+        assert broker._enqueue_here(prefix, repr(NOW), args) == ""
+        assert broker.client.sismember(broker.keys.queues, "a")
+        assert [info.name for info in broker.queues(NOW)] == ["a"]
+        assert broker.enqueue([task("2~a")], NOW) == [None]  # kn set: in the queue slot at once
     finally:
         broker.close()

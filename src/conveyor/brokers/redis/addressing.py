@@ -107,10 +107,13 @@ class RedisCalls:
     def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
         return self._invoke(name, prefix, repr(float(now)), args)[1]
 
-    def _head(self, name: str, prefix: str, now: str, namespace: bool | None = None) -> tuple[Arg, ...]:
+    def _head(
+        self, name: str, prefix: str, now: str, namespace: bool | None = None, proof: str = ""
+    ) -> tuple[Arg, ...]:
         """KEYS (the queue slot's `seq`, then, for ``BOTH_SLOTS`` unless ``namespace`` is False, the
-        namespace's registry), then the ARGV head (see lua/_lib.lua)."""
-        events = "1" if self._events.active else "0"
+        namespace's registry), then the ARGV head (see lua/_lib.lua; ``proof``: an enqueue's
+        registrations, " <queue> <forget counter>" pairs, see enqueue.lua)."""
+        events = ("1" if self._events.active else "0") + proof
         if name in NAMESPACE_ONLY:
             return (1, self._registry, now, self._origin, "0", self._policy)
         if name in BOTH_SLOTS if namespace is None else namespace:
@@ -125,12 +128,14 @@ class RedisCalls:
         args: Sequence[Arg],
         before: Sequence[Command] = (),
         namespace: bool | None = None,
+        proof: str = "",
     ) -> tuple[list[Any], Any, float]:
         """Run operation ``name`` in the queue slot ``prefix`` (after the commands ``before``, in the
         same write): their replies, its result, and the ``now`` it ran at (``now`` "" asks for the
-        server's TIME). ``namespace``: whether to declare the namespace slot (default: ``BOTH_SLOTS``)."""
+        server's TIME). ``namespace``: whether to declare the namespace slot (default: ``BOTH_SLOTS``);
+        ``proof``: see :meth:`_head`."""
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
-            command = self._scripts.command(name, self._head(name, prefix, now, namespace), args)
+            command = self._scripts.command(name, self._head(name, prefix, now, namespace, proof), args)
             conns = self._conns
             if self._wait is not None and self._wait.applies(name):  # see replication.py
                 early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)

@@ -54,6 +54,10 @@ __all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
 #: Due tasks promoted and expired leases reaped (each) inside one claim or reap call, at most.
 MAINTENANCE_BUDGET = 1000
 
+#: Times an enqueue registers its queues and is sent again before it declares the namespace slot
+#: instead (each try is refused only when a forget of one of them began or ended meanwhile).
+_REGISTER_TRIES = 5
+
 
 class RedisBroker(RedisCalls):
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
@@ -80,9 +84,10 @@ class RedisBroker(RedisCalls):
         try:
             if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
                 at = repr(float(now))
+                alone = not self.keys.one_slot and all(task.unique_key is None for task in tasks)
                 return self._wait.enqueue(
                     tasks,
-                    lambda args: self._invoke("enqueue", prefix, at, args)[1],
+                    lambda args: self._store_chunk(prefix, at, args, alone),
                     lambda reply: self._result(reply)[0],
                     lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
                 )
@@ -96,6 +101,12 @@ class RedisBroker(RedisCalls):
                 else:
                     results.extend([None] * min(ENQUEUE_CHUNK, len(tasks) - len(results)))
 
+            if not self.keys.one_slot and all(task.unique_key is None for task in tasks):
+                at = repr(float(now))
+                for args in enqueue_args(tasks):  # each chunk in its queue slot alone
+                    stored(self._store_chunk(prefix, at, args, True))
+                return results
+
             # the next chunk is encoded while the server stores this one
             self._invoke_each("enqueue", prefix, repr(float(now)), enqueue_args(tasks), stored)
         except Refused as exc:
@@ -107,14 +118,36 @@ class RedisBroker(RedisCalls):
         """One task: "" if stored, else the existing task's id (see enqueue.lua). Without a unique key
         the call leaves the namespace slot out, which saves the server a declared key per call; the
         script refuses, before writing, when it needs it after all (a queue's first task)."""
-        args = one_task_args(task)
-        if task.unique_key is None:
+        return self._store_chunk(prefix, now, one_task_args(task), task.unique_key is None)
+
+    def _store_chunk(self, prefix: str, now: str, args: Sequence[Arg], alone: bool) -> str:
+        """One chunk's enqueue call: in its queue slot ``alone`` if it may (no unique key), see
+        :meth:`_enqueue_here`; else, or when that needs the namespace after all, with both slots."""
+        reply = self._enqueue_here(prefix, now, args) if alone else None
+        if reply is None:
+            reply = cast("str", self._invoke("enqueue", prefix, now, args)[1])
+        return reply
+
+    def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg]) -> str | None:
+        """An enqueue call in its queue slot alone: its reply, or None when it needs the namespace slot
+        declared too. A queue not registered yet (a refusal naming queues and their forget counters)
+        is added to the registry first, then the call is sent again with the counters (enqueue.lua:
+        register); in layout 4, where the slots are one, the call is sent again with both instead."""
+        proof = ""
+        for _ in range(_REGISTER_TRIES):
             try:
-                return cast("str", self._invoke("enqueue", prefix, now, args, namespace=False)[1])
+                return cast("str", self._invoke("enqueue", prefix, now, args, namespace=False, proof=proof)[1])
             except Refused as exc:
-                if exc.text != "CONVEYOR_NAMESPACE":
+                named = exc.text.split(" ")
+                if named[0] != "CONVEYOR_NAMESPACE":
                     raise
-        return cast("str", self._invoke("enqueue", prefix, now, args)[1])
+                if len(named) == 1 or self.keys.one_slot:
+                    return None
+                queues = named[1::2]
+                with translate_errors():
+                    self._client.sadd(self.keys.queues, *queues)
+                proof = "".join(f" {queue} {count}" for queue, count in zip(queues, named[2::2], strict=True))
+        return None
 
     # -- consuming -----------------------------------------------------------------------------
 

@@ -34,7 +34,8 @@
 --   ARGV[1] now (epoch seconds, from the caller's clock; "" = the server's TIME, for calls queued
 --           behind a blocking pop, which run later than they were sent)
 --   ARGV[2] origin: id of the calling broker object (tags published events)
---   ARGV[3] "1": also return the events to the caller (it has local subscribers)
+--   ARGV[3] "1": also return the events to the caller (it has local subscribers); "0"/"1" may be
+--           followed by " <queue> <count>" pairs: an enqueue's registrations (enqueue.lua: register)
 --   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls>" (one argument; read as
 --           numbers only by the operations that use them: max_errors() and so on)
 -- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
@@ -87,7 +88,7 @@ end
 
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
-  ORIGIN, WANT, POLICY = ARGV[2], ARGV[3] == '1', nil
+  ORIGIN, WANT, POLICY = ARGV[2], ARGV[3] == '1' or string.byte(ARGV[3]) == 49, nil
   if ARGV[1] == '' then
     local t = redis.call('TIME')
     NOW = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -1,8 +1,9 @@
 -- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
 -- KEYS: the queue slot's and the namespace slot's (_lib.lua): a new queue joins QUEUES, unique keys
---       are in UNIQ. A one-task call without a unique key may leave the namespace slot's out: it then
---       refuses, before any write, with the error CONVEYOR_NAMESPACE what needs it (a queue not yet
---       registered, a task to replace that holds a unique key), and the caller sends it again with both.
+--       are in UNIQ. A call without unique keys may leave the namespace slot's out: it then refuses,
+--       before any write, with the error CONVEYOR_NAMESPACE what needs it: a queue not yet registered
+--       (the names and forget counters follow, see register() below), or a task to replace that holds
+--       a unique key (nothing follows: the caller sends it again with both).
 -- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
@@ -43,12 +44,39 @@ local function over_max_size(q, count)
   return nil
 end
 
--- A queue a forget_queue is taking out of the registry holds the marker `fg` (forget_queue.lua): while
--- it holds, the queue is added again on every call and `kn` stays unset, since the forget's SREM may
--- come after this SADD; a marker past its deadline (its forget died between its steps) is taken over.
+-- A queue whose `kn` is unset joins the registry (namespace slot). With QUEUES (the call declares the
+-- namespace slot) the SADD is here; without, the call is refused, before any write, with
+-- "CONVEYOR_NAMESPACE" and, per such queue, its name and forget counter `fc` (forget_queue.lua): the
+-- broker SADDs them and sends the call again with those pairs after the events flag in ARGV[3] (see
+-- _lib.lua), which stand for the SADD only while `fc` is unchanged (no forget began or ended since the
+-- refusal, so no forget's SREM can have undone it). A queue a forget is taking out of the registry
+-- holds the mark `fg`: while it holds, the queue is added again on every call and `kn` stays unset,
+-- since the forget's SREM may still come after the SADD; a mark past its deadline (its forget died
+-- between its steps) is taken over.
+local PROVEN = nil -- queue -> forget counter, from ARGV[3] (read at the first use per call)
+
+local function proven(q)
+  if #ARGV[3] < 2 then return false end
+  if not PROVEN or PROVEN[0] ~= ARGV then
+    PROVEN = {[0] = ARGV}
+    for name, count in string.gmatch(string.sub(ARGV[3], 3), '(%S+) (%S+)') do PROVEN[name] = count end
+  end
+  local count = PROVEN[q]
+  return count ~= nil and count == (redis.call('HGET', skey(q), 'fc') or '0')
+end
+
+-- the refusal for the queues of `names` (a list) whose registration the caller must make first
+local function unregistered(names)
+  local parts = {'CONVEYOR_NAMESPACE'}
+  for _, q in ipairs(names) do
+    parts[#parts + 1] = q .. ' ' .. (redis.call('HGET', skey(q), 'fc') or '0')
+  end
+  return redis.error_reply(table.concat(parts, ' '))
+end
+
 local function register(q) -- settings(q) is cached: read for max_size before
   if not settings(q).known then
-    redis.call('SADD', QUEUES, q)
+    if QUEUES then redis.call('SADD', QUEUES, q) end
     local fg = redis.call('HGET', skey(q), 'fg')
     if fg then
       local t = redis.call('TIME')
@@ -107,7 +135,7 @@ end
 local n = tonumber(A(1))
 if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no tables of the chunk's
   local id, q = A(2), A(3)
-  if not QUEUES and not settings(q).known then return redis.error_reply('CONVEYOR_NAMESPACE') end
+  if not QUEUES and not settings(q).known and not proven(q) then return unregistered({q}) end
   if (A(6) or '') == '' and (A(8) or '') == '' then
     -- plain: its row is written with HSETNX, which is also the check that its id is free (one command
     -- less); an id in use (a duplicate, or an invisible task to replace) takes the general path below,
@@ -164,6 +192,13 @@ for i = 1, n do
     end
   end
   if results[i] == '' then adding[q] = (adding[q] or 0) + 1 end
+end
+if not QUEUES then
+  local missing = {}
+  for q, _ in pairs(adding) do
+    if not settings(q).known and not proven(q) then missing[#missing + 1] = q end
+  end
+  if #missing > 0 then return unregistered(missing) end
 end
 local new = 0
 for q, count in pairs(adding) do
