@@ -5,7 +5,9 @@ the namespace slot (a standalone server does not check slots, so the calls run a
 cluster of such slots); ``MONITOR`` records each ``FCALL`` and the commands its script ran, and every
 key a script touched must be of the queue slot it declared, or, for the operations
 ``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and unique keys; ``release`` (of
-``NAMESPACE_ONLY``) touches the unique keys alone.
+``NAMESPACE_ONLY``) touches the unique keys alone. The steps of the calls split in two (a queue
+slot's call, the registry written by the broker around it) are driven one by one with another
+call in between, and with a crash in between, by the tests at the end.
 """
 
 from __future__ import annotations

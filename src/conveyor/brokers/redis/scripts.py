@@ -68,9 +68,11 @@ READ_ONLY = frozenset({"list", "stats"})
 
 #: Operations that touch the namespace slot (``QUEUES``, ``UNIQ``) besides their queue slot, and so
 #: declare both (``KEYS[2]``, see ``lua/_lib.lua``): the places layout 5 splits into a call per slot
-#: (docs/architecture.md). ``enqueue`` adds a queue to the registry the first time and claims unique
-#: keys. (``configure`` and ``forget_queue`` run in the queue slot, the broker writing the registry
-#: around them; the operations that delete tasks free their unique keys with ``release`` afterwards.)
+#: (docs/architecture.md). ``enqueue`` declares both for unique keys, and in layout 4 to add a queue to
+#: the registry the first time; without unique keys and with split slots the broker registers the
+#: queue itself and sends the call again (``enqueue.lua``: register). (``configure`` and
+#: ``forget_queue`` run in the queue slot, the broker writing the registry around them; the
+#: operations that delete tasks free their unique keys with ``release`` afterwards.)
 BOTH_SLOTS = frozenset({"enqueue"})
 #: Operations of the namespace slot alone: ``KEYS[1]`` is its registry (``begin_namespace`` in ``_lib.lua``).
 NAMESPACE_ONLY = frozenset({"release"})
