@@ -25,7 +25,7 @@ from conveyor.brokers.redis.codec import decode_events, decode_record
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
-from conveyor.brokers.redis.faults import CLIENT_ERRORS, failure, translate_errors
+from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.replication import ReplicaWait
@@ -37,6 +37,10 @@ from conveyor.model import BrokerPolicy, TaskRecord
 __all__ = ["RedisCalls"]
 
 log = logging.getLogger("conveyor.brokers.redis")
+
+#: Times an enqueue registers its queues and is sent again before it declares the namespace slot
+#: instead (each try is refused only when a forget of one of them began or ended meanwhile).
+_REGISTER_TRIES = 5
 
 _SCRIPTS: Scripts | None = None
 
@@ -235,3 +239,52 @@ class RedisCalls:
         if self.keys.one_slot:
             return [self.keys.wake]
         return list(dict.fromkeys(self.keys.slot(self.keys.queue_prefix(queue)).wake for queue in queues))
+
+    # -- the registry, written around the queue slot's calls ------------------------------------
+
+    def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg]) -> str | None:
+        """An enqueue call in its queue slot alone: its reply, or None when it needs the namespace slot
+        declared too. A queue not registered yet (a refusal naming queues and their forget counters)
+        is added to the registry first, then the call is sent again with the counters (enqueue.lua:
+        register); in layout 4, where the slots are one, the call is sent again with both instead."""
+        proof = ""
+        for _ in range(_REGISTER_TRIES):
+            try:
+                return cast("str", self._invoke("enqueue", prefix, now, args, namespace=False, proof=proof)[1])
+            except Refused as exc:
+                named = exc.text.split(" ")
+                if named[0] != "CONVEYOR_NAMESPACE":
+                    raise
+                if len(named) == 1 or self.keys.one_slot:
+                    return None
+                queues = named[1::2]
+                with translate_errors():
+                    self._client.sadd(self.keys.queues, *queues)
+                proof = "".join(f" {queue} {count}" for queue, count in zip(queues, named[2::2], strict=True))
+        return None
+
+    def _forget_mark(self, queue: str) -> int | str | None:
+        """The first step: None (no such queue), the number of tasks it holds, or the marker."""
+        with translate_errors():
+            listed = bool(self._client.sismember(self.keys.queues, queue))
+        prefix, bound = self.keys.queue_prefix(queue), repr(2 * self.config.socket_timeout)
+        answer = str(self._invoke("forget_queue", prefix, "", (queue, "mark", "1" if listed else "0", bound))[1])
+        if answer == "unknown":
+            return None
+        if answer.startswith("marked "):
+            return answer.removeprefix("marked ")
+        return int(answer)
+
+    def _forget_finish(self, queue: str, marker: str) -> None:
+        """The last step: the mark taken away, the queue listed again if it came back meanwhile."""
+        answer = str(self._invoke("forget_queue", self.keys.queue_prefix(queue), "", (queue, "finish", marker))[1])
+        if answer == "again":
+            self._register(queue)
+
+    def _register(self, queue: str) -> None:
+        with translate_errors():
+            self._client.sadd(self.keys.queues, queue)
+
+    def _unregister(self, queue: str) -> None:
+        with translate_errors():
+            self._client.srem(self.keys.queues, queue)

@@ -54,10 +54,6 @@ __all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
 #: Due tasks promoted and expired leases reaped (each) inside one claim or reap call, at most.
 MAINTENANCE_BUDGET = 1000
 
-#: Times an enqueue registers its queues and is sent again before it declares the namespace slot
-#: instead (each try is refused only when a forget of one of them began or ended meanwhile).
-_REGISTER_TRIES = 5
-
 
 class RedisBroker(RedisCalls):
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
@@ -127,27 +123,6 @@ class RedisBroker(RedisCalls):
         if reply is None:
             reply = cast("str", self._invoke("enqueue", prefix, now, args)[1])
         return reply
-
-    def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg]) -> str | None:
-        """An enqueue call in its queue slot alone: its reply, or None when it needs the namespace slot
-        declared too. A queue not registered yet (a refusal naming queues and their forget counters)
-        is added to the registry first, then the call is sent again with the counters (enqueue.lua:
-        register); in layout 4, where the slots are one, the call is sent again with both instead."""
-        proof = ""
-        for _ in range(_REGISTER_TRIES):
-            try:
-                return cast("str", self._invoke("enqueue", prefix, now, args, namespace=False, proof=proof)[1])
-            except Refused as exc:
-                named = exc.text.split(" ")
-                if named[0] != "CONVEYOR_NAMESPACE":
-                    raise
-                if len(named) == 1 or self.keys.one_slot:
-                    return None
-                queues = named[1::2]
-                with translate_errors():
-                    self._client.sadd(self.keys.queues, *queues)
-                proof = "".join(f" {queue} {count}" for queue, count in zip(queues, named[2::2], strict=True))
-        return None
 
     # -- consuming -----------------------------------------------------------------------------
 
@@ -297,32 +272,6 @@ class RedisBroker(RedisCalls):
         self._unregister(queue)
         self._forget_finish(queue, marked)
         return 0
-
-    def _forget_mark(self, queue: str) -> int | str | None:
-        """The first step: None (no such queue), the number of tasks it holds, or the marker."""
-        with translate_errors():
-            listed = bool(self._client.sismember(self.keys.queues, queue))
-        prefix, bound = self.keys.queue_prefix(queue), repr(2 * self.config.socket_timeout)
-        answer = str(self._invoke("forget_queue", prefix, "", (queue, "mark", "1" if listed else "0", bound))[1])
-        if answer == "unknown":
-            return None
-        if answer.startswith("marked "):
-            return answer.removeprefix("marked ")
-        return int(answer)
-
-    def _forget_finish(self, queue: str, marker: str) -> None:
-        """The last step: the mark taken away, the queue listed again if it came back meanwhile."""
-        answer = str(self._invoke("forget_queue", self.keys.queue_prefix(queue), "", (queue, "finish", marker))[1])
-        if answer == "again":
-            self._register(queue)
-
-    def _register(self, queue: str) -> None:
-        with translate_errors():
-            self._client.sadd(self.keys.queues, queue)
-
-    def _unregister(self, queue: str) -> None:
-        with translate_errors():
-            self._client.srem(self.keys.queues, queue)
 
     # -- admin ---------------------------------------------------------------------------------
 
