@@ -110,24 +110,15 @@ def partition_labels(namespace: str, label: str, partitions: int) -> list[str]:
     return labels
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """The keys of one *queue slot*: everything of the tasks of the queues whose keys start with
-    ``prefix`` (layout 4: every queue of the namespace, ``{ns}:v4:``; layout 5: one queue or
-    partition, ``{ns|label}:v5:``, see docs/architecture.md). A script call touches the keys of one
-    queue slot, plus, for the calls ``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and
-    unique keys."""
+class _SlotNames:
+    """The names of a queue slot's keys after its ``prefix``, shared by :class:`Slot` (any queue slot)
+    and :class:`Keys` (layout 4's one slot)."""
 
-    prefix: str
+    __slots__ = ()
 
     @property
-    def declared(self) -> str:
-        """The key a call on this slot declares first (``KEYS[1]``, see ``lua/_lib.lua``): ``seq``."""
-        return self.prefix + "seq"
-
-    @property
-    def wake(self) -> str:
-        return self.prefix + "wake"
+    def prefix(self) -> str:
+        raise NotImplementedError
 
     @property
     def rows(self) -> str:
@@ -153,6 +144,7 @@ class Slot:
         return f"{self.prefix}e:{task_id}"
 
     def queue(self, queue: str, part: str) -> str:
+        """A per-queue index: ``part`` is a state name, ``waiting``, or ``completed:keep``/``archived:keep``."""
         return f"{self.prefix}q:{queue}:{part}"
 
     def settings(self, queue: str) -> str:
@@ -163,7 +155,27 @@ class Slot:
 
 
 @dataclass(frozen=True, slots=True)
-class Keys:
+class Slot(_SlotNames):
+    """The keys of one *queue slot*: everything of the tasks of the queues whose keys start with
+    ``prefix`` (layout 4: every queue of the namespace, ``{ns}:v4:``; layout 5: one queue or
+    partition, ``{ns|label}:v5:``, see docs/architecture.md). A script call touches the keys of one
+    queue slot, plus, for the calls ``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and
+    unique keys."""
+
+    prefix: str
+
+    @property
+    def declared(self) -> str:
+        """The key a call on this slot declares first (``KEYS[1]``, see ``lua/_lib.lua``): ``seq``."""
+        return self.prefix + "seq"
+
+    @property
+    def wake(self) -> str:
+        return self.prefix + "wake"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys(_SlotNames):
     """Key names of one namespace.
 
     Every call is addressed by queue: :meth:`queue_prefix` (by queue name) and :meth:`task_prefix` (by
@@ -206,39 +218,6 @@ class Keys:
 
     def slot(self, prefix: str) -> Slot:
         return Slot(prefix)
-
-    def errors(self, task_id: str) -> str:
-        return f"{self.prefix}e:{task_id}"
-
-    def queue(self, queue: str, part: str) -> str:
-        """A per-queue index: ``part`` is a state name, ``waiting``, or ``completed:keep``/``archived:keep``."""
-        return f"{self.prefix}q:{queue}:{part}"
-
-    def settings(self, queue: str) -> str:
-        return f"{self.prefix}qs:{queue}"
-
-    def history(self, minute: int) -> str:
-        return f"{self.prefix}h:{minute}"
-
-    @property
-    def rows(self) -> str:
-        return self.prefix + "rows"
-
-    @property
-    def results(self) -> str:
-        return self.prefix + "results"
-
-    @property
-    def lasterr(self) -> str:
-        return self.prefix + "lasterr"
-
-    @property
-    def limits(self) -> str:
-        return self.prefix + "limits"
-
-    @property
-    def tracebacks(self) -> str:
-        return self.prefix + "tracebacks"
 
     @property
     def due(self) -> str:
