@@ -1,17 +1,19 @@
-"""``wait_replicas``: writes confirmed by replicas (``WAIT``), on a real master and replica.
+"""``wait_replicas``: writes confirmed by replicas (``WAIT``), on real masters and replicas: one master
+and its replica, and a 3-master Redis Cluster with a replica per master, where each write script's
+``WAIT`` goes to the master that ran it, on the same connection, so the single server's guarantees hold
+per master (``deployment``, ``replicated.py``).
 
-The replica is stopped with SIGSTOP to make ``WAIT`` time out (the master keeps its link: nothing is
-disconnected within the test), and resumed with SIGCONT before the next test.
+Replicas are frozen with SIGSTOP to make ``WAIT`` time out (the masters keep their links: nothing is
+disconnected within the test), and resumed with SIGCONT before the next test. What a replica holds is
+read on the replica itself, key by key, without going through the broker.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from urllib.parse import urlencode
 
 import pytest
@@ -20,9 +22,10 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.errors import ConfigurationError, ReplicationTimeout
 from conveyor.model import BrokerPolicy, Outcome, TaskRecord, TaskState
-from conveyor.testing.redis_server import RedisServer
+from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.sentinel import ReplicaSet, poll
 
+from .replicated import Replicated
 from .test_redis import task
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -36,59 +39,63 @@ def replica_set() -> Iterator[ReplicaSet]:
         yield servers
 
 
+@pytest.fixture(scope="module", params=["server", "cluster"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Replicated]:
+    """One master and its replica, or 3 masters with a replica each."""
+    if request.param == "server":
+        servers: ReplicaSet = request.getfixturevalue("replica_set")
+        yield Replicated("server", servers.master.url, [(servers.master, servers.replicas[0])])
+        return
+    with LocalCluster(masters=3, replicas=1) as cluster:
+        pairs = [(master, replica) for master, (replica,) in zip(cluster.masters, cluster.replicas_of, strict=True)]
+        yield Replicated("cluster", cluster.url, pairs)
+
+
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest) -> str:
-    return "t" + str(abs(hash(request.node.nodeid)))
-
-
-def _open(server: RedisServer, namespace: str, **options: str) -> RedisBroker:
-    return RedisBroker.from_url(f"{server.url}?{urlencode({'namespace': namespace, **options})}", BrokerPolicy())
+def namespace() -> str:
+    return "t" + uuid.uuid4().hex
 
 
 @pytest.fixture
-def waiting(replica_set: ReplicaSet, namespace: str) -> Iterator[RedisBroker]:
-    """A broker whose writes wait for the one replica, at most 300 ms."""
-    broker = _open(replica_set.master, namespace, wait_replicas="1", wait_timeout="300")
+def waiting(deployment: Replicated, namespace: str) -> Iterator[RedisBroker]:
+    """A broker whose writes wait for one replica, at most 300 ms."""
+    broker = deployment.open(namespace, wait_replicas="1", wait_timeout="300")
     yield broker
     broker.close()
 
 
-@pytest.fixture
-def on_replica(replica_set: ReplicaSet, namespace: str) -> Iterator[RedisBroker]:
-    """The same namespace read on the replica."""
-    broker = _open(replica_set.replicas[0], namespace)
-    yield broker
-    broker.close()
-
-
-@contextmanager
-def stopped(server: RedisServer) -> Iterator[None]:
-    """``server`` frozen (SIGSTOP) for the block: it receives nothing and confirms nothing."""
-    assert server.pid is not None
-    os.kill(server.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
+def _open(replica_set: ReplicaSet, namespace: str, **options: str) -> RedisBroker:
+    return Replicated("server", replica_set.master.url, []).open(namespace, **options)
 
 
 def _found(broker: RedisBroker, task_id: str) -> TaskRecord | None:
     return broker.get(task_id, NOW)
 
 
+def test_a_url_may_ask_for_replicas(deployment: Replicated, namespace: str) -> None:
+    broker = deployment.open(namespace, wait_replicas="1")
+    try:
+        assert broker.config.wait_replicas == 1
+        assert broker.enqueue([task("a")], NOW) == [None]
+        assert broker.cluster == (deployment.kind == "cluster")
+    finally:
+        broker.close()
+
+
 def test_an_acknowledged_enqueue_is_on_the_replica_when_it_returns(
-    waiting: RedisBroker, on_replica: RedisBroker
+    waiting: RedisBroker, deployment: Replicated, namespace: str
 ) -> None:
-    assert waiting.enqueue([task("a")], NOW) == [None]
-    assert waiting.enqueue([task(f"b{i}") for i in range(1200)], NOW) == [None] * 1200  # three chunks
-    assert _found(on_replica, "a") is not None  # read at once: WAIT returned after the replica had it
-    assert all(_found(on_replica, f"b{i}") is not None for i in range(1200))
+    for queue in ("q", "emails", "reports"):  # several queues: more than one master once queues have tags of their own
+        assert waiting.enqueue([task(f"{queue}-a", queue)], NOW) == [None]
+        assert waiting.enqueue([task(f"{queue}-b{i}", queue) for i in range(1200)], NOW) == [None] * 1200
+        assert deployment.mirrored(namespace)  # read at once: each WAIT returned after the replica had it
+    assert _found(waiting, "emails-b1199") is not None
 
 
 def test_an_enqueue_no_replica_confirms_raises_and_is_withdrawn(
-    waiting: RedisBroker, on_replica: RedisBroker, replica_set: ReplicaSet
+    waiting: RedisBroker, deployment: Replicated, namespace: str
 ) -> None:
-    with stopped(replica_set.replicas[0]):
+    with deployment.replicas_stopped():
         with pytest.raises(ReplicationTimeout) as raised:
             waiting.enqueue([task("lost")], NOW)
         assert (raised.value.wanted, raised.value.acknowledged) == (1, 0)
@@ -96,13 +103,13 @@ def test_an_enqueue_no_replica_confirms_raises_and_is_withdrawn(
         assert _found(waiting, "lost") is None
         assert waiting.claim(["q"], NOW, 30.0, limit=10) == []  # nothing left to run
     waiting.enqueue([task("after")], NOW)  # confirmed: the replica has replayed everything before it
-    assert _found(on_replica, "after") is not None
-    assert _found(on_replica, "lost") is None  # it got the task, then its withdrawal
+    assert _found(waiting, "after") is not None
+    assert deployment.mirrored(namespace)  # the replica got the task, then its withdrawal
 
 
-def test_a_batch_withdraws_only_the_tasks_it_stored(waiting: RedisBroker, replica_set: ReplicaSet) -> None:
+def test_a_batch_withdraws_only_the_tasks_it_stored(waiting: RedisBroker, deployment: Replicated) -> None:
     waiting.enqueue([task("kept")], NOW)
-    with stopped(replica_set.replicas[0]), pytest.raises(ReplicationTimeout) as raised:
+    with deployment.replicas_stopped(), pytest.raises(ReplicationTimeout) as raised:
         waiting.enqueue([task("kept"), task("x"), task("y")], NOW)
     assert raised.value.withdrawn == ("x", "y")
     assert _found(waiting, "kept") is not None  # the duplicate's existing task is not touched
@@ -110,10 +117,10 @@ def test_a_batch_withdraws_only_the_tasks_it_stored(waiting: RedisBroker, replic
 
 
 def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_running(
-    replica_set: ReplicaSet, namespace: str
+    deployment: Replicated, namespace: str
 ) -> None:
-    producer = _open(replica_set.master, namespace, wait_replicas="1", wait_timeout="3000")
-    worker = _open(replica_set.master, namespace)
+    producer = deployment.open(namespace, wait_replicas="1", wait_timeout="3000")
+    worker = deployment.open(namespace)
     claimed: list[TaskRecord] = []
 
     def claim_it() -> bool:
@@ -122,7 +129,7 @@ def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_ru
 
     claimer = threading.Thread(target=poll, args=(claim_it, 10.0, "the task to be claimed", 0.005))
     try:
-        with stopped(replica_set.replicas[0]):
+        with deployment.replicas_stopped():
             claimer.start()
             with pytest.raises(ReplicationTimeout) as raised:
                 producer.enqueue([task("raced")], NOW)
@@ -137,27 +144,34 @@ def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_ru
         worker.close()
 
 
-def test_other_writes_short_of_replicas_are_logged_and_take_effect(
-    waiting: RedisBroker, replica_set: ReplicaSet, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_other_writes_short_of_replicas_take_effect(waiting: RedisBroker, deployment: Replicated) -> None:
     waiting.enqueue([task("a")], NOW)
-    with stopped(replica_set.replicas[0]), caplog.at_level(logging.DEBUG, "conveyor.brokers.redis.replication"):
+    with deployment.replicas_stopped():
         (claimed,) = waiting.claim(["q"], NOW, 30.0)
         outcome = Outcome("a", claimed.lease_token or "", "complete", result="1")
         assert waiting.settle([outcome], NOW) == [True]
     done = _found(waiting, "a")
     assert done is not None and done.state is TaskState.COMPLETED
-    logged = [(record.levelno, record.getMessage().partition(" ")[0]) for record in caplog.records]
-    assert logged == [(logging.WARNING, "claim"), (logging.DEBUG, "settle")]  # one warning a minute, at most
 
 
-def test_without_wait_replicas_writes_do_not_wait(replica_set: ReplicaSet, namespace: str) -> None:
-    broker = _open(replica_set.master, namespace)
+def test_without_wait_replicas_writes_do_not_wait(deployment: Replicated, namespace: str) -> None:
+    broker = deployment.open(namespace)
     try:
-        with stopped(replica_set.replicas[0]):
-            assert broker.enqueue([task("a")], NOW) == [None]  # the replica is frozen: no WAIT was sent
+        with deployment.replicas_stopped():
+            assert broker.enqueue([task("a")], NOW) == [None]  # the replicas are frozen: no WAIT was sent
     finally:
         broker.close()
+
+
+def test_writes_short_of_replicas_are_logged_once_a_minute(
+    deployment: Replicated, waiting: RedisBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    waiting.enqueue([task("a")], NOW)
+    with deployment.replicas_stopped(), caplog.at_level(logging.DEBUG, "conveyor.brokers.redis.replication"):
+        (claimed,) = waiting.claim(["q"], NOW, 30.0)
+        assert waiting.settle([Outcome("a", claimed.lease_token or "", "complete", result="1")], NOW) == [True]
+    logged = [(record.levelno, record.getMessage().partition(" ")[0]) for record in caplog.records]
+    assert logged == [(logging.WARNING, "claim"), (logging.DEBUG, "settle")]  # one warning a minute, at most
 
 
 @pytest.mark.parametrize(
@@ -195,13 +209,13 @@ def test_an_acl_user_with_the_documented_permissions_may_wait(replica_set: Repli
 
 def test_preflight_says_whether_there_are_enough_replicas_to_wait_for(replica_set: ReplicaSet, namespace: str) -> None:
     for wanted, ok in (("1", True), ("2", False)):
-        broker = _open(replica_set.master, namespace, wait_replicas=wanted)
+        broker = _open(replica_set, namespace, wait_replicas=wanted)
         try:
             [replicas] = [finding for finding in broker.preflight() if finding.name == "replicas"]
             assert (replicas.ok, replicas.detail.partition(",")[0]) == (ok, "1 connected")
         finally:
             broker.close()
-    broker = _open(replica_set.master, namespace)
+    broker = _open(replica_set, namespace)
     try:
         assert "replicas" not in [finding.name for finding in broker.preflight()]  # not asked for: not checked
     finally:
