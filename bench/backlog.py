@@ -78,25 +78,17 @@ class Store:
     server_cpu: Callable[[], float] | None  # seconds, summed over masters; None: it runs in this process
 
 
-def _info(server: RedisServer, section: str) -> dict[str, str]:
-    client = server.client()
-    try:
-        return {str(key): str(value) for key, value in client.info(section).items()}
-    finally:
-        client.close()
-
-
 def _used_memory(server: RedisServer) -> int:
-    return int(_info(server, "memory")["used_memory"])
+    return int(server.info("memory")["used_memory"])
 
 
 def _cpu(servers: Sequence[RedisServer]) -> float:
-    fields = [_info(server, "cpu") for server in servers]
+    fields = [server.info("cpu") for server in servers]
     return sum(float(info["used_cpu_user"]) + float(info["used_cpu_sys"]) for info in fields)
 
 
 def _version(server: RedisServer) -> str:
-    info = _info(server, "server")
+    info = server.info("server")
     return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
 
 

@@ -137,6 +137,14 @@ class RedisServer:
             host="127.0.0.1", port=self.port, password=self.password, decode_responses=True, socket_timeout=5
         )
 
+    def info(self, section: str) -> dict[str, str]:
+        """``INFO section`` of this server, every value as text, on a connection of its own."""
+        client = self.client()
+        try:
+            return {str(key): str(value) for key, value in client.info(section).items()}
+        finally:
+            client.close()
+
     def command(self) -> list[str]:
         args = [
             self.binary,

@@ -38,14 +38,6 @@ def poll(check: Callable[[], bool], timeout: float, what: str, interval: float =
         time.sleep(interval)  # polling other processes' progress, with a deadline
 
 
-def _info(server: RedisServer, section: str) -> dict[str, str]:
-    client = server.client()
-    try:
-        return {str(key): str(value) for key, value in client.info(section).items()}
-    finally:
-        client.close()
-
-
 class ReplicaSet:
     """One master and ``replicas`` replicas of it. ``servers[0]`` is the first master."""
 
@@ -71,7 +63,7 @@ class ReplicaSet:
             replica.start()
         for replica in self.replicas:
             poll(
-                lambda replica=replica: _info(replica, "replication").get("master_link_status") == "up",  # type: ignore[misc]
+                lambda replica=replica: replica.info("replication").get("master_link_status") == "up",  # type: ignore[misc]
                 self.start_timeout,
                 f"replica :{replica.port} to sync with :{self.master.port}",
             )
@@ -221,7 +213,7 @@ class SentinelGroup:
 
         def promoted() -> bool:
             port = self.master_port()
-            return port != old_port and _info(self.server_at(port), "replication").get("role") == "master"
+            return port != old_port and self.server_at(port).info("replication").get("role") == "master"
 
         poll(promoted, timeout, f"the sentinels to replace the master on :{old_port}")
         return self.server_at(self.master_port())
