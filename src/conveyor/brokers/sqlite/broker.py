@@ -77,7 +77,7 @@ class SQLiteBroker:
         self._bells: dict[str, Doorbell] = {}  # the wake-up FIFO of each queue this broker used
         self._bells_lock = threading.Lock()
         self._written_since_trim = 0
-        self._seen = threading.local()  # data_version before each thread's last claim
+        self._seen = threading.local()  # data_version and time before each thread's last claim
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> SQLiteBroker:
@@ -141,12 +141,17 @@ class SQLiteBroker:
 
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
-        self._seen.version = self._db.data_version()  # before the claim: no commit after it goes unseen
+        self._note_claim()  # before the claim: no commit after it goes unseen
         records = self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit), durable=False)
         if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
             for queue in {record.queue for record in records}:
                 self._bell(queue).ring()
         return records
+
+    def _note_claim(self) -> None:
+        """What ``wait_for_work`` compares with: this thread's ``data_version`` and time before its claim."""
+        self._seen.at = time.monotonic()
+        self._seen.version = self._db.data_version()
 
     def _bell(self, queue: str) -> Doorbell:
         bell = self._bells.get(queue)
@@ -156,30 +161,40 @@ class SQLiteBroker:
         return bell
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block up to ``timeout`` s until another connection (any process) commits to the file.
+        """Block up to ``timeout`` s until a commit may have made a task of ``queues`` pending.
 
         Sleeps on the wake-up FIFOs of ``queues`` (``wake``), which a broker rings after a commit that
         made a task of that queue pending, so an idle worker wakes within a scheduler hop of an
-        enqueue; and compares ``PRAGMA data_version`` (a read of shared memory, no I/O, no lock) with
-        its value before this thread's last claim, every ``_WAKE_CHECK_RUNG`` s (for writers that do
-        not ring), or every ``_WAKE_CHECK`` s where there is no FIFO. True is a hint (the commit may
-        have been anything).
+        enqueue. A commit that rang none of them (another process settling its own work) does not
+        wake it: while other processes drain, an idle worker's every wake-up would be a claim that
+        finds nothing, a write transaction competing for the lock. Writers that do not ring (other
+        tools, versions before the FIFOs per queue) are seen by ``PRAGMA data_version`` (a read of
+        shared memory, no I/O, no lock), compared with its value before this thread's last claim every
+        ``_WAKE_CHECK_RUNG`` s; at once when a FIFO was not yet listened to at that claim (a ring then
+        may have found no reader); every ``_WAKE_CHECK`` s where there is no FIFO. True is a hint.
         """
         bells = [self._bell(queue) for queue in queues]
         rung = all([bell.listen() for bell in bells])  # before the check: a ring after it is not lost
         seen = getattr(self._seen, "version", None)
         if seen is None:
             seen = self._db.data_version()
-        deadline = time.monotonic() + timeout
+        claimed_at = getattr(self._seen, "at", None)
+        now = time.monotonic()
+        deadline = now + timeout
+        heard = rung and claimed_at is not None and all(bell.heard_since(claimed_at) for bell in bells)
+        check_at = now + _WAKE_CHECK_RUNG if heard else now
         while True:
-            if self._db.data_version() != seen:
-                return True
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            if now >= check_at:
+                if self._db.data_version() != seen:
+                    return True
+                check_at = now + (_WAKE_CHECK_RUNG if rung else _WAKE_CHECK)
+            remaining = deadline - now
             if remaining <= 0:
                 return False
             if not rung:
-                time.sleep(min(_WAKE_CHECK, remaining))
-            elif wait_any(bells, min(_WAKE_CHECK_RUNG, remaining)):
+                time.sleep(min(check_at - now, remaining))
+            elif wait_any(bells, min(check_at - now, remaining)):
                 return True
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
@@ -196,7 +211,7 @@ class SQLiteBroker:
             applied = ops.settle(tx, batch, now)
             return applied, ops.claim(tx, names, now, lease_for, limit)
 
-        self._seen.version = self._db.data_version()  # as in claim()
+        self._note_claim()  # as in claim()
         return self._write(run, durable=bool(batch))  # what settles is synced; a claim alone need not be
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:

@@ -89,6 +89,7 @@ class Doorbell:
         self._holder: int | None = None  # a write end the reader keeps: without any, it reads end-of-file
         self.usable = hasattr(os, "mkfifo")
         self._quiet_until = 0.0  # no reader was there: no new attempt before then (monotonic)
+        self.listening_since: float | None = None  # when this process began to take rings (monotonic)
 
     def ring(self) -> None:
         """Wake the consumers waiting on this file, if any (never blocks, never raises)."""
@@ -120,6 +121,13 @@ class Doorbell:
     def listen(self) -> bool:
         """Start receiving rings (before checking for work, so none between the check and ``wait`` is lost)."""
         return self._reading() is not None
+
+    def heard_since(self, moment: float) -> bool:
+        """Whether every ring of a commit after ``moment`` (``time.monotonic()``) reached this reader, so
+        a waiter need not look for such commits itself: it was listening by then, and a writer that
+        found no reader before that has since tried again (it waits ``_QUIET`` s between tries)."""
+        since = self.listening_since
+        return since is not None and since + _QUIET <= moment
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` s or until a ring this waiter takes; True if rung. False at once when
@@ -192,6 +200,7 @@ class Doorbell:
             # select() reports a FIFO with no writer left readable (end of file) until one opens it again
             self._holder = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             self._reader = fd
+            self.listening_since = time.monotonic()
             return fd
 
     def _close_all(self) -> None:
@@ -199,6 +208,7 @@ class Doorbell:
             if fd is not None:
                 os.close(fd)
         self._reader = self._writer = self._holder = None
+        self.listening_since = None
 
     def _is_fifo(self, fd: int) -> bool:
         """Keep ``fd`` only if it is a FIFO: never write into, or spin on, a file that happens to be there."""
