@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.brokers.sqlite import SQLiteBroker
-from conveyor.model import BrokerPolicy
+from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings
 
 NOW = 1_000_000.0
 
@@ -63,6 +63,54 @@ def _other(db_path: Path, queue: str, seconds: float = 0.0) -> subprocess.Popen[
 
 def _run_other(db_path: Path, queue: str) -> None:
     assert _other(db_path, queue).wait(60) == 0
+
+
+@pytest.fixture
+def producer(db_path: Path) -> Iterator[SQLiteBroker]:
+    """Another connection in this process (as a worker's acker thread has its own)."""
+    broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
+    yield broker
+    broker.close()
+
+
+def _idle(consumer: SQLiteBroker, queue: str, db_path: Path) -> list[str]:
+    """Let ``consumer`` claim from ``queue`` until nothing is left to it, listening since well before
+    that claim, and take the rings pending so far; the ids it claimed."""
+    assert consumer.wait_for_work([queue], 0.0) in (True, False)  # listening from now on
+    _run_other(db_path, "other")  # (a process's start also outlasts a producer's pause after finding no reader)
+    held = [record.id for record in consumer.claim([queue], NOW, 30.0, 10)]
+    assert consumer.claim([queue], NOW, 30.0, 10) == []
+    while consumer.wait_for_work([queue], 0.0):  # the rings of the enqueues so far
+        pass
+    return held
+
+
+def test_a_task_leaving_its_slot_in_a_capped_queue_wakes_an_idle_consumer(
+    consumer: SQLiteBroker, producer: SQLiteBroker, db_path: Path
+) -> None:
+    producer.configure_queue(QueueSettings("capped", concurrency=1))
+    producer.enqueue([NewTask("c1", "job", "capped", "[]"), NewTask("c2", "job", "capped", "[]")], NOW)
+    assert _idle(consumer, "capped", db_path) == ["c1"]
+    token = consumer.get("c1", NOW)
+    assert token is not None and token.lease_token is not None
+    assert producer.settle([Outcome("c1", token.lease_token, "complete")], NOW) == [True]
+    started = time.monotonic()
+    assert consumer.wait_for_work(["capped"], 0.3) is True
+    assert time.monotonic() - started < 0.3
+    assert [record.id for record in consumer.claim(["capped"], NOW, 30.0, 10)] == ["c2"]
+
+
+def test_resuming_a_paused_queue_wakes_an_idle_consumer(
+    consumer: SQLiteBroker, producer: SQLiteBroker, db_path: Path
+) -> None:
+    producer.set_paused("held", True)
+    producer.enqueue([NewTask("h1", "job", "held", "[]")], NOW)
+    assert _idle(consumer, "held", db_path) == []
+    producer.set_paused("held", False)
+    started = time.monotonic()
+    assert consumer.wait_for_work(["held"], 0.3) is True
+    assert time.monotonic() - started < 0.3
+    assert [record.id for record in consumer.claim(["held"], NOW, 30.0, 10)] == ["h1"]
 
 
 def test_a_commit_of_another_process_to_another_queue_does_not_wake_an_idle_consumer(

@@ -47,6 +47,7 @@ __all__ = ["SQLiteBroker"]
 T = TypeVar("T")
 
 _PENDING = TaskState.PENDING.value
+_ACTIVE = TaskState.ACTIVE.value
 
 #: How often an idle consumer checks the file for commits by other connections (``wait_for_work``):
 #: without a usable wake-up FIFO, and with one (then only for writers that do not ring it: other
@@ -101,10 +102,12 @@ class SQLiteBroker:
         before (housekeeping, earlier items of a batch), exactly like the reference broker.
         """
         last: list[Tx] = []
+        freed: set[str] = set()  # queues with a concurrency limit where a task left its slot
 
         def attempt(conn: sqlite3.Connection) -> T | _Failed:
             tx = Tx(conn, self.policy, self._origin)
             last[:] = [tx]
+            freed.clear()
             result: T | _Failed
             try:
                 result = fn(tx)
@@ -113,12 +116,16 @@ class SQLiteBroker:
             except (ConveyorError, ValueError) as exc:
                 result = _Failed(exc)
             self._trim_events(tx, tx.save_events(self._origin))
+            left = {event[3] for event in tx.events if event[1] == _ACTIVE and event[2] != _ACTIVE}
+            freed.update(queue for queue in left if tx.settings(queue).concurrency is not None)
             return result
 
         outcome = self._db.write(attempt, durable)
         events = last[0].events
-        for queue in {event[3] for event in events if event[2] == _PENDING}:
-            self._bell(queue).ring()  # after the commit: a consumer it wakes sees the task
+        # after the commit, so a consumer it wakes sees the task; a freed slot makes a pending task
+        # claimable too (idle waiters wake only on rings: ``wait_for_work``)
+        for queue in {event[3] for event in events if event[2] == _PENDING} | freed:
+            self._bell(queue).ring()
         if events and self._events.active:
             self._events.deliver([Event(*event) for event in events])
         if isinstance(outcome, _Failed):
@@ -259,9 +266,12 @@ class SQLiteBroker:
 
     def configure_queue(self, settings: QueueSettings) -> None:
         self._write(lambda tx: admin.configure_queue(tx, settings))
+        self._bell(settings.name).ring()  # a higher concurrency limit may make pending tasks claimable
 
     def set_paused(self, queue: str, paused: bool) -> None:
         self._write(lambda tx: admin.set_paused(tx, queue, paused))
+        if not paused:
+            self._bell(queue).ring()  # its pending tasks are claimable again
 
     def forget_queue(self, queue: str) -> int | None:
         def forget(tx: Tx) -> int | None:
