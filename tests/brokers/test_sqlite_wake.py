@@ -238,10 +238,17 @@ def test_a_writer_that_does_not_ring_still_wakes_a_waiter(
     """A plain ``sqlite3`` connection (another tool) rings no FIFO: the waiter sees its commit by
     ``PRAGMA data_version``, on its longer check."""
     consumer = open_sqlite()
-    assert consumer.claim(["default"], NOW, 30.0) == []
     woke: list[bool] = []
-    waiter = threading.Thread(target=lambda: woke.append(consumer.wait_for_work(["default"], 30.0)))
+    claimed = threading.Event()
+
+    def claim_then_wait() -> None:  # as a fetcher does: the wait compares with its own thread's last claim
+        assert consumer.claim(["default"], NOW, 30.0) == []
+        claimed.set()
+        woke.append(consumer.wait_for_work(["default"], 30.0))
+
+    waiter = threading.Thread(target=claim_then_wait)
     waiter.start()
+    assert claimed.wait(10.0)
     conn = sqlite3.connect(db_path, isolation_level=None)
     try:
         conn.execute("CREATE TABLE other_tool (n INTEGER)")
