@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_completions_without_retention_leave_no_row_behind_their_settle(tmp_path
             Outcome("held", by_id["held"].token, "complete", keep_for=0.0),
         ]
         assert broker.settle(outcomes, NOW) == [True, True, True, True]
-        with sqlite3.connect(path) as conn:  # another connection: what is committed
+        with closing(sqlite3.connect(path)) as conn:  # another connection: what is committed
             rows = dict(conn.execute("SELECT id, state FROM tasks").fetchall())
             uniques = conn.execute("SELECT key FROM uniques").fetchall()
         assert rows == {"t1": "completed", "t2": "retry"}
