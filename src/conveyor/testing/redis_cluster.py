@@ -18,10 +18,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
-from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
+from conveyor.testing.redis_server import RedisServer, Started, find_server_binary, free_port
 
 __all__ = ["SLOTS", "ClusterNode", "LocalCluster"]
 
@@ -72,7 +71,7 @@ class ClusterNode(RedisServer):
         return fields
 
 
-class LocalCluster:
+class LocalCluster(Started):
     """``masters`` masters (each with ``replicas`` replicas) on loopback ports. A context manager, or
     ``start()``/``stop()``."""
 
@@ -117,7 +116,7 @@ class LocalCluster:
         """A broker URL on this cluster with its own namespace (``t<uuid>`` by default)."""
         return f"{self.url}?namespace={namespace or 't' + uuid.uuid4().hex}"
 
-    def start(self) -> LocalCluster:
+    def start(self) -> Self:
         try:
             for node in self.nodes:
                 node.start()
@@ -180,11 +179,3 @@ class LocalCluster:
         """Stop every node by its PID and remove their directories."""
         for node in self.nodes:
             node.stop()
-
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

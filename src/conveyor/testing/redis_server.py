@@ -26,13 +26,14 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 from urllib.parse import quote
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-__all__ = ["RedisServer", "find_server_binary", "free_port", "guard_orphan"]
+__all__ = ["RedisServer", "Started", "find_server_binary", "free_port", "guard_orphan"]
 
 _RESERVED = {6379}
 
@@ -88,7 +89,30 @@ def guard_orphan(command: list[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
 
 
-class RedisServer:
+class Started:
+    """Servers that a ``with`` block starts and stops by PID: ``start()`` on entering, ``stop()`` on
+    leaving, and ``stop()`` too when a start fails halfway, so nothing is left running."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RedisServer(Started):
     """One private server process. Use as a context manager, or ``start()``/``stop()``.
 
     ``appendonly=True`` turns on the AOF with ``appendfsync always`` (every acknowledged write is on
@@ -165,7 +189,7 @@ class RedisServer:
             args += ["--appendonly", "no"]
         return args + list(self.extra_args)
 
-    def start(self) -> RedisServer:
+    def start(self) -> Self:
         """Start on a free port (a fresh one unless restarting) and wait until it answers PING."""
         if self.running:
             return self
@@ -235,14 +259,6 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=timeout)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def namespace_url(self, namespace: str | None = None) -> str:
         """A broker URL on this server with its own namespace (``t<uuid>`` by default)."""

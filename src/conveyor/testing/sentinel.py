@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import redis
 
-from conveyor.testing.redis_server import RedisServer, find_server_binary
+from conveyor.testing.redis_server import RedisServer, Started, find_server_binary
 
 __all__ = ["ReplicaSet", "SentinelGroup", "SentinelServer", "poll"]
 
@@ -38,7 +37,7 @@ def poll(check: Callable[[], bool], timeout: float, what: str, interval: float =
         time.sleep(interval)  # polling other processes' progress, with a deadline
 
 
-class ReplicaSet:
+class ReplicaSet(Started):
     """One master and ``replicas`` replicas of it. ``servers[0]`` is the first master."""
 
     def __init__(self, replicas: int = 1, *, binary: str | None = None, start_timeout: float = 15.0) -> None:
@@ -52,7 +51,7 @@ class ReplicaSet:
     def servers(self) -> list[RedisServer]:
         return [self.master, *self.replicas]
 
-    def start(self) -> ReplicaSet:
+    def start(self) -> Self:
         self.master.start()
         for _ in range(self._count):
             replica = RedisServer(
@@ -72,18 +71,6 @@ class ReplicaSet:
     def stop(self) -> None:
         for server in reversed(self.servers):
             server.stop()
-
-    def __enter__(self) -> ReplicaSet:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 class SentinelServer(RedisServer):
@@ -127,7 +114,7 @@ class SentinelServer(RedisServer):
         return [self.binary, str(config), "--sentinel"]
 
 
-class SentinelGroup:
+class SentinelGroup(Started):
     """A :class:`ReplicaSet` watched by ``sentinels`` sentinels (a majority as quorum) as ``service``."""
 
     def __init__(
@@ -179,7 +166,7 @@ class SentinelGroup:
     def server_at(self, port: int) -> RedisServer:
         return next(server for server in self.servers if server.port == port)
 
-    def start(self) -> SentinelGroup:
+    def start(self) -> Self:
         self.replica_set.start()
         for _ in range(self._count):
             sentinel = SentinelServer(
@@ -222,15 +209,3 @@ class SentinelGroup:
         for sentinel in reversed(self.sentinels):
             sentinel.stop()
         self.replica_set.stop()
-
-    def __enter__(self) -> SentinelGroup:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
