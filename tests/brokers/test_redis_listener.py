@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.keys import Slot
 from conveyor.brokers.redis.listener import Listener
 from conveyor.model import BrokerPolicy
 
@@ -23,6 +24,14 @@ def broker(redis_url: str) -> Iterator[RedisBroker]:
     opened.close()
 
 
+def one_slot(broker: RedisBroker) -> Callable[[], list[Slot]]:
+    return lambda: [broker.keys.slot(broker.keys.prefix)]
+
+
+def listener_channel(slot: Slot) -> str:
+    return slot.prefix + "test-listener"
+
+
 def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: RedisBroker) -> None:
     heard: queue.SimpleQueue[str] = queue.SimpleQueue()
 
@@ -32,7 +41,7 @@ def test_a_message_the_callback_fails_on_does_not_stop_the_listener(broker: Redi
         heard.put(data)
 
     channel = broker.keys.prefix + "test-listener"
-    listener = Listener(lambda: broker.client, channel, 2.0, on_message, what="test")
+    listener = Listener(lambda: broker.client, one_slot(broker), listener_channel, 2.0, on_message, what="test")
     try:
         assert listener.start()
         broker.client.spublish(channel, "bad")
@@ -47,9 +56,7 @@ def threads_named(name: str) -> list[threading.Thread]:
 
 
 def test_close_ends_the_thread_and_a_later_start_does_not_restart_it(broker: RedisBroker) -> None:
-    listener = Listener(
-        lambda: broker.client, broker.keys.prefix + "test-listener", 2.0, lambda data: None, what="test"
-    )
+    listener = Listener(lambda: broker.client, one_slot(broker), listener_channel, 2.0, lambda data: None, what="test")
     assert listener.start()
     (thread,) = threads_named("conveyor-redis-test")
     listener.close()

@@ -26,7 +26,7 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
-from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.keys import Keys, Slot
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.replication import ReplicaWait
 from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, Arg, Scripts
@@ -68,10 +68,8 @@ class RedisCalls:
         self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)
-        self._events = EventHub(
-            lambda: self._client, self.keys.events, self.keys.listening, self._origin, config.socket_connect_timeout
-        )
-        self._cancels = CancelWatch(lambda: self._client, self.keys.cancels, config.socket_connect_timeout)
+        self._events = EventHub(lambda: self._client, self._listened, self._origin, config.socket_connect_timeout)
+        self._cancels = CancelWatch(lambda: self._client, self._listened, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
         self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
 
@@ -230,9 +228,19 @@ class RedisCalls:
 
     def _slots(self) -> list[str]:
         """The prefixes of every slot that holds queues (layout 4: the one slot, without a round trip)."""
+        with translate_errors():
+            return self._slots_now()
+
+    def _slots_now(self) -> list[str]:
+        """:meth:`_slots` with redis-py's errors as they come (the listeners reconnect on them)."""
         if self.keys.one_slot:
             return [self.keys.prefix]
-        return sorted({self.keys.queue_prefix(queue) for queue in self._registered()})
+        queues = cast("set[str]", self._client.smembers(self.keys.queues))
+        return sorted({self.keys.queue_prefix(queue) for queue in queues})
+
+    def _listened(self) -> list[Slot]:
+        """The queue slots whose channels the event and cancel listeners follow (``listener.py``)."""
+        return [self.keys.slot(prefix) for prefix in self._slots_now()]
 
     def _wake_keys(self, queues: Sequence[str]) -> list[str]:
         """The ``wake`` lists of the slots of ``queues``."""

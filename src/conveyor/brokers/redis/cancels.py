@@ -1,6 +1,7 @@
 """Cancel announcements (``AnnouncesCancels``): ``cancel.lua`` SPUBLISHes the id of each active task it
-cancels on the namespace's ``cancels`` channel, and :class:`CancelWatch` listens there for
-``watch_cancels`` (one thread and one pub/sub connection per broker object, from the first watcher on).
+cancels on the ``cancels`` channel of the task's queue slot, and :class:`CancelWatch` listens on every
+queue slot's for ``watch_cancels`` (one thread per broker object, from the first watcher on, with one
+pub/sub connection per node serving a listened slot; ``listener.py``).
 
 Only cancels of running tasks are published, so nothing else pays for it. Latency: one pub/sub hop.
 Pub/sub is at-most-once: a cancel published while the listener reconnects is missed, and the worker
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import redis
 
 from conveyor.brokers.base import announce_cancel
+from conveyor.brokers.redis.keys import Slot
 from conveyor.brokers.redis.listener import Listener
 
 __all__ = ["CancelWatch"]
@@ -26,10 +28,15 @@ log = logging.getLogger("conveyor.brokers.redis.cancels")
 class CancelWatch:
     """The watchers of one broker object, and the listener thread that tells them."""
 
-    def __init__(self, client: Callable[[], redis.Redis], channel: str, ready_timeout: float) -> None:
+    def __init__(
+        self, client: Callable[[], redis.Redis], slots: Callable[[], Sequence[Slot]], ready_timeout: float
+    ) -> None:
+        """``slots()``: the queue slots to listen to (see ``Listener``)."""
         self._lock = threading.Lock()
         self._watchers: list[Callable[[str], None]] = []
-        self._listener = Listener(client, channel, ready_timeout, self._on_message, what="cancels")
+        self._listener = Listener(
+            client, slots, lambda slot: slot.cancels, ready_timeout, self._on_message, what="cancels"
+        )
 
     def watch(self, callback: Callable[[str], None]) -> Callable[[], None]:
         with self._lock:

@@ -1,30 +1,32 @@
 """Event delivery: local subscribers at once, other processes' events through Redis pub/sub.
 
-Scripts SPUBLISH every transition they make on the namespace's shard channel, tagged with the calling broker
-object's origin id. The caller delivers its own events synchronously (from the script's reply, so a
-subscriber sees them before the call returns, as with ``memory://``); a listener thread, started with
-the first subscriber, delivers everyone else's. Latency for other processes: one pub/sub hop (well
-under a millisecond on a LAN). Pub/sub is at-most-once: events published while a listener is
-disconnected are not replayed (the listener reconnects with backoff).
+Scripts SPUBLISH every transition they make on the shard channel of the queue slot they ran in,
+tagged with the calling broker object's origin id. The caller delivers its own events synchronously
+(from the script's reply, so a subscriber sees them before the call returns, as with ``memory://``);
+a listener thread, started with the first subscriber, delivers everyone else's. Latency for other
+processes: one pub/sub hop (well under a millisecond on a LAN). Pub/sub is at-most-once: events
+published while a listener is disconnected are not replayed (the listener reconnects with backoff).
 
-Scripts make events only when someone wants them: the caller has local subscribers (ARGV), or the
-namespace's ``listening`` key exists. Each listener sets that key (with a TTL of
-:data:`LISTENING_TTL` seconds) before it reports itself ready and refreshes it every
-:data:`LISTENING_REFRESH` seconds, so a namespace nobody listens to pays nothing for events.
+Scripts make events only when someone wants them: the caller has local subscribers (ARGV), or their
+queue slot's ``listening`` key exists. Each listener sets that key in every slot it subscribed to
+(with a TTL of :data:`LISTENING_TTL` seconds) before it reports itself ready and refreshes it every
+:data:`LISTENING_REFRESH` seconds, so a namespace nobody listens to pays nothing for events. With a
+slot per queue, a queue registered after the listener started makes events (and is heard) from the
+listener's next refresh on, at most :data:`LISTENING_REFRESH` seconds later (``listener.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import redis
 
 from conveyor.brokers.base import EventCallback, deliver
 from conveyor.brokers.redis.codec import decode_events
-from conveyor.brokers.redis.listener import Listener
+from conveyor.brokers.redis.keys import Slot
+from conveyor.brokers.redis.listener import REFRESH, Listener
 from conveyor.model import Event
 
 __all__ = ["LISTENING_REFRESH", "LISTENING_TTL", "EventHub"]
@@ -33,23 +35,32 @@ log = logging.getLogger("conveyor.brokers.redis.events")
 
 #: Lifetime of the ``listening`` key (seconds) and how often a live listener renews it.
 LISTENING_TTL = 10.0
-LISTENING_REFRESH = 2.0
+LISTENING_REFRESH = REFRESH
 
 
 class EventHub:
     """Subscribers of one broker object, and the listener thread that feeds them."""
 
     def __init__(
-        self, client: Callable[[], redis.Redis], channel: str, listening: str, origin: str, ready_timeout: float
+        self,
+        client: Callable[[], redis.Redis],
+        slots: Callable[[], Sequence[Slot]],
+        origin: str,
+        ready_timeout: float,
     ) -> None:
+        """``slots()``: the queue slots to listen to (see ``Listener``)."""
         self._client = client
-        self._listening = listening
         self._origin = origin
         self._lock = threading.Lock()
         self._subscribers: list[EventCallback] = []
-        self._renew_at = 0.0
         self._listener = Listener(
-            client, channel, ready_timeout, self._on_message, what="events", tick=self._keep_listening
+            client,
+            slots,
+            lambda slot: slot.events,
+            ready_timeout,
+            self._on_message,
+            what="events",
+            tick=self._keep_listening,
         )
 
     @property
@@ -79,11 +90,18 @@ class EventHub:
     def close(self) -> None:
         self._listener.close()
 
-    def _keep_listening(self, subscribed: bool) -> None:
-        """Set the ``listening`` key on (re)connecting, then every :data:`LISTENING_REFRESH` seconds."""
-        if subscribed or time.monotonic() >= self._renew_at:
-            self._client().set(self._listening, self._origin, px=int(LISTENING_TTL * 1000))
-            self._renew_at = time.monotonic() + LISTENING_REFRESH
+    def _keep_listening(self, slots: Sequence[Slot]) -> None:
+        """Set the ``listening`` key of every slot listened to (the listener calls this on connecting,
+        then every :data:`LISTENING_REFRESH` seconds): one command for layout 4's one slot, else one
+        pipeline (on a cluster, redis-py's sends each node its slots' keys)."""
+        ttl = int(LISTENING_TTL * 1000)
+        if len(slots) == 1:
+            self._client().set(slots[0].listening, self._origin, px=ttl)
+            return
+        pipe = self._client().pipeline(transaction=False)
+        for slot in slots:
+            pipe.set(slot.listening, self._origin, px=ttl)
+        pipe.execute()
 
     def _on_message(self, data: str) -> None:
         origin, at, blob = data.split("\n", 2)

@@ -41,11 +41,13 @@ tie-break of the contract without packing two numbers into one double)::
                                      ``<c|r|a>:<queue>`` → count (completed, retried, archived); expires
                                      a little after the 24 h that reads reach (``conveyor.history``)
     P declared               hash    task name → its declaration (JSON, ``conveyor.declared``)
-    P events                      pub/sub channel of transitions
-    P cancels                     pub/sub channel: the id of each active task ``cancel`` archived
+    P events                      shard channel of transitions
+    P cancels                     shard channel: the id of each active task ``cancel`` archived
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
     P listening                   string with a TTL: some process listens on ``events`` (scripts skip
                                   making events otherwise); event listeners refresh it
+    (``events``, ``cancels``, ``wake`` and ``listening`` are each queue slot's: with a slot per queue,
+    listeners subscribe to every registered queue's channels and keep its ``listening`` key)
 """
 
 from __future__ import annotations
@@ -152,6 +154,21 @@ class _SlotNames:
 
     def history(self, minute: int) -> str:
         return f"{self.prefix}h:{minute}"
+
+    @property
+    def events(self) -> str:
+        """The slot's shard channel of transitions (listeners subscribe to each queue slot's)."""
+        return self.prefix + "events"
+
+    @property
+    def cancels(self) -> str:
+        """The slot's shard channel of the ids of its running tasks that ``cancel`` archived."""
+        return self.prefix + "cancels"
+
+    @property
+    def listening(self) -> str:
+        """Exists while some process listens on the slot's ``events`` (scripts skip events otherwise)."""
+        return self.prefix + "listening"
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,17 +278,5 @@ class Keys(_SlotNames):
         return self.prefix + "wcmd"
 
     @property
-    def events(self) -> str:
-        return self.prefix + "events"
-
-    @property
-    def cancels(self) -> str:
-        return self.prefix + "cancels"
-
-    @property
     def wake(self) -> str:
         return self.prefix + "wake"
-
-    @property
-    def listening(self) -> str:
-        return self.prefix + "listening"

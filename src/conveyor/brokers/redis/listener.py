@@ -1,56 +1,74 @@
-"""One shard channel listened to by a thread of its own, started by the first callback that needs it.
+"""The shard channel of every queue slot, listened to by a thread of its own, started by the first
+callback that needs it.
 
-The scripts ``SPUBLISH`` (sharded pub/sub, Redis 7+): a message goes only to the nodes serving the
-channel's slot, which is the namespace's (the channel carries its hash tag), not over the whole
-cluster bus as a plain ``PUBLISH`` would; on one server it works as plain pub/sub does. On a cluster
-the listener subscribes with ``SSUBSCRIBE`` through redis-py's ``ClusterPubSub``, on the node serving
-the slot; redis-py moves the subscription when the slot moves, and a failed node is a lost
-connection, after which the listener subscribes again on the new owner.
+The scripts ``SPUBLISH`` (sharded pub/sub, Redis 7+) on a channel of the queue slot they ran in: a
+message goes only to the nodes serving that slot (the channel carries its hash tag), not over the whole
+cluster bus as a plain ``PUBLISH`` would; on one server it works as plain pub/sub does. In layout 4
+every queue shares the namespace's slot, so a listener holds one subscription; with a slot per queue
+(layout 5, docs/architecture.md) it ``SSUBSCRIBE``\\ s to the channel of each registered queue's slot,
+reading the registry again every :data:`REFRESH` seconds to pick up queues registered since (and to
+leave the slots of queues forgotten). On a cluster it subscribes through redis-py's ``ClusterPubSub``,
+which keeps one connection per node serving a subscribed slot and moves a subscription when its slot
+moves; a failed node is a lost connection, after which the listener subscribes again on the new owner.
 
 Events (``events.py``) and cancel announcements (``cancels.py``) both need the same machinery: a
-thread with its own pub/sub connection, reconnecting with backoff after a ``RedisError`` (pub/sub is
+thread with its own pub/sub connections, reconnecting with backoff after a ``RedisError`` (pub/sub is
 at-most-once: what is published meanwhile is missed), a caller that waits until it is subscribed,
-and a ``close`` that stops the thread. They differ only in what a message means, and events also
-keep a key alive while they listen (``tick``).
+and a ``close`` that stops the thread. They differ only in the channel and what a message means, and
+events also keep a key of each slot alive while they listen (``tick``).
 """
 
 from __future__ import annotations
 
 import logging
+import selectors
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisClusterException
 
-__all__ = ["Listener"]
+from conveyor.brokers.redis.keys import Slot
+from conveyor.errors import ConveyorError
+
+__all__ = ["REFRESH", "Listener"]
 
 log = logging.getLogger("conveyor.brokers.redis")
 
+#: Seconds between two reads of the queue slots to listen to (events renew their ``listening`` keys then).
+REFRESH = 2.0
+
+#: Longest wait for a message before the thread looks at its stop flag and its refresh time again.
+_POLL = 0.1
+
 
 class Listener:
-    """A thread that calls ``on_message(data)`` for every message on ``channel``.
+    """A thread that calls ``on_message(data)`` for every message on ``channel(slot)`` of every queue
+    slot that ``slots()`` names.
 
-    ``client()`` gives the client to subscribe with (the broker's, chosen at its first use).
-
-    ``tick(subscribed)``, if given, runs before every wait for a message (``subscribed``: the
-    connection was just made); a ``RedisError`` from it reconnects like one from the connection. The
-    listener reports itself ready after the first subscription and, if given, the first tick.
+    ``client()`` gives the client to subscribe with (the broker's, chosen at its first use). ``slots()``
+    is read when the listener (re)connects and then every :data:`REFRESH` seconds; in layout 4 it
+    names the one slot without a round trip. ``tick(slots)``, if given, runs after each read, once the
+    new subscriptions are confirmed; a ``RedisError`` from either reconnects like one from the
+    connection. The listener reports itself ready after its first subscriptions and tick.
     """
 
     def __init__(
         self,
         client: Callable[[], redis.Redis],
-        channel: str,
+        slots: Callable[[], Sequence[Slot]],
+        channel: Callable[[Slot], str],
         ready_timeout: float,
         on_message: Callable[[str], None],
         *,
         what: str,
-        tick: Callable[[bool], None] | None = None,
+        tick: Callable[[Sequence[Slot]], None] | None = None,
     ) -> None:
         self._client = client
+        self._slots = slots
         self._channel = channel
         self._ready_timeout = ready_timeout
         self._on_message = on_message
@@ -60,6 +78,7 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._channels: set[str] = set()  # subscribed on the current connection (the thread's own)
 
     def start(self) -> bool:
         """Start the thread if it is not running (and the listener not closed); wait until it is
@@ -78,50 +97,110 @@ class Listener:
             thread.join(timeout=5.0)
 
     def _listen(self) -> None:
-        backoff = 0.05
+        backoff, refresh_at = 0.05, 0.0
         pubsub = None
         while not self._stop.is_set():
             try:
-                subscribed = pubsub is None
                 if pubsub is None:
-                    pubsub = self._client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-                    pubsub.ssubscribe(self._channel)
-                    _read(pubsub, self._ready_timeout)  # the subscribe confirmation
-                if self._tick is not None:
-                    self._tick(subscribed)
-                self._ready.set()
-                message = _read(pubsub, 0.1)
-                if message is not None and message.get("type") == "smessage":
-                    self._on_message(message["data"])
+                    pubsub = self._client().pubsub()  # type: ignore[no-untyped-call]
+                    self._channels, refresh_at = set(), 0.0
+                if time.monotonic() >= refresh_at:
+                    slots = self._slots()
+                    self._follow(pubsub, slots)
+                    if self._tick is not None:
+                        self._tick(slots)
+                    refresh_at = time.monotonic() + REFRESH
+                    self._ready.set()
+                if self._channels:
+                    self._receive(pubsub, _read(pubsub, _POLL))
+                else:  # no queue yet: nothing to read (a cluster's pub/sub would answer at once)
+                    self._stop.wait(_POLL)
                 backoff = 0.05
-            except redis.RedisError as exc:
+            except (redis.RedisError, ConveyorError) as exc:
                 log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
                 _close_quietly(pubsub)
                 pubsub = None
-                _refresh_topology(self._client())
+                _refresh_topology(self._client)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             except Exception:
-                log.exception("%s listener failed on a message; going on", self._what)
+                log.exception("%s listener failed; going on", self._what)
+                self._stop.wait(backoff)
         _close_quietly(pubsub)
+
+    def _follow(self, pubsub: redis.client.PubSub, slots: Sequence[Slot]) -> None:
+        """Subscribe to the channels of ``slots`` not subscribed yet and wait for their confirmations
+        (at most ``ready_timeout``), so a script that finds the ``listening`` key set afterwards
+        publishes to a subscribed listener; leave the channels of slots no longer named."""
+        wanted = {self._channel(slot) for slot in slots}
+        pending = wanted - self._channels
+        for channel in sorted(pending):  # one command per channel: each is a slot of its own
+            pubsub.ssubscribe(channel)
+        for channel in sorted(self._channels - wanted):
+            pubsub.sunsubscribe(channel)  # type: ignore[no-untyped-call]
+        self._channels = wanted
+        deadline = time.monotonic() + self._ready_timeout
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("%s listener: no confirmation yet for %s", self._what, sorted(pending))
+                return
+            message = _read(pubsub, min(left, _POLL))
+            if message is not None and message.get("type") == "ssubscribe":
+                pending.discard(message["channel"])
+            self._receive(pubsub, message)
+
+    def _receive(self, pubsub: redis.client.PubSub, message: dict[str, Any] | None) -> None:
+        if message is None or message.get("type") != "smessage":
+            return  # nothing, or the confirmation of a (un)subscription
+        try:
+            self._on_message(message["data"])
+        except Exception:
+            log.exception("%s listener failed on a message; going on", self._what)
 
 
 def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
-    """The next message, if one comes within ``timeout`` (a cluster's shard messages come through
-    ``get_sharded_message``, which reads the connection of the node serving the channel)."""
-    if isinstance(pubsub, ClusterPubSub):
+    """The next message of any subscribed channel, if one comes within ``timeout``.
+
+    A cluster's shard messages come through ``get_sharded_message``, which reads the connection of each
+    node serving a subscribed slot in turn, waiting ``timeout`` on each: with several nodes, a message
+    on one would wait while the listener waits on another. So the nodes are read without waiting, and
+    when none has a message the thread waits on all their sockets at once."""
+    if not isinstance(pubsub, ClusterPubSub):
+        message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
+        return message
+    nodes = list(pubsub.node_pubsub_mapping.values())
+    if len(nodes) <= 1:
         sharded: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)  # type: ignore[no-untyped-call]
         return sharded
-    message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
-    return message
+    sharded = pubsub.get_sharded_message(timeout=0.0)  # type: ignore[no-untyped-call]
+    if sharded is None and _readable(nodes, timeout):
+        sharded = pubsub.get_sharded_message(timeout=0.0)  # type: ignore[no-untyped-call]
+    return sharded
 
 
-def _refresh_topology(client: redis.Redis) -> None:
-    """On a cluster, read the topology again: the node serving the channel may have failed over, and a
+def _readable(nodes: Sequence[redis.client.PubSub], timeout: float) -> bool:
+    """Wait until the socket of one of ``nodes``' connections has data, at most ``timeout`` seconds.
+    True at once when one has no socket: reading it then raises, and the listener reconnects."""
+    socks = [sock for node in nodes if (sock := getattr(node.connection, "_sock", None)) is not None]
+    if len(socks) < len(nodes):
+        return True
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
+
+
+def _refresh_topology(client: Callable[[], redis.Redis]) -> None:
+    """On a cluster, read the topology again: the node serving a channel may have failed over, and a
     process that only listens makes no other call that would teach its client the new master."""
-    if isinstance(client, RedisCluster):
+    try:
+        cluster = client()
+    except ConveyorError:
+        return  # not connected yet: the next try connects
+    if isinstance(cluster, RedisCluster):
         try:
-            client.nodes_manager.initialize()
+            cluster.nodes_manager.initialize()
         except (redis.RedisError, RedisClusterException):
             log.debug("could not read the cluster's topology; trying again at the next reconnect", exc_info=True)
 

@@ -4,7 +4,7 @@
 -- Returns: the task's state after the call, or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | pending | retry | active -> archived(cancelled) (CANCELLABLE in brokers/base.py).
 -- An active task's lease token is cleared with it, so its holder's later settle or extend is fenced,
--- and its id is SPUBLISHed on the namespace's `cancels` shard channel so that its worker stops it at once.
+-- and its id is SPUBLISHed on its queue slot's `cancels` shard channel so that its worker stops it at once.
 local t = existing(A(1))
 if not t then return redis.error_reply('CONVEYOR_NOTFOUND') end
 local was = t.s
