@@ -156,6 +156,25 @@ def test_a_queue_registered_after_the_listener_started_is_heard_after_its_refres
     assert target.subscribers(channel) == 1
 
 
+def test_the_channels_of_a_forgotten_queue_are_left_at_the_refresh(target: Target) -> None:
+    producer, listener = target.broker(), target.broker()
+    queues = target.queues_apart(2)
+    for queue in queues:
+        producer.configure_queue(QueueSettings(queue))
+    kept, forgotten = (listener.keys.slot(listener.keys.queue_prefix(queue)) for queue in queues)
+    Heard(listener)
+    listener.watch_cancels(lambda task_id: None)
+    channels = [kept.events, kept.cancels, forgotten.events, forgotten.cancels]
+    assert [target.subscribers(channel) for channel in channels] == [1, 1, 1, 1]
+    assert producer.forget_queue(queues[1]) == 0
+    poll_until(
+        lambda: [target.subscribers(channel) for channel in channels] == [1, 1, 0, 0],
+        timeout=3 * LISTENING_REFRESH,
+        interval=0.05,
+        message="the forgotten queue's channels left, the other's kept",
+    )
+
+
 def test_a_cancel_of_a_running_task_reaches_the_worker_running_it(target: Target) -> None:
     """The task's queue slot on another master than the namespace's: its ``cancels`` channel is there.
     The heartbeat is too slow to matter, so a worker that stops the task learned of it by pub/sub."""
