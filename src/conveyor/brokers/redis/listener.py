@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import selectors
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -181,10 +182,11 @@ def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
 
 def _readable(nodes: Sequence[redis.client.PubSub], timeout: float) -> bool:
     """Wait until the socket of one of ``nodes``' connections has data, at most ``timeout`` seconds.
-    True at once when one has no socket: reading it then raises, and the listener reconnects."""
+    True at once when one has no socket: reading it then reconnects or raises (and the listener
+    reconnects)."""
     socks = [sock for node in nodes if (sock := getattr(node.connection, "_sock", None)) is not None]
-    if len(socks) < len(nodes):
-        return True
+    if len(socks) < len(nodes) or any(isinstance(sock, ssl.SSLSocket) and sock.pending() for sock in socks):
+        return True  # (TLS: bytes already decrypted wait in the socket object, where select cannot see them)
     with selectors.DefaultSelector() as selector:
         for sock in socks:
             selector.register(sock, selectors.EVENT_READ)
