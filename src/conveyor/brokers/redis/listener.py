@@ -112,10 +112,7 @@ class Listener:
                         self._tick(slots)
                     refresh_at = time.monotonic() + REFRESH
                     self._ready.set()
-                if self._channels:
-                    self._receive(pubsub, _read(pubsub, _POLL))
-                else:  # no queue yet: nothing to read (a cluster's pub/sub would answer at once)
-                    self._stop.wait(_POLL)
+                self._receive(_read(pubsub, _POLL))
                 backoff = 0.05
             except (redis.RedisError, ConveyorError) as exc:
                 log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
@@ -125,8 +122,9 @@ class Listener:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             except Exception:
-                log.exception("%s listener failed; going on", self._what)
+                log.exception("%s listener failed; going on in %.2fs", self._what, backoff)
                 self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
         _close_quietly(pubsub)
 
     def _follow(self, pubsub: redis.client.PubSub, slots: Sequence[Slot]) -> None:
@@ -149,9 +147,9 @@ class Listener:
             message = _read(pubsub, min(left, _POLL))
             if message is not None and message.get("type") == "ssubscribe":
                 pending.discard(message["channel"])
-            self._receive(pubsub, message)
+            self._receive(message)
 
-    def _receive(self, pubsub: redis.client.PubSub, message: dict[str, Any] | None) -> None:
+    def _receive(self, message: dict[str, Any] | None) -> None:
         if message is None or message.get("type") != "smessage":
             return  # nothing, or the confirmation of a (un)subscription
         try:
@@ -171,10 +169,11 @@ def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
         message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
         return message
     nodes = list(pubsub.node_pubsub_mapping.values())
-    if len(nodes) <= 1:
+    if len(nodes) == 1:
         sharded: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)  # type: ignore[no-untyped-call]
         return sharded
-    sharded = pubsub.get_sharded_message(timeout=0.0)  # type: ignore[no-untyped-call]
+    # (with no node yet, no queue: get_sharded_message would answer at once, _readable waits)
+    sharded = pubsub.get_sharded_message(timeout=0.0) if nodes else None  # type: ignore[no-untyped-call]
     if sharded is None and _readable(nodes, timeout):
         sharded = pubsub.get_sharded_message(timeout=0.0)  # type: ignore[no-untyped-call]
     return sharded
