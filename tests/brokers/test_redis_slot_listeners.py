@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.events import LISTENING_REFRESH
 from conveyor.brokers.redis.keys import keyslot
+from conveyor.errors import BrokerUnavailable
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
@@ -206,3 +209,44 @@ def test_a_cancel_of_a_running_task_reaches_the_worker_running_it(target: Target
         worker.stop()
         thread.join(timeout=10.0)
     assert not thread.is_alive()
+
+
+@pytest.mark.slow
+def test_a_listener_hears_queues_on_two_masters_again_after_one_fails_over() -> None:
+    """SIGKILL the master of one queue's slot: once its replica took over, the listener (which makes
+    no other call) hears both queues again, the failed master's and the other's."""
+    with LocalCluster(masters=3, replicas=1, node_timeout=1.0) as cluster:
+        target = Target(f"{cluster.namespace_url()}&socket_connect_timeout=0.5&socket_timeout=1", cluster)
+        try:
+            producer, listener = target.broker(), target.broker()
+            failing, other = target.queues_apart(2)
+            owner = target.master_of(listener.keys.queue_prefix(failing))
+            for queue in (failing, other):
+                producer.configure_queue(QueueSettings(queue))
+            heard = Heard(listener)
+            assert producer.enqueue([task(f"0~{failing}"), task(f"0~{other}")], NOW) == [None, None]
+            poll_until(lambda: heard.of(failing) and heard.of(other))
+            (replica,) = cluster.replicas_of[owner]
+            poll_until(
+                lambda: (
+                    replica.info("replication").get("master_repl_offset")
+                    == cluster.masters[owner].info("replication").get("master_repl_offset")
+                )
+            )
+            cluster.masters[owner].kill()
+            killed, numbers = time.monotonic(), itertools.count(1)
+
+            def both_heard_again() -> bool:  # pub/sub is at-most-once: sent again until heard
+                number = next(numbers)
+                for queue in (failing, other):
+                    try:
+                        producer.enqueue([task(f"{number}~{queue}")], NOW)
+                    except BrokerUnavailable:  # the failed master's slots, until its replica takes over
+                        pass
+                return all(len(heard.of(queue)) > 1 for queue in (failing, other))
+
+            poll_until(both_heard_again, timeout=30.0, interval=0.1, message="both queues heard after the failover")
+            logging.getLogger(__name__).info("both heard again %.2f s after the kill", time.monotonic() - killed)
+        finally:
+            for broker in target.opened:
+                broker.close()
