@@ -226,14 +226,7 @@ def test_a_listener_hears_queues_on_two_masters_again_after_one_fails_over() -> 
             heard = Heard(listener)
             assert producer.enqueue([task(f"0~{failing}"), task(f"0~{other}")], NOW) == [None, None]
             poll_until(lambda: heard.of(failing) and heard.of(other))
-            (replica,) = cluster.replicas_of[owner]
-            poll_until(
-                lambda: (
-                    replica.info("replication").get("master_repl_offset")
-                    == cluster.masters[owner].info("replication").get("master_repl_offset")
-                )
-            )
-            cluster.masters[owner].kill()
+            cluster.masters[owner].kill()  # (what its replica may lack is re-made by the enqueues below)
             killed, numbers = time.monotonic(), itertools.count(1)
 
             def both_heard_again() -> bool:  # pub/sub is at-most-once: sent again until heard
