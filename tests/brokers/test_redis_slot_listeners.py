@@ -3,9 +3,9 @@
 The brokers use the key names of ``test_redis_slots.SplitKeys``: every queue in a slot of its own,
 ``{ns|queue}:v4:``, so scripts publish on their queue slot's channels and read its ``listening`` key.
 A listener must subscribe to every registered queue's channels (on a cluster, on the master serving
-each) and pick up a queue registered later at its next refresh. Each test runs on one server and on
+each) and pick up a queue registered later at its next refresh. The tests run on one server and on
 the session's 3-master cluster, where the queues are chosen so their slots sit on different masters,
-none of them the namespace slot's.
+none of them the namespace slot's; the failover test builds a cluster with replicas of its own.
 """
 
 from __future__ import annotations
