@@ -7,10 +7,11 @@ runs a private server under ``valgrind --tool=callgrind`` (it counts the instruc
 executes, whatever else the machine is doing), drives the broker through a fixed sequence of
 operations and has callgrind dump its counters after each (``callgrind_control --dump``), so each
 phase's count is that phase's alone: server instructions per task for a one-task enqueue, a batch
-enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, with
-PING as the floor. Kernel time (the socket calls) is not in the counts. Compare two versions of the
-Lua code by running this on each: the counts repeat to within ~2% (a sorted set's skip-list levels are
-random, so its inserts vary a little from run to run).
+enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, then
+one-task and batch enqueues whose tasks hold unique keys, with PING as the floor. Kernel time (the
+socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
+counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
+from run to run).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import redis
 
 from bench.bench_redis import task
 from conveyor.brokers.redis import RedisBroker
-from conveyor.model import BrokerPolicy, Outcome, TaskRecord
+from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
 from conveyor.testing.redis_server import find_server_binary, free_port
 
 __all__ = ["PHASES", "available", "measure"]
@@ -42,6 +44,8 @@ PHASES = (
     ("settle_batch", "outcome of a 500-outcome settle"),
     ("claim_one", "one-task claim"),
     ("settle_one", "one-outcome settle"),
+    ("enqueue_one_unique", "one-task enqueue with a unique key"),
+    ("enqueue_batch_unique", "task of a batch enqueue, each with a unique key"),
 )
 CLAIM_BATCH = 500
 
@@ -54,6 +58,11 @@ def available() -> bool:
 def _complete(records: list[TaskRecord]) -> list[Outcome]:
     """What a worker sends for a no-op task: its None result is not stored (``outcomes.complete``)."""
     return [Outcome(r.id, r.lease_token or "", "complete") for r in records]
+
+
+def _unique(new: NewTask) -> NewTask:
+    """``new`` holding a unique key of its own (its id) for ten minutes, as ``unique_for=600`` makes it."""
+    return replace(new, unique_key=new.id, unique_until=time.time() + 600)
 
 
 def _counts(directory: Path) -> dict[str, int]:
@@ -150,6 +159,9 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
     if len(ones) != singles:
         raise RuntimeError(f"claimed {len(ones)} of {singles} one by one")
     each("settle_one", singles, lambda i: broker.settle(_complete(ones[i : i + 1]), time.time()))
+    each("enqueue_one_unique", singles, lambda i: broker.enqueue([_unique(task(i, "uone"))], time.time()))
+    broker.enqueue([_unique(task(i, "ubatch")) for i in range(tasks)], time.time())
+    dump("enqueue_batch_unique")
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -158,6 +170,8 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         "settle_batch": tasks,
         "claim_one": singles,
         "settle_one": singles,
+        "enqueue_one_unique": singles,
+        "enqueue_batch_unique": tasks,
     }
 
 
