@@ -31,8 +31,8 @@ from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
 
+from .split import NOW, SplitKeys, task
 from .test_redis_cluster import owner_of_slot
-from .test_redis_slots import NOW, SplitKeys, task
 
 pytestmark = pytest.mark.redis
 

@@ -3,9 +3,9 @@
 The broker runs on a real server with key names whose every queue has a slot of its own, apart from
 the namespace slot (a standalone server does not check slots, so the calls run as they would on a
 cluster of such slots); ``MONITOR`` records each ``FCALL`` and the commands its script ran, and every
-key a script touched must be of the queue slot it declared, or, for the operations
-``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and unique keys; ``release`` (of
-``NAMESPACE_ONLY``) touches the unique keys alone. The steps of the calls split in two (a queue
+key a script touched must be of the queue slot it declared (or, for an enqueue in layout 4, the
+namespace slot's registry and unique keys, the same slot there); ``release`` and ``take`` (of
+``NAMESPACE_ONLY``) touch the unique keys alone. The steps of the calls split in two (a queue
 slot's call, the registry written by the broker around it) are driven one by one with another
 call in between, and with a crash in between, by the tests at the end.
 """
@@ -24,29 +24,14 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.calls import one_task_args
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import Refused
-from conveyor.brokers.redis.keys import LAYOUT, Keys, keyslot
-from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, OPERATIONS, build_library
+from conveyor.brokers.redis.keys import Keys, keyslot
+from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, OPERATIONS, build_library
 from conveyor.errors import ConveyorError
-from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskState
+from conveyor.model import BrokerPolicy, Outcome, QueueSettings, TaskState
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
-NOW = 1_000_000.0
-
-
-class SplitKeys(Keys):
-    """Keys of a namespace whose queues each have a slot of their own, ``{ns|queue}:v4:``; a task id
-    names its queue after its last ``~`` (layout 5's generated ids carry their queue's label so)."""
-
-    @property
-    def one_slot(self) -> bool:
-        return False
-
-    def queue_prefix(self, queue: str) -> str:
-        return "{" + self.namespace + "|" + queue + "}:" + LAYOUT + ":"
-
-    def task_prefix(self, task_id: str) -> str:
-        return self.queue_prefix(task_id.rpartition("~")[2])
+from .split import NOW, SplitKeys, task
 
 
 @dataclass
@@ -89,22 +74,6 @@ def recorded_calls(monitor: redis.Connection, reader: redis.Redis, marker: str, 
 def server() -> Iterator[RedisServer]:
     with RedisServer() as started:
         yield started
-
-
-def task(
-    task_id: str, *, run_at: float | None = None, expires_at: float | None = None, unique_key: str | None = None
-) -> NewTask:
-    """A task of the queue its id names; a unique key holds for 100 s."""
-    return NewTask(
-        id=task_id,
-        name="job",
-        queue=task_id.rpartition("~")[2],
-        payload="[[], {}]",
-        run_at=run_at,
-        expires_at=expires_at,
-        unique_key=unique_key,
-        unique_until=None if unique_key is None else NOW + 100,
-    )
 
 
 def run_every_operation(broker: RedisBroker, url: str) -> None:
@@ -181,13 +150,14 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
         monitor.disconnect()  # type: ignore[no-untyped-call]
         reader.close()
         broker.close()
-    assert {call.operation for call in calls} == set(OPERATIONS)
+    # layout 4 checks unique keys in the enqueue script itself: it never claims them with `take`
+    assert {call.operation for call in calls} == set(OPERATIONS) - ({"take"} if layout == "layout 4" else set())
     enqueues = [call for call in calls if call.operation == "enqueue"]
     # refused for a's registration, then sent again: with both slots in layout 4, else in a's slot alone
-    # with its forget counter (the broker registered it in between); a unique key still needs both
+    # with its forget counter (the broker registered it in between)
     assert [len(call.declared) for call in enqueues][:3] == ([1, 1, 1] if layout == "split" else [1, 2, 1])
-    if layout == "split":
-        assert all(len(call.declared) == 1 or keys.uniq in call.touched for call in enqueues)
+    if layout == "split":  # no call declares two slots: unique keys are claimed by `take` first
+        assert all(len(call.declared) == 1 and keys.uniq not in call.touched for call in enqueues)
     namespace_keys = {keys.queues, keys.uniq}
     slots_used = set()
     for call in calls:
@@ -195,9 +165,8 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
             assert call.declared == [keys.queues], call
             assert set(call.touched) <= {keys.uniq}, call
             continue
-        # a one-task enqueue leaves the namespace slot out unless it needs it (see enqueue.lua)
-        expected = {1, 2} if call.operation == "enqueue" else {2} if call.operation in BOTH_SLOTS else {1}
-        assert len(call.declared) in expected, call
+        # an enqueue in layout 4 declares the namespace slot (the same slot) when it needs it
+        assert len(call.declared) in ({1, 2} if call.operation == "enqueue" and layout != "split" else {1}), call
         both = len(call.declared) == 2
         prefix = call.declared[0].removesuffix("seq")
         assert call.declared[0] == prefix + "seq", call
@@ -210,21 +179,6 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
             assert keyslot(key) in declared_slots, (call.operation, key)
     assert slots_used == {keys.queue_prefix("a"), keys.queue_prefix("b")}
     assert (len(slots_used) == 1) is (layout == "layout 4")
-
-
-def test_a_unique_key_whose_release_never_ran_is_free(server: RedisServer) -> None:
-    """A crash between a delete (queue slot) and ``release`` (namespace slot) leaves the key's entry
-    naming a task that is gone: the next task with that key is stored, and takes the entry over."""
-    broker = RedisBroker(RedisConfig.from_url(server.url))
-    try:
-        assert broker.enqueue([task("1~a", unique_key="u")], NOW) == [None]
-        broker.delete("1~a", NOW)
-        broker.client.hset(broker.keys.uniq, "u", "1~a")  # as if the release after the delete never ran
-        assert broker.enqueue([task("2~a", unique_key="u")], NOW) == [None]
-        assert broker.enqueue([task("3~a", unique_key="u")], NOW) == ["2~a"]
-        assert broker.client.hget(broker.keys.uniq, "u") == "2~a"
-    finally:
-        broker.close()
 
 
 @pytest.mark.parametrize("crash", [False, True])

@@ -2,9 +2,9 @@
 each script call addressed by queue.
 
 A call works in the *queue slot* of the queue (or the task id) it is about, ``Keys.queue_prefix`` /
-``Keys.task_prefix``, and declares that slot's ``seq`` as ``KEYS[1]``; the operations ``BOTH_SLOTS``
-lists also declare the namespace slot's registry, and those of ``NAMESPACE_ONLY`` that alone (see
-``lua/_lib.lua``). The helpers below group a call's items by slot; in layout 4 every prefix is the
+``Keys.task_prefix``, and declares that slot's ``seq`` as ``KEYS[1]``; an enqueue in layout 4 may also
+declare the namespace slot's registry (the same slot there), and the operations of ``NAMESPACE_ONLY``
+that alone (see ``lua/_lib.lua``). The helpers below group a call's items by slot; in layout 4 every prefix is the
 namespace's, so each call stays one (docs/architecture.md, "Redis Cluster: keys per queue").
 """
 
@@ -29,7 +29,7 @@ from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, trans
 from conveyor.brokers.redis.keys import Keys, Slot
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import BOTH_SLOTS, NAMESPACE_ONLY, Arg, Scripts
+from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, TaskRecord
@@ -109,16 +109,14 @@ class RedisCalls:
     def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
         return self._invoke(name, prefix, repr(float(now)), args)[1]
 
-    def _head(
-        self, name: str, prefix: str, now: str, namespace: bool | None = None, proof: str = ""
-    ) -> tuple[Arg, ...]:
-        """KEYS (the queue slot's `seq`, then, for ``BOTH_SLOTS`` unless ``namespace`` is False, the
-        namespace's registry), then the ARGV head (see lua/_lib.lua; ``proof``: an enqueue's
-        registrations, " <queue> <forget counter>" pairs, see enqueue.lua)."""
+    def _head(self, name: str, prefix: str, now: str, namespace: bool = False, proof: str = "") -> tuple[Arg, ...]:
+        """KEYS (the queue slot's `seq`, then, with ``namespace``, the namespace's registry: layout 4's
+        enqueue), then the ARGV head (see lua/_lib.lua; ``proof``: an enqueue's registrations, "
+        <queue> <forget counter>" pairs, see enqueue.lua)."""
         events = ("1" if self._events.active else "0") + proof
         if name in NAMESPACE_ONLY:
             return (1, self._registry, now, self._origin, "0", self._policy)
-        if name in BOTH_SLOTS if namespace is None else namespace:
+        if namespace:
             return (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
         return (1, prefix + "seq", now, self._origin, events, self._policy)
 
@@ -129,12 +127,12 @@ class RedisCalls:
         now: str,
         args: Sequence[Arg],
         before: Sequence[Command] = (),
-        namespace: bool | None = None,
+        namespace: bool = False,
         proof: str = "",
     ) -> tuple[list[Any], Any, float]:
         """Run operation ``name`` in the queue slot ``prefix`` (after the commands ``before``, in the
         same write): their replies, its result, and the ``now`` it ran at (``now`` "" asks for the
-        server's TIME). ``namespace``: whether to declare the namespace slot (default: ``BOTH_SLOTS``);
+        server's TIME). ``namespace``: whether to declare the namespace slot too (layout 4's enqueue);
         ``proof``: see :meth:`_head`."""
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
             command = self._scripts.command(name, self._head(name, prefix, now, namespace, proof), args)
@@ -148,12 +146,18 @@ class RedisCalls:
         return (early, *self._result(reply))
 
     def _invoke_each(
-        self, name: str, prefix: str, now: str, calls: Iterable[Sequence[Arg]], handle: Callable[[Any], None]
+        self,
+        name: str,
+        prefix: str,
+        now: str,
+        calls: Iterable[Sequence[Arg]],
+        handle: Callable[[Any], None],
+        namespace: bool = False,
     ) -> None:
-        """Run operation ``name`` in the queue slot ``prefix`` once per argument list in ``calls``, one
-        call after another, each made while the server runs the one before; ``handle`` gets each
-        result, in order."""
-        commands = (self._scripts.command(name, self._head(name, prefix, now), args) for args in calls)
+        """Run operation ``name`` in the queue slot ``prefix`` (and the namespace slot, see
+        :meth:`_invoke`) once per argument list in ``calls``, one call after another, each made while
+        the server runs the one before; ``handle`` gets each result, in order."""
+        commands = (self._scripts.command(name, self._head(name, prefix, now, namespace), args) for args in calls)
         try:
             self._scripts.call_each(self._conns, self._client, commands, lambda reply: handle(self._result(reply)[0]))
         except CLIENT_ERRORS as exc:
@@ -252,9 +256,10 @@ class RedisCalls:
 
     def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg]) -> str | None:
         """An enqueue call in its queue slot alone: its reply, or None when it needs the namespace slot
-        declared too. A queue not registered yet (a refusal naming queues and their forget counters)
-        is added to the registry first, then the call is sent again with the counters (enqueue.lua:
-        register); in layout 4, where the slots are one, the call is sent again with both instead."""
+        declared too (layout 4), or could not register its queues in :data:`_REGISTER_TRIES` tries. A
+        queue not registered yet (a refusal naming queues and their forget counters) is added to the
+        registry first, then the call is sent again with the counters (enqueue.lua: register); in
+        layout 4, where the slots are one, the call is sent again with both instead."""
         proof = ""
         for _ in range(_REGISTER_TRIES):
             try:
@@ -263,7 +268,7 @@ class RedisCalls:
                 named = exc.text.split(" ")
                 if named[0] != "CONVEYOR_NAMESPACE":
                     raise
-                if len(named) == 1 or self.keys.one_slot:
+                if self.keys.one_slot:
                     return None
                 queues = named[1::2]
                 with translate_errors():

@@ -15,7 +15,16 @@ from conveyor.brokers.redis.codec import encode_one_task, encode_outcome, encode
 from conveyor.brokers.redis.scripts import Arg
 from conveyor.model import NewTask, Outcome
 
-__all__ = ["ENQUEUE_CHUNK", "SETTLE_CHUNK", "SPILL_AT", "enqueue_args", "one_task_args", "settle_args"]
+__all__ = [
+    "ENQUEUE_CHUNK",
+    "SETTLE_CHUNK",
+    "SPILL_AT",
+    "chunk_args",
+    "duplicates",
+    "enqueue_args",
+    "one_task_args",
+    "settle_args",
+]
 
 #: Tasks per ``enqueue.lua`` call: one round trip and one atomic unit each, short enough not to hold
 #: the server long (docs/performance-notes.md).
@@ -57,17 +66,28 @@ def one_task_args(task: NewTask) -> tuple[Arg, ...]:
     return (1, *encode_one_task(task))
 
 
+def chunk_args(chunk: Sequence[NewTask]) -> tuple[Arg, ...]:
+    """``enqueue.lua``'s arguments for one chunk: one task's as :func:`one_task_args`, several as JSON."""
+    if len(chunk) == 1:
+        return one_task_args(chunk[0])
+    values: list[str] = []
+    for task in chunk:
+        values.extend(encode_task(task))
+    return _batch_args(len(chunk), values, (2,))  # long bodies apart
+
+
 def enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
-    """``enqueue.lua``'s arguments, per chunk of tasks: one task's as :func:`one_task_args`, several as JSON."""
+    """``enqueue.lua``'s arguments, per chunk of :data:`ENQUEUE_CHUNK` tasks (:func:`chunk_args`)."""
     for start in range(0, len(tasks), ENQUEUE_CHUNK):
-        chunk = tasks[start : start + ENQUEUE_CHUNK]
-        if len(chunk) == 1:  # a last chunk of one
-            yield one_task_args(chunk[0])
-            continue
-        values: list[str] = []
-        for task in chunk:
-            values.extend(encode_task(task))
-        yield _batch_args(len(chunk), values, (2,))  # long bodies apart
+        yield chunk_args(tasks[start : start + ENQUEUE_CHUNK])
+
+
+def duplicates(reply: str, count: int) -> list[str | None]:
+    """``enqueue.lua``'s result for a chunk of ``count`` tasks, per task: None (stored) or the id of
+    the task it duplicates."""
+    if not reply:
+        return [None] * count
+    return [dup or None for dup in reply.split("\n")]
 
 
 def settle_args(outcomes: Sequence[Outcome]) -> tuple[Arg, ...]:

@@ -35,7 +35,8 @@ tie-break of the contract without packing two numbers into one double)::
     P qs:<queue>             hash    queue settings: ms (max_size), cc (concurrency), ag (aging), pa (paused),
                                      kn ("1": the queue is in ``queues``; enqueues skip the SADD)
     P due  P leases  P expiring   zsets over all queues: next_run_at, lease deadline, expires_at
-    P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id
+    P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id (with
+                                  split slots "<id> <since>", ``claims.py``)
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
     P h:<minute>             hash    settled executions of that minute (``floor(now / 60)``), field
                                      ``<c|r|a>:<queue>`` → count (completed, retried, archived); expires
@@ -176,8 +177,8 @@ class Slot(_SlotNames):
     """The keys of one *queue slot*: everything of the tasks of the queues whose keys start with
     ``prefix`` (layout 4: every queue of the namespace, ``{ns}:v4:``; layout 5: one queue or
     partition, ``{ns|label}:v5:``, see docs/architecture.md). A script call touches the keys of one
-    queue slot, plus, for the calls ``scripts.BOTH_SLOTS`` lists, the namespace slot's registry and
-    unique keys."""
+    queue slot (in layout 4 an enqueue also the namespace slot's registry and unique keys, the same
+    slot there), or those of the namespace slot alone (``scripts.NAMESPACE_ONLY``)."""
 
     prefix: str
 

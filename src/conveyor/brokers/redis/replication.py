@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from conveyor.brokers.base import Finding
-from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, enqueue_args
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.scripts import READ_ONLY, is_missing_function
 from conveyor.errors import BrokerError, ReplicationTimeout
@@ -46,7 +46,7 @@ from conveyor.errors import BrokerError, ReplicationTimeout
 if TYPE_CHECKING:
     from conveyor.brokers.redis.cluster import ClusterCalls
     from conveyor.brokers.redis.connections import Command, Connections
-    from conveyor.brokers.redis.scripts import Arg, Scripts
+    from conveyor.brokers.redis.scripts import Scripts
     from conveyor.model import NewTask
 
 __all__ = ["WARN_EVERY", "ReplicaWait", "Unreplicated"]
@@ -64,6 +64,7 @@ class Unreplicated(Exception):
     """An enqueue's ``FCALL`` succeeded on the master, but fewer replicas than wanted confirmed it."""
 
     def __init__(self, reply: Any, acknowledged: int) -> None:
+        """``reply``: the call's reply as the server sent it (the broker replaces it with its results)."""
         super().__init__(f"{acknowledged} replica(s) confirmed")
         self.reply = reply
         self.acknowledged = acknowledged
@@ -141,21 +142,20 @@ class ReplicaWait:
     def enqueue(
         self,
         tasks: Sequence[NewTask],
-        store: Callable[[Sequence[Arg]], str],
-        result: Callable[[Any], str],
+        store: Callable[[Sequence[NewTask]], list[str | None]],
         withdraw: Callable[[list[str]], str],
     ) -> list[str | None]:
-        """Enqueue ``tasks`` chunk by chunk (each confirmed before the next is sent): ``store(args)``
-        runs one chunk's ``enqueue`` and returns its result, ``result(reply)`` decodes the reply an
-        :class:`Unreplicated` carries, ``withdraw(ids)`` runs ``withdraw.lua``. Per task, as
-        ``Broker.enqueue``: None if stored, else the existing task's id."""
+        """Enqueue ``tasks`` chunk by chunk (each confirmed before the next is sent): ``store(chunk)``
+        runs one chunk's ``enqueue`` and returns, per task, None if stored, else the existing task's
+        id (and raises :class:`Unreplicated` carrying that list), ``withdraw(ids)`` runs
+        ``withdraw.lua``. Per task, as ``Broker.enqueue``."""
         results: list[str | None] = []
-        for start, args in zip(range(0, len(tasks), ENQUEUE_CHUNK), enqueue_args(tasks), strict=True):
+        for start in range(0, len(tasks), ENQUEUE_CHUNK):
             chunk = tasks[start : start + ENQUEUE_CHUNK]
             try:
-                reply = store(args)
+                results += store(chunk)
             except Unreplicated as short:
-                dups = _duplicates(result(short.reply), len(chunk))
+                dups: list[str | None] = short.reply
                 stored = [task.id for task, dup in zip(chunk, dups, strict=True) if dup is None]
                 flags = withdraw(stored) if stored else ""
                 withdrawn = tuple(task_id for task_id, flag in zip(stored, flags, strict=True) if flag == "1")
@@ -169,12 +169,4 @@ class ReplicaWait:
                     len(started),
                 )
                 raise ReplicationTimeout(self.replicas, short.acknowledged, withdrawn, started) from None
-            results.extend(_duplicates(reply, len(chunk)))
         return results
-
-
-def _duplicates(reply: str, count: int) -> list[str | None]:
-    """``enqueue.lua``'s result per task: None (stored) or the id of the task it duplicates."""
-    if not reply:
-        return [None] * count
-    return [dup or None for dup in reply.split("\n")]

@@ -28,7 +28,6 @@ from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.connections import Arg, Command, Connections
 
 __all__ = [
-    "BOTH_SLOTS",
     "EACH_CALL",
     "NAMESPACE_ONLY",
     "OPERATIONS",
@@ -58,6 +57,7 @@ OPERATIONS = (
     "run_now",
     "settle",
     "stats",
+    "take",
     "withdraw",
 )
 
@@ -66,16 +66,13 @@ OPERATIONS = (
 READ_ONLY = frozenset({"list", "stats"})
 
 
-#: Operations that touch the namespace slot (``QUEUES``, ``UNIQ``) besides their queue slot, and so
-#: declare both (``KEYS[2]``, see ``lua/_lib.lua``): the places layout 5 splits into a call per slot
-#: (docs/architecture.md). ``enqueue`` declares both for unique keys, and in layout 4 to add a queue to
-#: the registry the first time; without unique keys and with split slots the broker registers the
-#: queue itself and sends the call again (``enqueue.lua``: register). (``configure`` and
-#: ``forget_queue`` run in the queue slot, the broker writing the registry around them; the
-#: operations that delete tasks free their unique keys with ``release`` afterwards.)
-BOTH_SLOTS = frozenset({"enqueue"})
 #: Operations of the namespace slot alone: ``KEYS[1]`` is its registry (``begin_namespace`` in ``_lib.lua``).
-NAMESPACE_ONLY = frozenset({"release"})
+#: Every other operation declares its queue slot; only an ``enqueue`` in layout 4, where that slot is
+#: the namespace's, may declare the registry too (``KEYS[2]``: unique keys checked in the script, a
+#: queue registered in it). With split slots an enqueue's unique keys are claimed by ``take`` first
+#: (``claims.py``), the operations that delete tasks free theirs with ``release`` afterwards, and the
+#: broker writes the registry around the queue slot's calls: no call declares two slots.
+NAMESPACE_ONLY = frozenset({"release", "take"})
 
 
 def read_source(name: str) -> str:

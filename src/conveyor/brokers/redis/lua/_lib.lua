@@ -7,9 +7,9 @@
 -- of that slot is built from its prefix P ("{ns}:v4:" in layout 4, where every queue of a namespace
 -- shares it; "{ns|label}:v5:" in layout 5, docs/architecture.md), with the names keys.py gives them (a
 -- test checks they match, and another that a call touches no key outside the slots it declares).
--- KEYS[2], declared only by the operations scripts.BOTH_SLOTS lists: the `queues` registry of the
--- *namespace slot* (keys.Keys.queues), whose prefix gives QUEUES and UNIQ; without it both are nil and
--- a call that reaches them fails (the places layout 5 splits into a call per slot).
+-- KEYS[2], declared only by an enqueue in layout 4 (one slot): the `queues` registry of the *namespace
+-- slot* (keys.Keys.queues), whose prefix gives QUEUES and UNIQ; without it both are nil (with split
+-- slots the broker claims unique keys and registers queues in calls of their own).
 -- `seq`, not another, because it always exists once the slot holds anything (the first enqueue or
 -- `configure` makes it; nothing deletes it): while a cluster migrates the slot, the source node runs a
 -- call as long as the declared key is still there and sends it to the target (ASK) once it is gone, so
@@ -462,7 +462,14 @@ local function archive_task(t, reason, err)
   finish_task(t, 'archived', retention(), err)
 end
 
-local function remove_task(t, report)
+-- whether an entry of UNIQ names task `id`: "<id>" (written by enqueue.lua) or "<id> <since>" (take.lua)
+local function entry_names(entry, id)
+  return entry == id or (entry and string.sub(entry, 1, #id + 1) == id .. ' ')
+end
+
+-- remove task t; a unique key it holds is freed unless it is `kept` (the key of the task that
+-- replaces it, whose entry may name the same id)
+local function remove_task(t, report, kept)
   unindex(t)
   redis.call('HDEL', ROWS, t.id)
   redis.call('HDEL', RESULTS, t.id)
@@ -472,11 +479,11 @@ local function remove_task(t, report)
     redis.call('HDEL', LIMITS, t.id)
     redis.call('HDEL', TRACEBACKS, t.id)
   end
-  if t.uk then
+  if t.uk and t.uk ~= kept then
     if not UNIQ then -- a call without the namespace slot: the caller frees it there (release.lua)
       FREED = FREED or {}
       FREED[#FREED + 1] = t.uk .. ' ' .. t.id
-    elseif redis.call('HGET', UNIQ, t.uk) == t.id then
+    elseif entry_names(redis.call('HGET', UNIQ, t.uk), t.id) then
       redis.call('HDEL', UNIQ, t.uk)
     end
   end

@@ -1,9 +1,10 @@
 -- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
--- KEYS: the queue slot's and the namespace slot's (_lib.lua): a new queue joins QUEUES, unique keys
---       are in UNIQ. A call without unique keys may leave the namespace slot's out: it then refuses,
---       before any write, with the error CONVEYOR_NAMESPACE what needs it: a queue not yet registered
---       (the names and forget counters follow, see register() below), or a task to replace that holds
---       a unique key (nothing follows: the caller sends it again with both).
+-- KEYS: the queue slot's, and in layout 4 (one slot) also the namespace slot's (_lib.lua): a new queue
+--       joins QUEUES, unique keys are checked and claimed in UNIQ. A call without the namespace slot
+--       refuses, before any write, with the error CONVEYOR_NAMESPACE and the names and forget counters
+--       of the queues not yet registered (see register() below); its tasks' unique keys were claimed
+--       by the caller beforehand (take.lua), so it checks them only within the call, and a unique key
+--       it frees (an invisible task replaced) is returned for release.lua.
 -- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
@@ -27,6 +28,7 @@ local function duplicate_of(V, b, old, chunk)
   local uk = opt(V[b + 6])
   if not uk then return nil end
   if chunk and chunk[uk] then return chunk[uk] end
+  if not UNIQ then return nil end -- claimed by the caller (take.lua)
   local holder = redis.call('HGET', UNIQ, uk)
   if not holder then return nil end
   local h = load(holder)
@@ -103,7 +105,7 @@ end
 local function store(V, b, seq, old, rows)
   local id, q, pr = V[b], V[b + 1], V[b + 3]
   local run_at, x, uk, uu = num(V[b + 4]), num(V[b + 5]), opt(V[b + 6]), num(V[b + 7])
-  if old then remove_task(old, false) end
+  if old then remove_task(old, false, uu and uk) end
   local t = {id = id, q = q, m = member(seq, id), pr = pr and tonumber(pr) or 0, ra = NOW, x = x}
   local nr = '-'
   if run_at and run_at > NOW then
@@ -114,7 +116,7 @@ local function store(V, b, seq, old, rows)
   end
   local n = #rows
   rows[n + 1], rows[n + 2] = id, new_row(t.s, t.m, q, x, row_tail(t.pr, nr, uu, uk), V[b + 2])
-  if uk and uu then redis.call('HSET', UNIQ, uk, id) end
+  if uk and uu and UNIQ then redis.call('HSET', UNIQ, uk, id) end
   index(t)
   event(id, nil, t.s, q)
 end
@@ -155,7 +157,6 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
     end
   end
   local old = load(id)
-  if not QUEUES and old and old.uk then return redis.error_reply('CONVEYOR_NAMESPACE') end
   local dup = duplicate_of(ARGV, 6, old)
   if dup then return finish(dup) end
   local full = over_max_size(q, 1)

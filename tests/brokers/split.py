@@ -1,0 +1,43 @@
+"""Keys whose every queue has a slot of its own, apart from the namespace slot, for the tests of the
+calls layout 5 splits (``test_redis_slots.py``, ``test_redis_claims.py``): a standalone server does
+not check slots, so the calls run as they would on a cluster of such slots."""
+
+from __future__ import annotations
+
+from conveyor.brokers.redis.keys import LAYOUT, Keys
+from conveyor.model import NewTask
+
+__all__ = ["NOW", "SplitKeys", "task"]
+
+NOW = 1_000_000.0
+
+
+class SplitKeys(Keys):
+    """Keys of a namespace whose queues each have a slot of their own, ``{ns|queue}:v4:``; a task id
+    names its queue after its last ``~`` (layout 5's generated ids carry their queue's label so)."""
+
+    @property
+    def one_slot(self) -> bool:
+        return False
+
+    def queue_prefix(self, queue: str) -> str:
+        return "{" + self.namespace + "|" + queue + "}:" + LAYOUT + ":"
+
+    def task_prefix(self, task_id: str) -> str:
+        return self.queue_prefix(task_id.rpartition("~")[2])
+
+
+def task(
+    task_id: str, *, run_at: float | None = None, expires_at: float | None = None, unique_key: str | None = None
+) -> NewTask:
+    """A task of the queue its id names; a unique key holds for 100 s."""
+    return NewTask(
+        id=task_id,
+        name="job",
+        queue=task_id.rpartition("~")[2],
+        payload="[[], {}]",
+        run_at=run_at,
+        expires_at=expires_at,
+        unique_key=unique_key,
+        unique_until=None if unique_key is None else NOW + 100,
+    )

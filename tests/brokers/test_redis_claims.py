@@ -1,0 +1,164 @@
+"""Unique keys claimed in the namespace slot, then stored in the queue slot (``claims.py``, issue 33).
+
+With split slots (``SplitKeys``: every queue a slot of its own) an enqueue claims its tasks' unique
+keys with ``take`` first, then stores the tasks in their queue slot. Each test runs on a real server;
+those that state a rule of uniqueness run in layout 4 as well, where the enqueue script checks the
+keys itself, and must give the same answers there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from conveyor.brokers.redis import RedisBroker, claims
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import Keys
+from conveyor.errors import QueueFull
+from conveyor.model import Outcome, QueueSettings
+from conveyor.testing import poll_until
+from conveyor.testing.redis_server import RedisServer
+
+from .split import NOW, SplitKeys, task
+
+LAYOUTS = ["split", "layout 4"]
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+def open_broker(server: RedisServer, layout: str, query: str = "") -> RedisBroker:
+    config = RedisConfig.from_url(server.url + query)
+    keys = SplitKeys(config.namespace) if layout == "split" else Keys(config.namespace)
+    return RedisBroker(config, keys=keys)
+
+
+@pytest.fixture(params=LAYOUTS)
+def broker(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[RedisBroker]:
+    opened = open_broker(server, request.param)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def split(server: RedisServer) -> Iterator[RedisBroker]:
+    opened = open_broker(server, "split")
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def holder(broker: RedisBroker, key: str) -> str | None:
+    """The id the namespace slot's entry for ``key`` names (entries of split slots add a time)."""
+    entry = broker.client.hget(broker.keys.uniq, key)
+    return None if entry is None else str(entry).split(" ")[0]
+
+
+def test_a_unique_key_held_in_another_queues_slot_makes_a_duplicate(broker: RedisBroker) -> None:
+    assert broker.enqueue([task("1~a", unique_key="u")], NOW) == [None]
+    assert broker.enqueue([task("2~b", unique_key="u")], NOW) == ["1~a"]
+    assert broker.enqueue([task("3~a", unique_key="v"), task("4~b", unique_key="v")], NOW) == [None, "3~a"]
+    assert broker.get("2~b", NOW) is None and broker.get("4~b", NOW) is None
+
+
+def test_a_finished_holder_in_another_slot_gives_its_key_up(broker: RedisBroker) -> None:
+    assert broker.enqueue([task("1~a", unique_key="u")], NOW) == [None]
+    (claimed,) = broker.claim(["a"], NOW, 30.0)
+    assert broker.settle([Outcome("1~a", claimed.lease_token or "", "complete")], NOW) == [True]
+    assert broker.enqueue([task("2~b", unique_key="u")], NOW) == [None]
+    assert holder(broker, "u") == "2~b"
+    assert broker.enqueue([task("3~a", unique_key="u")], NOW) == ["2~b"]
+
+
+def test_a_holder_past_its_unique_until_gives_its_key_up(broker: RedisBroker) -> None:
+    assert broker.enqueue([task("1~a", unique_key="u")], NOW) == [None]  # holds until NOW + 100
+    assert broker.enqueue([task("2~b", unique_key="u")], NOW + 99) == ["1~a"]
+    assert broker.enqueue([task("3~b", unique_key="u")], NOW + 100) == [None]
+    assert holder(broker, "u") == "3~b"
+
+
+def test_a_refused_first_task_passes_its_key_to_the_next_with_it(broker: RedisBroker) -> None:
+    """The first task of a call with key k is a duplicate by its id: the next task with k is stored
+    and holds k, the one after that duplicates it, as in one script."""
+    assert broker.enqueue([task("1~a")], NOW) == [None]
+    batch = [task("1~a", unique_key="k"), task("5~a", unique_key="k"), task("6~a", unique_key="k")]
+    assert broker.enqueue(batch, NOW) == ["1~a", None, "5~a"]
+    assert holder(broker, "k") == "5~a"
+    assert broker.enqueue([task("7~b", unique_key="k")], NOW) == ["5~a"]
+
+
+def test_a_key_claimed_for_a_task_its_queue_refused_is_freed_at_once(split: RedisBroker) -> None:
+    split.configure_queue(QueueSettings("b", max_size=1))
+    assert split.enqueue([task("1~b")], NOW) == [None]
+    with pytest.raises(QueueFull):
+        split.enqueue([task("2~b", unique_key="u")], NOW)
+    assert holder(split, "u") is None
+    assert split.enqueue([task("1~b", unique_key="v")], NOW) == ["1~b"]  # a duplicate id
+    assert holder(split, "v") is None
+    assert split.enqueue([task("3~a", unique_key="u"), task("4~a", unique_key="v")], NOW) == [None, None]
+
+
+def test_a_key_of_a_task_stored_again_under_its_id_stays_claimed(split: RedisBroker) -> None:
+    """Enqueued again while it holds its key: a duplicate, and its entry is left to it."""
+    assert split.enqueue([task("1~a", unique_key="u")], NOW) == [None]
+    assert split.enqueue([task("1~a", unique_key="u"), task("2~a", unique_key="u")], NOW) == ["1~a", "1~a"]
+    assert holder(split, "u") == "1~a"
+    assert split.enqueue([task("3~b", unique_key="u")], NOW) == ["1~a"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_unique_key_whose_release_never_ran_is_free(server: RedisServer, layout: str) -> None:
+    """A crash between a delete (queue slot) and ``release`` (namespace slot) leaves the key's entry
+    naming a task that is gone: the next task with that key is stored, and takes the entry over."""
+    broker = open_broker(server, layout)
+    try:
+        assert broker.enqueue([task("1~a", unique_key="u")], NOW) == [None]
+        broker.delete("1~a", NOW)
+        broker.client.hset(broker.keys.uniq, "u", "1~a")  # as if the release after the delete never ran
+        assert broker.enqueue([task("2~a", unique_key="u")], NOW) == [None]
+        assert broker.enqueue([task("3~a", unique_key="u")], NOW) == ["2~a"]
+        assert holder(broker, "u") == "2~a"
+    finally:
+        broker.close()
+
+
+def test_a_key_claimed_for_a_task_never_stored_is_refused_until_the_bound(server: RedisServer) -> None:
+    """The crash between the two steps: ``take`` wrote the entry, the queue slot's call never ran.
+    Its key is refused (an enqueue of that task may still be on its way) until the entry is older
+    than twice the socket timeout, then taken over; the task named was never acknowledged."""
+    broker = open_broker(server, "split", "?socket_timeout=1")  # the bound: 2 s
+    try:
+        started = time.monotonic()
+        assert claims._take(broker, [("u", "1~a", "")], NOW) == [""]  # step 1 alone
+        assert broker.enqueue([task("2~b", unique_key="u")], NOW) == ["1~a"]
+        assert holder(broker, "u") == "1~a"
+        numbers = itertools.count(3)
+
+        def stored() -> bool:
+            (result,) = broker.enqueue([task(f"{next(numbers)}~b", unique_key="u")], NOW)
+            return result is None
+
+        poll_until(stored, timeout=10.0, interval=0.1, message="the key taken over")
+        assert time.monotonic() - started >= 2.0
+        assert broker.get("1~a", NOW) is None
+        taken = holder(broker, "u")
+        assert taken is not None and broker.get(taken, NOW) is not None
+    finally:
+        broker.close()
+
+
+def test_a_task_without_unique_until_claims_nothing(split: RedisBroker) -> None:
+    """A unique key without ``unique_until`` is checked within its call only (the app never makes one)."""
+    bare = replace(task("1~a", unique_key="u"), unique_until=None)
+    assert split.enqueue([bare, replace(bare, id="2~a")], NOW) == [None, "1~a"]
+    assert holder(split, "u") is None
