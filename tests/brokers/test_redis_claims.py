@@ -35,14 +35,24 @@ def server() -> Iterator[RedisServer]:
 
 
 def open_broker(server: RedisServer, layout: str, query: str = "") -> RedisBroker:
-    config = RedisConfig.from_url(server.url + query)
-    keys = SplitKeys(config.namespace) if layout == "split" else Keys(config.namespace)
+    return open_url(server.url + query, layout)
+
+
+def open_url(url: str, layout: str) -> RedisBroker:
+    config = RedisConfig.from_url(url)
+    keys = Keys(config.namespace) if layout == "layout 4" else SplitKeys(config.namespace)
     return RedisBroker(config, keys=keys)
 
 
-@pytest.fixture(params=LAYOUTS)
-def broker(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[RedisBroker]:
-    opened = open_broker(server, request.param)
+#: ``split on a cluster``: the queues' slots spread over the session's 3-master cluster, which refuses
+#: a script that touches a key outside its declared slot
+@pytest.fixture(params=[*LAYOUTS, pytest.param("split on a cluster", marks=pytest.mark.slow)])
+def broker(request: pytest.FixtureRequest) -> Iterator[RedisBroker]:
+    if request.param == "split on a cluster":
+        url = str(request.getfixturevalue("redis_cluster_url"))
+    else:
+        url = request.getfixturevalue("server").url
+    opened = open_url(url, request.param)
     try:
         yield opened
     finally:
