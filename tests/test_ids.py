@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from conveyor import Conveyor, FakeClock
-from conveyor._validate import check_task_id
+from conveyor._validate import check_custom_task_id, check_task_id
 from conveyor.ids import ID_LENGTH, id_millis, new_task_id
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
@@ -65,6 +67,19 @@ def test_the_app_makes_ids_from_the_wall_clock_not_its_frozen_fake_clock(app: Co
     assert all(GENERATED.fullmatch(task_id) for task_id in ids)
     assert all(before <= id_millis(task_id) <= after for task_id in ids)
     assert all(app.get(task_id).id == task_id for task_id in ids[::97])
+
+
+def test_the_id_check_takes_a_generated_id_routed_by_its_queues_label() -> None:
+    """By-id calls take ``<id>~<label>`` (a broker that routes ids by label makes them); the
+    ``task_id`` option does not (custom ids never look routed)."""
+    routed = new_task_id() + "~default"
+    assert check_task_id(routed) == routed
+    assert check_task_id("order-42~a.b_c-9") == "order-42~a.b_c-9"
+    for bad in ("~default", "abc~", "a~b~c", "abc~" + "q" * 17, "abc~has/slash"):
+        with pytest.raises(ValueError):
+            check_task_id(bad)
+    with pytest.raises(ValueError):
+        check_custom_task_id(routed)
 
 
 def test_a_custom_id_is_kept_as_given(app: Conveyor) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor._validate import check_expires, check_int, check_queue, check_seconds, check_task_name, check_when
 from conveyor.brokers import default_url, open_broker
-from conveyor.brokers.base import AppliesPolicy, Broker, SharesClock
+from conveyor.brokers.base import AppliesPolicy, Broker, LabelsIds, SharesClock
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.declared import DeclaredTasks
@@ -76,6 +76,8 @@ class Conveyor:
         self.registry: dict[str, Task[Any, Any]] = {}
         self._wants_ctx: dict[str, bool] = {}
         self._enqueue_hooks: tuple[Callable[[list[NewTask]], None], ...] = ()
+        #: the suffix a generated id of a queue carries (None: none, the usual case; ``LabelsIds``)
+        self._id_suffix = _id_suffixes(self.broker)
 
     def now(self) -> float:
         """The current time by this app's clock."""
@@ -204,7 +206,7 @@ class Conveyor:
         if not options:  # the usual call: the base options as they are (TaskOptions checked them)
             expires_at = None if base.expires is None else check_expires(base.expires, now)
             # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
-            return NewTask(new_task_id(), name, base.queue, payload, base.priority, None, expires_at)
+            return NewTask(self._new_id(base.queue), name, base.queue, payload, base.priority, None, expires_at)
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None
@@ -224,7 +226,7 @@ class Conveyor:
         # positional, in NewTask's field order (cheaper than keywords on every enqueue; docs/performance-notes.md):
         # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
         return NewTask(
-            options.get("task_id") or new_task_id(),  # time-ordered: conveyor/ids.py says why
+            options.get("task_id") or self._new_id(queue),
             name,
             queue,
             payload,
@@ -235,6 +237,12 @@ class Conveyor:
             unique_until,
             encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
         )
+
+    def _new_id(self, queue: str) -> str:
+        """A generated id (time-ordered: conveyor/ids.py says why), with the suffix the broker routes
+        ids of ``queue`` by, if it does (``LabelsIds``)."""
+        suffix = self._id_suffix
+        return new_task_id() if suffix is None else new_task_id() + suffix(queue)
 
     def _declared_options(self, name: str) -> TaskOptions:
         declaration = self.declared.get(name)
@@ -313,6 +321,7 @@ class Conveyor:
         self.broker, self.url = broker, url
         if not self._clock_given:
             self.clock = check_clock(_broker_clock(broker))
+        self._id_suffix = _id_suffixes(broker)
         for name in ("inspect", "declared"):  # cached views of the old broker
             self.__dict__.pop(name, None)
 
@@ -355,6 +364,11 @@ def _check_queues(queues: Iterable[str]) -> list[str]:
     if not names:
         raise ValueError("give at least one queue")
     return names
+
+
+def _id_suffixes(broker: Broker) -> Callable[[str], str] | None:
+    """The suffix of a generated id by queue, for a broker that routes ids by it (``LabelsIds``)."""
+    return broker.id_suffixes() if isinstance(broker, LabelsIds) else None
 
 
 def _broker_clock(broker: Broker) -> Clock | None:

@@ -4,7 +4,7 @@ not check slots, so the calls run as they would on a cluster of such slots."""
 
 from __future__ import annotations
 
-from conveyor.brokers.redis.keys import LAYOUT, Keys
+from conveyor.brokers.redis.keys import LAYOUT, Keys, queue_label
 from conveyor.model import NewTask
 
 __all__ = ["NOW", "SplitKeys", "task"]
@@ -13,18 +13,21 @@ NOW = 1_000_000.0
 
 
 class SplitKeys(Keys):
-    """Keys of a namespace whose queues each have a slot of their own, ``{ns|queue}:v4:``; a task id
-    names its queue after its last ``~`` (layout 5's generated ids carry their queue's label so)."""
+    """Keys of a namespace whose queues each have a slot of their own, ``{ns|label}:v4:``; a task id
+    names its queue's label after its last ``~`` (layout 5's generated ids carry it so)."""
 
     @property
     def one_slot(self) -> bool:
         return False
 
     def queue_prefix(self, queue: str) -> str:
-        return "{" + self.namespace + "|" + queue + "}:" + LAYOUT + ":"
+        return self.label_prefix(queue_label(queue))
+
+    def label_prefix(self, label: str) -> str:
+        return "{" + self.namespace + "|" + label + "}:" + LAYOUT + ":"
 
     def task_prefix(self, task_id: str) -> str:
-        return self.queue_prefix(task_id.rpartition("~")[2])
+        return self.label_prefix(task_id.rpartition("~")[2])
 
 
 def task(

@@ -65,6 +65,7 @@ BAD_ENQUEUE_ONLY: list[tuple[dict[str, Any], type[Exception]]] = [
     ({"task_id": ""}, ValueError),
     ({"task_id": "has space"}, ValueError),
     ({"task_id": "slash/not/allowed"}, ValueError),
+    ({"task_id": "tilde~marks-generated-ids"}, ValueError),
     ({"task_id": "x" * 129}, ValueError),
     ({"task_id": 42}, TypeError),
     ({"unique_for": -1}, ValueError),

@@ -25,6 +25,7 @@ __all__ = [
     "Finding",
     "ForgetsQueues",
     "KeepsHistory",
+    "LabelsIds",
     "SettlesWithClaim",
     "SharesClock",
     "WaitsForWork",
@@ -192,6 +193,18 @@ class SharesClock(Protocol):
 
     def server_clock(self) -> Clock:
         """The broker's clock (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
+class LabelsIds(Protocol):
+    """Optional capability: generated ids carry a suffix that names where their task is stored, so a
+    call by id alone finds it without an index (Redis with queues in slots of their own:
+    ``<id>~<label>``, docs/architecture.md). The app asks once, when it opens, and appends the
+    suffix to every id it generates; custom ids never carry one."""
+
+    def id_suffixes(self) -> Callable[[str], str] | None:
+        """The suffix of a generated id of a queue, by queue name; None when ids need none."""
         ...
 
 

@@ -371,6 +371,11 @@ class RedisBroker(RedisCalls):
 
     # -- Redis specifics -----------------------------------------------------------------------
 
+    def id_suffixes(self) -> Callable[[str], str] | None:
+        """``LabelsIds``: where each queue has a slot of its own, a generated id ends in ``~<label>``
+        (``keys.queue_label``), which by-id calls route by; in layout 4 ids need nothing."""
+        return None if self.keys.one_slot else self.keys.id_suffix
+
     def server_clock(self) -> ServerClock:
         """A clock agreeing with the server's TIME (see ``serverclock.py``); one per broker object."""
         if self._clock is None:

@@ -54,12 +54,13 @@ tie-break of the contract without packing two numbers into one double)::
 from __future__ import annotations
 
 import binascii
+import hashlib
 import re
 from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError
 
-__all__ = ["LAYOUT", "NAMESPACE_RE", "SLOTS", "Keys", "Slot", "keyslot", "partition_labels"]
+__all__ = ["LABEL_MAX", "LAYOUT", "NAMESPACE_RE", "SLOTS", "Keys", "Slot", "keyslot", "partition_labels", "queue_label"]
 
 #: The storage layout's version, part of every key (see above).
 LAYOUT = "v4"
@@ -79,6 +80,19 @@ def keyslot(key: str) -> int:
         if end > start + 1:
             key = key[start + 1 : end]
     return binascii.crc_hqx(key.encode(), 0) % SLOTS
+
+
+#: The longest queue name that is its own label; a longer one is labelled by a hash of it.
+LABEL_MAX = 16
+
+
+def queue_label(queue: str) -> str:
+    """A queue's label (layout 5, docs/architecture.md): the text of its slot's hash tag and of its
+    generated ids' suffix, ``<id>~<label>``. Its name, or above :data:`LABEL_MAX` characters the first
+    10 hex digits of its SHA-1, so that keys and ids stay short."""
+    if len(queue) <= LABEL_MAX:
+        return queue
+    return hashlib.sha1(queue.encode()).hexdigest()[:10]
 
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -233,6 +247,15 @@ class Keys(_SlotNames):
     def task_prefix(self, task_id: str) -> str:
         """The prefix of the slot that holds the task ``task_id`` (layout 5: the label in its id)."""
         return self.prefix
+
+    def label_prefix(self, label: str) -> str:
+        """The prefix of the slot of the queues labelled ``label`` (:func:`queue_label`)."""
+        return self.prefix
+
+    def id_suffix(self, queue: str) -> str:
+        """What a generated id of ``queue`` ends with where ids route by label (not :attr:`one_slot`):
+        ``~`` and the queue's label, so by-id calls find its slot (:meth:`task_prefix`)."""
+        return "~" + queue_label(queue)
 
     def slot(self, prefix: str) -> Slot:
         return Slot(prefix)

@@ -1,0 +1,65 @@
+"""Generated ids carrying their queue's label, ``<id>~<label>`` (issue 33): where every queue has a slot
+of its own (``SplitKeys``), the app appends the label the broker routes by (``LabelsIds``), and every
+call by id alone finds the task's slot from it. In layout 4 ids stay 32 hex digits (``test_ids.py``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from conveyor import Conveyor, FakeClock, TaskState
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import queue_label
+from conveyor.testing.redis_server import RedisServer
+
+from .split import SplitKeys
+
+LONG = "q" * 40  # a queue name too long to be its own label
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+@pytest.fixture(params=["server", pytest.param("cluster", marks=pytest.mark.slow)])
+def app(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Conveyor]:
+    """An app whose broker gives each queue a slot of its own (on the cluster: spread over masters)."""
+    if request.param == "cluster":
+        url = str(request.getfixturevalue("redis_cluster_url"))
+    else:
+        url = request.getfixturevalue("server").url
+    config = RedisConfig.from_url(url)
+    application = Conveyor(broker=RedisBroker(config, keys=SplitKeys(config.namespace)), clock=clock)
+    application.task(name="job")(lambda n: n * 2)
+    try:
+        yield application
+    finally:
+        application.close()
+
+
+def test_a_generated_id_ends_in_its_queues_label(app: Conveyor) -> None:
+    assert queue_label("default") == "default" and re.fullmatch(r"[0-9a-f]{10}", queue_label(LONG))
+    one = app.enqueue("job", [1]).id
+    assert re.fullmatch(r"[0-9a-f]{32}~default", one), one
+    assert app.enqueue("job", [2], queue=LONG).id.endswith("~" + queue_label(LONG))
+    many = app.enqueue_many("job", [([n], {}) for n in range(3)], queue="b")
+    assert all(re.fullmatch(r"[0-9a-f]{32}~b", handle.id) for handle in many)
+    assert app.enqueue("job", [3], task_id="order-42", queue="b").id == "order-42"  # custom ids as given
+
+
+def test_tasks_of_labelled_ids_are_found_run_and_settled_by_id_alone(app: Conveyor) -> None:
+    ids = [app.enqueue("job", [n], queue=queue).id for n, queue in enumerate(["a", LONG, "a"])]
+    assert [app.get(task_id).queue for task_id in ids] == ["a", LONG, "a"]
+    worker = app.worker(queues=[LONG, "a"])
+    while worker.process_next():
+        pass
+    assert [app.get(task_id).state for task_id in ids] == [TaskState.COMPLETED] * 3
+    assert app.get(ids[1]).result == 2
+    assert app.inspect.get(ids[0]).id == ids[0]  # the id check takes ~<label>
+    app.inspect.delete(ids[0])
+    assert {name: counts["total"] for name, counts in app.stats().items()} == {"a": 1, LONG: 1}
