@@ -19,7 +19,7 @@ from conveyor.brokers.redis import RedisBroker, claims
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.errors import QueueFull
-from conveyor.model import Outcome, QueueSettings
+from conveyor.model import NewTask, Outcome, QueueSettings, TaskState
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
@@ -149,7 +149,7 @@ def test_a_key_claimed_for_a_task_never_stored_is_refused_until_the_bound(server
     broker = open_broker(server, "split", "?socket_timeout=1")  # the bound: 2 s
     try:
         started = time.monotonic()
-        assert claims._take(broker, [("u", "1~a", "")], NOW) == [""]  # step 1 alone
+        assert claims._take(broker, [("u", "u", "1~a", "")], NOW) == [""]  # step 1 alone
         assert broker.enqueue([task("2~b", unique_key="u")], NOW) == ["1~a"]
         assert holder(broker, "u") == "1~a"
         numbers = itertools.count(3)
@@ -172,3 +172,88 @@ def test_a_task_without_unique_until_claims_nothing(split: RedisBroker) -> None:
     bare = replace(task("1~a", unique_key="u"), unique_until=None)
     assert split.enqueue([bare, replace(bare, id="2~a")], NOW) == [None, "1~a"]
     assert holder(split, "u") is None
+
+
+def custom(task_id: str, queue: str, unique_key: str | None = None) -> NewTask:
+    """A task of ``queue`` with a custom id (no ``~``: found through the namespace slot's ``ids``)."""
+    return replace(task("x~" + queue, unique_key=unique_key), id=task_id)
+
+
+def entry(broker: RedisBroker, task_id: str) -> str | None:
+    """The label the namespace slot's entry for custom id ``task_id`` names, if any."""
+    found = broker.client.hget(broker.keys.ids, task_id)
+    return None if found is None else str(found).split(" ")[0]
+
+
+def test_a_custom_id_is_found_by_its_entry_and_freed_with_its_task(split: RedisBroker) -> None:
+    """With split slots a custom id's entry in the namespace slot names its queue's slot: calls by id
+    alone find the task through it, and deleting the task frees it."""
+    assert split.enqueue([custom("order-42", "a")], NOW) == [None]
+    assert entry(split, "order-42") == "a"
+    record = split.get("order-42", NOW)
+    assert record is not None and record.queue == "a"
+    (claimed,) = split.claim(["a"], NOW, 30.0)
+    assert split.extend("order-42", claimed.lease_token or "", NOW, 30.0) is not None
+    assert split.settle([Outcome("order-42", claimed.lease_token or "", "complete")], NOW) == [True]
+    split.delete("order-42", NOW)
+    assert split.get("order-42", NOW) is None
+    assert entry(split, "order-42") is None
+
+
+def test_a_custom_id_is_unique_across_queues(broker: RedisBroker) -> None:
+    assert broker.enqueue([custom("order-42", "a")], NOW) == [None]
+    assert broker.enqueue([custom("order-42", "b")], NOW) == ["order-42"]
+    assert broker.enqueue([custom("order-42", "a"), custom("order-43", "b")], NOW) == ["order-42", None]
+    record = broker.get("order-42", NOW)
+    assert record is not None and record.queue == "a"
+    broker.delete("order-42", NOW)
+    assert broker.enqueue([custom("order-42", "b")], NOW) == [None]  # its entry went with the task
+    record = broker.get("order-42", NOW)
+    assert record is not None and record.queue == "b"
+
+
+def test_an_id_claimed_for_a_task_refused_is_freed_at_once(split: RedisBroker) -> None:
+    split.configure_queue(QueueSettings("b", max_size=1))
+    assert split.enqueue([task("1~b", unique_key="u")], NOW) == [None]
+    with pytest.raises(QueueFull):
+        split.enqueue([custom("order-9", "b")], NOW)
+    assert split.enqueue([custom("order-8", "a", unique_key="u")], NOW) == ["1~b"]  # refused for its key
+    assert entry(split, "order-9") is None and entry(split, "order-8") is None
+    assert split.purge("b", TaskState.PENDING, NOW) == 1
+    assert split.enqueue([custom("order-9", "b"), custom("order-8", "a", unique_key="u")], NOW) == [None, None]
+    assert split.purge("b", TaskState.PENDING, NOW) == 1
+    assert entry(split, "order-9") is None and entry(split, "order-8") == "a"
+
+
+@pytest.mark.parametrize("same_queue", [True, False])
+def test_a_custom_id_whose_task_write_never_ran_is_usable_afterwards(server: RedisServer, same_queue: bool) -> None:
+    """The crash between a custom id's two writes: its entry names queue a's slot, the task was never
+    stored there. A read finds no task (the truth); an enqueue of the id in queue a stores it at once
+    (its slot checks the id itself); in queue b it is refused until the entry is older than twice
+    the socket timeout (the enqueue in a may still be on its way), then stored; nothing is lost and
+    the task runs."""
+    broker = open_broker(server, "split", "?socket_timeout=1")  # the bound: 2 s
+    try:
+        started = time.monotonic()
+        assert claims._take(broker, [("i", "order-7", "a", "")], NOW) == [""]  # step 1 alone
+        assert broker.get("order-7", NOW) is None
+        queue = "a" if same_queue else "b"
+        if same_queue:
+            assert broker.enqueue([custom("order-7", queue)], NOW) == [None]
+        else:
+            assert broker.enqueue([custom("order-7", queue)], NOW) == ["order-7"]
+            poll_until(
+                lambda: broker.enqueue([custom("order-7", queue)], NOW) == [None],
+                timeout=10.0,
+                interval=0.1,
+                message="the id taken over",
+            )
+            assert time.monotonic() - started >= 2.0
+        assert entry(broker, "order-7") == queue
+        (claimed,) = broker.claim([queue], NOW, 30.0)
+        assert claimed.id == "order-7"
+        assert broker.settle([Outcome("order-7", claimed.lease_token or "", "complete")], NOW) == [True]
+        record = broker.get("order-7", NOW)
+        assert record is not None and record.state is TaskState.COMPLETED
+    finally:
+        broker.close()

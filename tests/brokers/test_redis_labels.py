@@ -52,14 +52,17 @@ def test_a_generated_id_ends_in_its_queues_label(app: Conveyor) -> None:
     assert app.enqueue("job", [3], task_id="order-42", queue="b").id == "order-42"  # custom ids as given
 
 
-def test_tasks_of_labelled_ids_are_found_run_and_settled_by_id_alone(app: Conveyor) -> None:
+def test_tasks_are_found_run_and_settled_by_id_alone(app: Conveyor) -> None:
+    """Generated ids by the label they carry, custom ids by their entry in the namespace slot."""
     ids = [app.enqueue("job", [n], queue=queue).id for n, queue in enumerate(["a", LONG, "a"])]
-    assert [app.get(task_id).queue for task_id in ids] == ["a", LONG, "a"]
+    ids.append(app.enqueue("job", [3], queue=LONG, task_id="order-42").id)
+    assert [app.get(task_id).queue for task_id in ids] == ["a", LONG, "a", LONG]
     worker = app.worker(queues=[LONG, "a"])
     while worker.process_next():
         pass
-    assert [app.get(task_id).state for task_id in ids] == [TaskState.COMPLETED] * 3
-    assert app.get(ids[1]).result == 2
+    assert [app.get(task_id).state for task_id in ids] == [TaskState.COMPLETED] * 4
+    assert app.get(ids[1]).result == 2 and app.get("order-42").result == 6
     assert app.inspect.get(ids[0]).id == ids[0]  # the id check takes ~<label>
     app.inspect.delete(ids[0])
+    app.inspect.delete("order-42")
     assert {name: counts["total"] for name, counts in app.stats().items()} == {"a": 1, LONG: 1}

@@ -177,18 +177,17 @@ class RedisCalls:
         return reply[0], ran_at
 
     def _release(self, freed: str, now: float) -> None:
-        """Free in the namespace slot the unique keys of tasks a call deleted in their queue slot
-        (``freed``: lines ``"<unique key> <id>"``, see ``release.lua``). Their tasks are gone either
-        way: a failure here leaves entries whose holder is gone, which an enqueue treats as free, so
-        it is logged rather than raised."""
+        """Free in the namespace slot the index entries of tasks a call deleted in their queue slot
+        (``freed``: lines ``"u <unique key> <id>"`` or ``"i <custom id> <label>"``, see ``release.lua``).
+        Their tasks are gone either way: a failure here leaves entries whose task is gone, which an
+        enqueue treats as free, so it is logged rather than raised."""
         args: list[Arg] = []
         for line in freed.split("\n"):
-            key, _, task_id = line.partition(" ")
-            args += (key, task_id)
+            args += line.split(" ")
         try:
             self._invoke("release", self.keys.namespace_prefix, repr(float(now)), args)
         except ConveyorError:
-            log.warning("unique keys of deleted tasks left in place (harmless): %s", freed, exc_info=True)
+            log.warning("index entries of deleted tasks left in place (harmless): %s", freed, exc_info=True)
 
     def _records(self, items: Sequence[Any]) -> list[TaskRecord]:
         records = []
@@ -224,6 +223,26 @@ class RedisCalls:
             run.append(queue)
         if run:
             yield prefix, run
+
+    def _task_prefixes(self, task_ids: Sequence[str]) -> list[str]:
+        """The prefixes of the slots of the tasks ``task_ids``: layout 4's one slot; else the label in
+        a generated id, or for a custom id the label its entry in the namespace slot's ``ids`` names
+        (one round trip for all of them; without an entry, the namespace slot, where no task is)."""
+        keys = self.keys
+        if keys.one_slot:
+            return [keys.prefix] * len(task_ids)
+        prefixes = [keys.task_prefix(task_id) for task_id in task_ids]
+        custom = [place for place, task_id in enumerate(task_ids) if "~" not in task_id]
+        if custom:
+            with translate_errors():
+                entries = cast("list[str | None]", self._client.hmget(keys.ids, [task_ids[place] for place in custom]))
+            for place, entry in zip(custom, entries, strict=True):
+                prefixes[place] = keys.namespace_prefix if entry is None else keys.label_prefix(entry.split(" ")[0])
+        return prefixes
+
+    def _task_prefix(self, task_id: str) -> str:
+        """The prefix of the slot of the task ``task_id`` (:meth:`_task_prefixes`)."""
+        return self.keys.prefix if self.keys.one_slot else self._task_prefixes([task_id])[0]
 
     def _registered(self) -> list[str]:
         """Every queue of the registry (the namespace slot's ``queues``), sorted."""

@@ -95,7 +95,7 @@ class RedisBroker(RedisCalls):
                     lambda chunk: self._store_tasks(prefix, at, chunk),
                     lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
                 )
-            if len(tasks) == 1 and (self.keys.one_slot or tasks[0].unique_key is None):  # the most common call
+            if len(tasks) == 1 and (self.keys.one_slot or not claims.needs_claims(tasks[0])):  # the most common call
                 return [self._enqueue_one(prefix, tasks[0], at) or None]
             if not self.keys.one_slot:  # chunk by chunk, each in its queue slot alone
                 results: list[str | None] = []
@@ -124,7 +124,7 @@ class RedisBroker(RedisCalls):
         """One chunk's enqueue, per task None (stored) or the id it duplicates. With split slots its
         unique keys are claimed in the namespace slot first (``claims.py``); an ``Unreplicated`` it
         raises carries these results."""
-        if not self.keys.one_slot and any(task.unique_key is not None for task in chunk):
+        if not self.keys.one_slot and any(claims.needs_claims(task) for task in chunk):
             return claims.store_claimed(self, chunk, float(now), lambda rest: self._store_checked(prefix, now, rest))
         return self._store_checked(prefix, now, chunk)
 
@@ -198,7 +198,8 @@ class RedisBroker(RedisCalls):
         if keys.one_slot:
             return self._settle(keys.prefix, outcomes, now)
         applied = [False] * len(outcomes)
-        for prefix, places in self._by_slot(outcomes, lambda outcome: keys.task_prefix(outcome.task_id)):
+        prefixes = self._task_prefixes([outcome.task_id for outcome in outcomes])
+        for prefix, places in self._by_slot(range(len(outcomes)), prefixes.__getitem__):
             flags = self._settle(prefix, [outcomes[i] for i in places], now)
             for place, flag in zip(places, flags, strict=True):
                 applied[place] = flag
@@ -213,7 +214,7 @@ class RedisBroker(RedisCalls):
         return applied
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
-        reply = self._call("extend", self.keys.task_prefix(task_id), now, task_id, token, repr(float(lease_for)))
+        reply = self._call("extend", self._task_prefix(task_id), now, task_id, token, repr(float(lease_for)))
         if not reply:
             return None
         return LeaseStatus(float(reply[0]), reply[1] == "1")
@@ -245,7 +246,7 @@ class RedisBroker(RedisCalls):
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, task_id: str, now: float) -> TaskRecord | None:
-        slot = self.keys.slot(self.keys.task_prefix(task_id))
+        slot = self.keys.slot(self._task_prefix(task_id))
         records = self._records([admin.task_item(self._client, slot, task_id)])
         if not records:
             return None
@@ -303,7 +304,7 @@ class RedisBroker(RedisCalls):
     def _admin(self, name: str, task_id: str, now: float) -> Any:
         """Operator action ``name`` (``transitions.ADMIN_SOURCES``): its script checks the source state."""
         try:
-            return self._call(name, self.keys.task_prefix(task_id), now, task_id)
+            return self._call(name, self._task_prefix(task_id), now, task_id)
         except Refused as exc:
             if exc.text.startswith("CONVEYOR_NOTFOUND"):
                 raise TaskNotFound(task_id) from None

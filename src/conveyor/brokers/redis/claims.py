@@ -1,22 +1,28 @@
-"""Unique keys claimed in the namespace slot before an enqueue stores their tasks in a queue slot apart
-from it (docs/architecture.md, "Redis Cluster: keys per queue"). Two slots cannot be written in one
-step, so the writes go in this order:
+"""What an enqueue claims in the namespace slot before it stores its tasks in a queue slot apart from
+it (docs/architecture.md, "Redis Cluster: keys per queue"): unique keys in ``uniq`` (key -> the task
+holding it) and custom ids in ``ids`` (id -> the label of the slot its task is in; a generated id
+carries its label and needs no entry). Two slots cannot be written in one step, so the writes go in
+this order, one rule for both indexes:
 
-1. ``take.lua`` (namespace slot) writes ``uniq[key] = "<id> <since>"`` for the first task of the chunk
-   with each key, where the key is free or its entry names that task already, and answers the holder
-   otherwise. The broker reads the holder's row in the holder's slot: unfinished and within its
-   ``unique_until``, it makes the task a duplicate; finished, past it, or absent while its entry is
-   older than twice the socket timeout, it is taken over by ``take.lua`` again, only while the entry
-   still names it. An absent holder with a younger entry may have its enqueue on the way: a duplicate.
-2. The queue slot's ``enqueue`` stores the chunk's tasks not refused, checking their unique keys
-   within the call only (a later task with a key of an earlier one is its duplicate, as on one slot).
+1. ``take.lua`` (namespace slot) writes the entry, ``"<holder> <since>"``, for the first task of the
+   chunk with each key or custom id, where it is free or names that task (or its slot) already, and
+   answers what it names otherwise. The broker reads the named task's row in its slot: a live one
+   (for a key: unfinished and within its ``unique_until``; for an id: visible) makes the task a
+   duplicate; one not live, or absent while its entry is older than twice the socket timeout, is
+   taken over by ``take.lua`` again, only while the entry still names it. An absent one with a younger
+   entry may have its enqueue on the way: a duplicate too.
+2. The queue slot's ``enqueue`` stores the chunk's tasks not refused, checking their unique keys and
+   ids within its slot (a later task with an earlier one's key is its duplicate, as on one slot).
 
-Then a claim whose task the queue slot refused (a duplicate id) passes to the task of the chunk with
-that key that was stored instead, if any, else it is freed at once with ``release.lua`` (after
-``QueueFull`` too). A crash between 1 and 2 leaves an entry naming a task never stored: its key is
-refused until the entry is older than the bound, then free; nothing acknowledged is lost.
+Then a key's claim whose task the queue slot refused passes to the task of the chunk with that key
+that was stored instead, if any, else it is freed at once with ``release.lua``; an id's claim is
+freed when its task was refused for its key or by ``QueueFull`` (refused as a duplicate id, a task
+with that id is in the slot the entry names). A crash between 1 and 2 leaves an entry naming a task
+never stored: the key, or the id in another queue, is refused until the entry is older than the
+bound, then free; a read of the id finds no task; nothing acknowledged is lost. Deleting a task
+frees its entries after its row (``remove_task()`` in ``_lib.lua``).
 
-A task with a unique key but no ``unique_until`` (which the app never makes) claims nothing and is
+A task with a unique key but no ``unique_until`` (which the app never makes) claims no key and is
 checked within its call only.
 """
 
@@ -28,142 +34,175 @@ from typing import TYPE_CHECKING
 
 from conveyor.brokers.redis.codec import ROW_NAMES, escape_key
 from conveyor.brokers.redis.faults import Refused, translate_errors
+from conveyor.brokers.redis.keys import queue_label
 from conveyor.brokers.redis.replication import Unreplicated
 from conveyor.model import NewTask
 
 if TYPE_CHECKING:
     from conveyor.brokers.redis.addressing import RedisCalls
 
-__all__ = ["ROUNDS", "store_claimed"]
+__all__ = ["ROUNDS", "needs_claims", "store_claimed"]
 
-#: Take-overs tried per key and call; a key whose holder keeps changing is then answered as a duplicate.
+#: Take-overs tried per entry and call; an entry whose holder keeps changing is then a duplicate.
 ROUNDS = 3
 
 _UNFINISHED = frozenset({"pending", "scheduled", "retry", "active"})
-_UU = ROW_NAMES.index("uu")
+_UU, _KU = ROW_NAMES.index("uu"), ROW_NAMES.index("ku")
 
 #: What ``store`` does with a chunk's tasks: per task None (stored) or the id it duplicates.
 Store = Callable[[Sequence[NewTask]], list[str | None]]
 
 
 @dataclass
-class _Key:
-    """One unique key of a chunk: the places of its tasks (the first claims it) and what became of it."""
+class _Entry:
+    """One entry a chunk claims: in ``uniq`` ("u") or ``ids`` ("i"), its field, what it is to name,
+    the places of its tasks (the first claims it), and what became of it."""
 
-    escaped: str
+    index: str
+    field: str
+    value: str
     places: list[int]
-    expected: str = ""  # the holder the next take may take the entry over from
+    expected: str = ""  # what the next take may take the entry over from
     claim: str | None = None  # "fresh": this call wrote the entry; "named": it named the task already
     holder: str | None = None  # the task its tasks duplicate, when refused
 
 
+def needs_claims(task: NewTask) -> bool:
+    """Whether an enqueue of ``task`` claims entries first (split slots): a unique key, or a custom id."""
+    return task.unique_key is not None or "~" not in task.id
+
+
 def store_claimed(calls: RedisCalls, chunk: Sequence[NewTask], now: float, store: Store) -> list[str | None]:
-    """Enqueue ``chunk`` (one queue slot's, at most one call's worth) with its unique keys claimed
-    first; ``store`` stores the tasks not refused. Per task None (stored) or the id it duplicates."""
-    keys: dict[str, _Key] = {}
+    """Enqueue ``chunk`` (one queue slot's, at most one call's worth) with its entries claimed first;
+    ``store`` stores the tasks not refused. Per task None (stored) or the id it duplicates."""
+    entries: dict[tuple[str, str], _Entry] = {}
     for place, task in enumerate(chunk):
+        wanted = []
+        if "~" not in task.id:
+            wanted.append(("i", task.id, queue_label(task.queue)))
         if task.unique_key is not None and task.unique_until is not None:
-            key = keys.get(task.unique_key)
-            if key is None:
-                keys[task.unique_key] = _Key(escape_key(task.unique_key), [place])
+            wanted.append(("u", escape_key(task.unique_key), task.id))
+        for index, field, value in wanted:
+            entry = entries.get((index, field))
+            if entry is None:
+                entries[index, field] = _Entry(index, field, value, [place])
             else:
-                key.places.append(place)
-    _claim(calls, chunk, list(keys.values()), now)
+                entry.places.append(place)
+    _claim(calls, chunk, list(entries.values()), now)
     results: list[str | None] = [None] * len(chunk)
-    for key in keys.values():
-        for place in key.places if key.holder is not None else ():
-            results[place] = key.holder
+    for entry in sorted(entries.values(), key=lambda entry: entry.index == "i"):  # a duplicate id first
+        for place in entry.places if entry.holder is not None else ():
+            results[place] = entry.holder
     sent = [place for place in range(len(chunk)) if results[place] is None]
     try:
         for place, result in zip(sent, store([chunk[place] for place in sent]), strict=True):
             results[place] = result
     except Refused:  # QueueFull: nothing of the chunk was written
-        _settle_claims(calls, chunk, keys.values(), [task.id for task in chunk], now)
+        _settle(calls, chunk, entries.values(), [task.id for task in chunk], now, full=True)
         raise
-    except Unreplicated as short:  # stored; the broker withdraws the stored tasks, freeing their keys
+    except Unreplicated as short:  # stored; the broker withdraws the stored tasks, freeing their entries
         for place, result in zip(sent, short.reply, strict=True):
             results[place] = result
-        _settle_claims(calls, chunk, keys.values(), results, now)
+        _settle(calls, chunk, entries.values(), results, now)
         short.reply = results
         raise
-    _settle_claims(calls, chunk, keys.values(), results, now)
+    _settle(calls, chunk, entries.values(), results, now)
     return results
 
 
-def _claim(calls: RedisCalls, chunk: Sequence[NewTask], keys: list[_Key], now: float) -> None:
-    """Step 1 for ``keys``: each ends claimed (``claim`` set) or refused (``holder`` set)."""
-    todo = keys
+def _claim(calls: RedisCalls, chunk: Sequence[NewTask], entries: list[_Entry], now: float) -> None:
+    """Step 1 for ``entries``: each ends claimed (``claim`` set) or refused (``holder`` set)."""
+    todo = entries
     for _ in range(ROUNDS):
         if not todo:
             return
-        answers = _take(calls, [(key.escaped, chunk[key.places[0]].id, key.expected) for key in todo], now)
-        held: list[tuple[_Key, str, bool]] = []
-        for key, answer in zip(todo, answers, strict=True):
+        answers = _take(calls, [(entry.index, entry.field, entry.value, entry.expected) for entry in todo], now)
+        named: list[tuple[_Entry, str, bool]] = []  # entries naming another task (or slot), and whether old
+        for entry, answer in zip(todo, answers, strict=True):
             if answer == "":
-                key.claim = "fresh"
-            elif answer == "=":  # the entry named this very id: is it a task holding the key?
-                key.claim = "named"
-                held.append((key, chunk[key.places[0]].id, True))
+                entry.claim = "fresh"
+            elif answer == "=":
+                entry.claim = "named"
+                if entry.index == "u":  # does the task named hold the key? (an id's slot checks itself)
+                    named.append((entry, entry.value, True))
             else:
                 holder, _, age = answer.partition(" ")
-                held.append((key, holder, age == "1"))
-        rows = _rows(calls, [holder for _, holder, _ in held])
+                named.append((entry, holder, age == "1"))
+        rows = _rows(calls, chunk, named)
         todo = []
-        for (key, holder, old), row in zip(held, rows, strict=True):
-            if row is not None and _holds(row, now):
-                key.claim, key.holder = None, holder
-            elif key.claim is None and (row is not None or old):
-                key.expected = holder
-                todo.append(key)
-            elif key.claim is None:  # absent, its entry young: its enqueue may be on the way
-                key.holder = holder
-    for key in todo:
-        key.holder = key.expected
+        for (entry, holder, old), row in zip(named, rows, strict=True):
+            if row is not None and _live(entry.index, row, now):
+                entry.claim, entry.holder = None, holder if entry.index == "u" else chunk[entry.places[0]].id
+            elif entry.claim is None and (row is not None or old):
+                entry.expected = holder
+                todo.append(entry)
+            elif entry.claim is None:  # absent, its entry young: its enqueue may be on the way
+                entry.holder = holder if entry.index == "u" else chunk[entry.places[0]].id
+    for entry in todo:
+        entry.holder = entry.expected if entry.index == "u" else chunk[entry.places[0]].id
 
 
-def _settle_claims(
-    calls: RedisCalls, chunk: Sequence[NewTask], keys: Iterable[_Key], results: Sequence[str | None], now: float
+def _settle(
+    calls: RedisCalls,
+    chunk: Sequence[NewTask],
+    entries: Iterable[_Entry],
+    results: Sequence[str | None],
+    now: float,
+    full: bool = False,
 ) -> None:
-    """The claims whose first task was not stored: passed to the first of its key's tasks that was
-    stored, else freed (a claim this call made; an entry that named the task before is left)."""
-    heirs: list[tuple[str, str, str]] = []
+    """The claims whose first task was not stored: a key's passed to the first of its tasks that was
+    stored, else freed if this call made it; an id's freed if this call made it, unless its task was
+    refused as a duplicate id (``full``: refused by ``QueueFull``, nothing stored)."""
+    heirs: list[tuple[str, str, str, str]] = []
     freed: list[str] = []
-    for key in keys:
-        first = key.places[0]
-        if key.claim is None or results[first] is None:
+    for entry in entries:
+        first = entry.places[0]
+        refusal = results[first]
+        if entry.claim is None or refusal is None:
             continue
-        heir = next((place for place in key.places[1:] if results[place] is None), None)
-        if heir is not None:
-            heirs.append((key.escaped, chunk[heir].id, chunk[first].id))
-        elif key.claim == "fresh":
-            freed.append(f"{key.escaped} {chunk[first].id}")
+        heir = next((place for place in entry.places[1:] if results[place] is None), None)
+        if heir is not None:  # an id's task stored after all (its second copy): its entry stays
+            if entry.index == "u":
+                heirs.append((entry.index, entry.field, chunk[heir].id, entry.value))
+        elif entry.claim == "fresh" and (entry.index == "u" or full or refusal != chunk[first].id):
+            freed.append(f"{entry.index} {entry.field} {entry.value}")
     if heirs:
         _take(calls, heirs, now)  # an entry that changed meanwhile is someone else's: left alone
     if freed:
         calls._release("\n".join(freed), now)
 
 
-def _take(calls: RedisCalls, triples: Sequence[tuple[str, str, str]], now: float) -> list[str]:
-    """``take.lua``'s answers for ``(escaped key, id, expected holder or "")`` triples."""
+def _take(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]], now: float) -> list[str]:
+    """``take.lua``'s answers for ``(index, field, value, expected or "")``."""
     args = [repr(2 * calls.config.socket_timeout)]
-    for triple in triples:
-        args += triple
+    for quad in quads:
+        args += quad
     return str(calls._invoke("take", calls.keys.namespace_prefix, repr(float(now)), args)[1]).split("\n")
 
 
-def _rows(calls: RedisCalls, task_ids: Sequence[str]) -> list[str | None]:
-    """The rows of ``task_ids``, each read in its own slot (None: no such task)."""
-    if not task_ids:
+def _rows(calls: RedisCalls, chunk: Sequence[NewTask], named: Sequence[tuple[_Entry, str, bool]]) -> list[str | None]:
+    """The row each entry of ``named`` points at, read in its slot (None: no such task): for a key the
+    task it names (its slot by its id), for an id the task of that id in the slot labelled."""
+    if not named:
         return []
     keys = calls.keys
+    holders = [holder for entry, holder, _ in named if entry.index == "u"]
+    prefixes = iter(calls._task_prefixes(holders))
     with translate_errors():
         pipe = calls.client.pipeline(transaction=False)
-        for task_id in task_ids:
-            pipe.hget(keys.slot(keys.task_prefix(task_id)).rows, task_id)
+        for entry, holder, _ in named:
+            if entry.index == "u":
+                pipe.hget(keys.slot(next(prefixes)).rows, holder)
+            else:
+                task_id = chunk[entry.places[0]].id
+                pipe.hget(keys.slot(keys.label_prefix(holder)).rows, task_id)
         return list(pipe.execute())
 
 
-def _holds(row: str, now: float) -> bool:
-    """Whether the task of ``row`` holds its unique key at ``now``: unfinished, within its unique_until."""
+def _live(index: str, row: str, now: float) -> bool:
+    """Whether the task of ``row`` holds its entry at ``now``: a unique key while it is unfinished and
+    within its unique_until, an id while it is visible (before its keep_until)."""
     fields = row.split(" ", _UU + 1)
-    return fields[0] in _UNFINISHED and fields[_UU] != "-" and now < float(fields[_UU])
+    if index == "u":
+        return fields[0] in _UNFINISHED and fields[_UU] != "-" and now < float(fields[_UU])
+    return fields[_KU] == "-" or now < float(fields[_KU])

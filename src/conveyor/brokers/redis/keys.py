@@ -37,6 +37,7 @@ tie-break of the contract without packing two numbers into one double)::
     P due  P leases  P expiring   zsets over all queues: next_run_at, lease deadline, expires_at
     P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id (with
                                   split slots "<id> <since>", ``claims.py``)
+    P ids                    hash    with split slots only: custom id → "<label> <since>" (``claims.py``)
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
     P h:<minute>             hash    settled executions of that minute (``floor(now / 60)``), field
                                      ``<c|r|a>:<queue>`` → count (completed, retried, archived); expires
@@ -283,6 +284,11 @@ class Keys(_SlotNames):
     @property
     def uniq(self) -> str:
         return self.prefix + "uniq"
+
+    @property
+    def ids(self) -> str:
+        """Hash: custom id -> ``"<label> <since>"``, the slot its task is in (split slots only)."""
+        return self.prefix + "ids"
 
     @property
     def workers(self) -> str:

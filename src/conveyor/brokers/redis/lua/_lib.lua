@@ -40,8 +40,9 @@
 --           numbers only by the operations that use them: max_errors() and so on)
 -- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events},
--- and, when it deleted tasks holding unique keys without the namespace slot, {result, now, events or
--- "", freed} (freed: lines "<unique key> <id>", for release.lua);
+-- and, when it deleted tasks whose entries the namespace slot's indexes hold, {result, now, events or
+-- "", freed} (freed: lines "u <unique key> <id>" and, in a labelled slot, "i <custom id> <label>", for
+-- release.lua: see remove_task());
 -- a string result with nothing else to return comes as one string, now .. "\n" .. result (a table
 -- reply costs the server a conversion, a string nothing). Events are also SPUBLISHed as
 -- "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
@@ -54,7 +55,8 @@
 
 local KEYS, ARGV
 local P, NOW, ORIGIN, WANT, NOWS, POLICY
-local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
+local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, IDS, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
+local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one slot, "{ns}:...")
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
 
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
@@ -72,7 +74,8 @@ local function names(seq)
   if not n then
     local p = string.sub(seq, 1, -4) -- "{ns}:v4:seq" -> "{ns}:v4:"
     n = {p, p .. 'due', p .. 'leases', p .. 'expiring', seq, p .. 'events', p .. 'wake', p .. 'listening',
-      p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits', p .. 'tracebacks'}
+      p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits', p .. 'tracebacks',
+      string.match(p, '^{[^|}]*|([^}]*)}') or false}
     NAMES[seq] = n
   end
   return n
@@ -80,7 +83,8 @@ end
 local function namespace_names(registry)
   local n = NSNAMES[registry]
   if not n then
-    n = {registry, string.sub(registry, 1, -7) .. 'uniq'} -- "{ns}:v4:queues" -> "{ns}:v4:uniq"
+    local p = string.sub(registry, 1, -7) -- "{ns}:v4:queues" -> "{ns}:v4:"
+    n = {registry, p .. 'uniq', p .. 'ids'}
     NSNAMES[registry] = n
   end
   return n
@@ -97,7 +101,7 @@ local function begin(keys, argv)
     NOWS = ARGV[1]
     NOW = tonumber(NOWS)
   end
-  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS =
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL =
     unpack(names(KEYS[1]))
   if KEYS[2] then QUEUES, UNIQ = unpack(namespace_names(KEYS[2])) else QUEUES, UNIQ = nil, nil end
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
@@ -110,8 +114,8 @@ end
 local function begin_namespace(keys, argv)
   KEYS, ARGV = keys, argv
   ORIGIN, WANT, POLICY, NOWS, NOW = ARGV[2], false, nil, ARGV[1], tonumber(ARGV[1])
-  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS = nil
-  QUEUES, UNIQ = unpack(namespace_names(KEYS[1]))
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL = nil
+  QUEUES, UNIQ, IDS = unpack(namespace_names(KEYS[1]))
   EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = false, nil, false, false, nil, nil, {}, nil
 end
 
@@ -467,8 +471,11 @@ local function entry_names(entry, id)
   return entry == id or (entry and string.sub(entry, 1, #id + 1) == id .. ' ')
 end
 
--- remove task t; a unique key it holds is freed unless it is `kept` (the key of the task that
--- replaces it, whose entry may name the same id)
+-- remove task t; `kept`: the unique key of a task that replaces it under its id ("" none), whose
+-- entries (the key, the id) may be the ones t had. Freeing t's entries in the namespace slot: where
+-- the call declares it (layout 4), its unique key here; else the caller frees the lines of FREED
+-- (release.lua): its unique key, and, in a labelled slot (split slots), its custom id's entry in
+-- `ids` (a generated id, "<hex>~<label>", has none)
 local function remove_task(t, report, kept)
   unindex(t)
   redis.call('HDEL', ROWS, t.id)
@@ -479,10 +486,14 @@ local function remove_task(t, report, kept)
     redis.call('HDEL', LIMITS, t.id)
     redis.call('HDEL', TRACEBACKS, t.id)
   end
+  if LABEL and not kept and not string.find(t.id, '~', 1, true) then
+    FREED = FREED or {}
+    FREED[#FREED + 1] = 'i ' .. t.id .. ' ' .. LABEL
+  end
   if t.uk and t.uk ~= kept then
     if not UNIQ then -- a call without the namespace slot: the caller frees it there (release.lua)
       FREED = FREED or {}
-      FREED[#FREED + 1] = t.uk .. ' ' .. t.id
+      FREED[#FREED + 1] = 'u ' .. t.uk .. ' ' .. t.id
     elseif entry_names(redis.call('HGET', UNIQ, t.uk), t.id) then
       redis.call('HDEL', UNIQ, t.uk)
     end

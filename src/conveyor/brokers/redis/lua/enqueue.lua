@@ -105,7 +105,7 @@ end
 local function store(V, b, seq, old, rows)
   local id, q, pr = V[b], V[b + 1], V[b + 3]
   local run_at, x, uk, uu = num(V[b + 4]), num(V[b + 5]), opt(V[b + 6]), num(V[b + 7])
-  if old then remove_task(old, false, uu and uk) end
+  if old then remove_task(old, false, uu and uk or '') end
   local t = {id = id, q = q, m = member(seq, id), pr = pr and tonumber(pr) or 0, ra = NOW, x = x}
   local nr = '-'
   if run_at and run_at > NOW then

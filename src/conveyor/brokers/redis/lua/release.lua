@@ -1,17 +1,20 @@
--- release.lua: free the unique keys of tasks a call in their queue slot deleted: the second step of
--- a delete (remove_task() in _lib.lua), in the namespace slot. A crash before it leaves an entry whose
--- holder is gone, which enqueue.lua and the broker's claims (claims.py) already treat as free. Also the
--- claims of tasks a queue slot's enqueue then refused (QueueFull, a duplicate id): freed at once.
+-- release.lua: free entries of the namespace slot's indexes whose tasks are gone: the second step of
+-- a delete (remove_task() in _lib.lua), and the claims of tasks a queue slot's enqueue then refused
+-- (claims.py). A crash before it leaves an entry whose task is gone, which enqueue.lua and the
+-- broker's claims already treat as free.
 -- KEYS: the namespace slot's `queues` registry (begin_namespace() in _lib.lua).
--- ARGV: head (_lib.lua), then pairs: A(1) a unique key, A(2) the id of the deleted task that held it, ...
--- Returns: how many were freed (a key another task holds by now is left to it).
+-- ARGV: head (_lib.lua), then triples: A(1) the index, "u" (`uniq`: unique key -> "<id>[ <since>]") or
+--       "i" (`ids`: custom id -> "<label> <since>"), A(2) the entry's field, A(3) what it must name
+--       to be freed (the deleted task's id, or its slot's label), ...
+-- Returns: how many were freed (an entry naming another task by now is left to it).
 -- Transition: none.
 local freed, i = 0, 1
 while A(i) do
-  if entry_names(redis.call('HGET', UNIQ, A(i)), A(i + 1)) then
-    redis.call('HDEL', UNIQ, A(i))
+  local index = A(i) == 'i' and IDS or UNIQ
+  if entry_names(redis.call('HGET', index, A(i + 1)), A(i + 2)) then
+    redis.call('HDEL', index, A(i + 1))
     freed = freed + 1
   end
-  i = i + 2
+  i = i + 3
 end
 return finish(freed)
