@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor._validate import check_custom_task_id, check_task_id
+from conveyor._validate import check_task_id
 from conveyor.ids import ID_LENGTH, id_millis, new_task_id
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
@@ -70,16 +70,14 @@ def test_the_app_makes_ids_from_the_wall_clock_not_its_frozen_fake_clock(app: Co
 
 
 def test_the_id_check_takes_a_generated_id_routed_by_its_queues_label() -> None:
-    """By-id calls take ``<id>~<label>`` (a broker that routes ids by label makes them); the
-    ``task_id`` option does not (custom ids never look routed)."""
+    """Ids take ``<id>~<label>`` (a broker that routes ids by label makes them; given again as the
+    ``task_id`` option, the app keeps them to a queue of that label: ``test_redis_labels.py``)."""
     routed = new_task_id() + "~default"
     assert check_task_id(routed) == routed
     assert check_task_id("order-42~a.b_c-9") == "order-42~a.b_c-9"
     for bad in ("~default", "abc~", "a~b~c", "abc~" + "q" * 17, "abc~has/slash"):
         with pytest.raises(ValueError):
             check_task_id(bad)
-    with pytest.raises(ValueError):
-        check_custom_task_id(routed)
 
 
 def test_a_custom_id_is_kept_as_given(app: Conveyor) -> None:

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-#: Any id a task may have: a custom or plain generated one, or a generated one carrying its queue's
-#: label after "~" (a broker that routes ids by label, ``LabelsIds``; the label: ``keys.queue_label``).
-#: A custom id never holds "~", so it never looks routed.
+#: Any id a task may have: a custom or plain generated one, or one carrying its queue's label after "~"
+#: (made by a broker that routes ids by label, ``LabelsIds``; the label: ``keys.queue_label``), which
+#: may be given again as a custom id (the app then keeps it to a queue of that label).
 ANY_TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}(?:~[A-Za-z0-9._-]{1,16})?")
 QUEUE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 TASK_NAME_RE = re.compile(r"[A-Za-z0-9._:<>-]{1,200}")
@@ -64,20 +64,11 @@ def check_priority(value: object) -> int:
 
 
 def check_task_id(value: object) -> str:
-    """An id to find a task by: a custom id, or a generated one (which may end in ``~<label>``)."""
-    return _check_id(value, ANY_TASK_ID_RE, "[A-Za-z0-9._:-]{1,128}, then optionally ~<label>")
-
-
-def check_custom_task_id(value: object) -> str:
-    """A custom id (the ``task_id`` option): without ``~``, which marks generated ids routed by label."""
-    return _check_id(value, TASK_ID_RE, "[A-Za-z0-9._:-]{1,128}")
-
-
-def _check_id(value: object, pattern: re.Pattern[str], shape: str) -> str:
+    """A task id: ``[A-Za-z0-9._:-]{1,128}``, then optionally ``~<label>`` (see :data:`ANY_TASK_ID_RE`)."""
     if not isinstance(value, str):
         raise TypeError(f"task id must be a str, not {type(value).__name__}")
-    if not pattern.fullmatch(value):
-        raise ValueError(f"task id must match {shape}, got {value!r}")
+    if not ANY_TASK_ID_RE.fullmatch(value):
+        raise ValueError(f"task id must match [A-Za-z0-9._:-]{{1,128}}, then optionally ~<label>, got {value!r}")
     return value
 
 

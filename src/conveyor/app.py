@@ -225,8 +225,11 @@ class Conveyor:
             unique_until = now + (float(window) if window is not None else _UNBOUNDED)
         # positional, in NewTask's field order (cheaper than keywords on every enqueue; docs/performance-notes.md):
         # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
+        task_id = options.get("task_id")
+        if task_id and "~" in task_id:
+            self._check_label(task_id, queue)
         return NewTask(
-            options.get("task_id") or self._new_id(queue),
+            task_id or self._new_id(queue),
             name,
             queue,
             payload,
@@ -243,6 +246,15 @@ class Conveyor:
         ids of ``queue`` by, if it does (``LabelsIds``)."""
         suffix = self._id_suffix
         return new_task_id() if suffix is None else new_task_id() + suffix(queue)
+
+    def _check_label(self, task_id: str, queue: str) -> None:
+        """A custom id carrying a label (one made earlier, enqueued again) goes only to a queue of that
+        label where the broker routes ids by it: stored elsewhere, no call by id would find it."""
+        suffix = self._id_suffix
+        if suffix is not None and not task_id.endswith(suffix(queue)):
+            raise ValueError(
+                f"task id {task_id!r} names another queue's place: ids of {queue!r} end in {suffix(queue)!r}"
+            )
 
     def _declared_options(self, name: str) -> TaskOptions:
         declaration = self.declared.get(name)

@@ -15,13 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from conveyor._validate import (
-    check_custom_task_id,
     check_expires,
     check_int,
     check_priority,
     check_queue,
     check_retry_on,
     check_seconds,
+    check_task_id,
 )
 from conveyor.errors import SerializationError, UnknownBackoff
 from conveyor.retry import Backoff, Exponential, backoff_from_dict, check_backoff, check_travelling_backoff
@@ -81,7 +81,7 @@ class TaskOptions:
 
 _CHECKS: dict[str, Callable[[Any], object]] = {
     "queue": check_queue,
-    "task_id": check_custom_task_id,
+    "task_id": check_task_id,
     "delay": lambda v: check_seconds("delay", v),
     "priority": check_priority,
     "max_retries": lambda v: check_int("max_retries", v),

@@ -52,6 +52,17 @@ def test_a_generated_id_ends_in_its_queues_label(app: Conveyor) -> None:
     assert app.enqueue("job", [3], task_id="order-42", queue="b").id == "order-42"  # custom ids as given
 
 
+def test_a_labelled_id_given_again_goes_only_to_its_queue(app: Conveyor) -> None:
+    """An id the app made, enqueued again as ``task_id`` (after its task is gone): into its own queue,
+    where calls by id find it; another queue's would store it where none would."""
+    made = app.enqueue("job", [1], queue="a").id
+    app.inspect.delete(made)
+    with pytest.raises(ValueError, match="another queue"):
+        app.enqueue("job", [1], task_id=made, queue="b")
+    assert app.enqueue("job", [1], task_id=made, queue="a").id == made
+    assert app.get(made).queue == "a"
+
+
 def test_tasks_are_found_run_and_settled_by_id_alone(app: Conveyor) -> None:
     """Generated ids by the label they carry, custom ids by their entry in the namespace slot."""
     ids = [app.enqueue("job", [n], queue=queue).id for n, queue in enumerate(["a", LONG, "a"])]
