@@ -18,7 +18,7 @@ import pytest
 from conveyor.brokers.redis import RedisBroker, claims
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
-from conveyor.errors import QueueFull
+from conveyor.errors import QueueFull, ReplicationTimeout
 from conveyor.model import NewTask, Outcome, QueueSettings, TaskState
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
@@ -256,4 +256,20 @@ def test_a_custom_id_whose_task_write_never_ran_is_usable_afterwards(server: Red
         record = broker.get("order-7", NOW)
         assert record is not None and record.state is TaskState.COMPLETED
     finally:
+        broker.close()
+
+
+def test_entries_of_tasks_withdrawn_short_of_replicas_are_freed(server: RedisServer) -> None:
+    """``wait_replicas`` with no replica: the chunk is stored, then withdrawn (``ReplicationTimeout``),
+    and its tasks' entries go with them, so the key and the id are free at once."""
+    broker = open_broker(server, "split", "?wait_replicas=1&wait_timeout=10")
+    plain = open_broker(server, "split")
+    try:
+        with pytest.raises(ReplicationTimeout) as short:
+            broker.enqueue([task("1~a", unique_key="u"), custom("order-1", "a"), task("2~a", unique_key="u")], NOW)
+        assert sorted(short.value.withdrawn) == ["1~a", "order-1"]
+        assert holder(broker, "u") is None and entry(broker, "order-1") is None
+        assert plain.enqueue([custom("order-1", "b", unique_key="u")], NOW) == [None]
+    finally:
+        plain.close()
         broker.close()
