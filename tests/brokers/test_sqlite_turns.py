@@ -10,13 +10,14 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor.brokers.sqlite.config import SQLiteConfig
-from conveyor.brokers.sqlite.db import Database
+from conveyor.brokers.sqlite.db import _OVERTAKE, Database
 from conveyor.brokers.sqlite.wake import Doorbell
 from conveyor.testing import poll_until
 
@@ -129,5 +130,40 @@ def test_a_waiter_that_never_takes_its_turn_holds_no_writer_up_for_good(db_path:
             for _ in range(3):  # each steps aside a bounded time, then writes
                 db.write(insert)
             assert db.read(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 3
+    finally:
+        db.close()
+
+
+def test_a_writer_goes_on_a_while_before_it_lets_a_waiter_go_first(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Letting a waiter go first at every write makes a writer that writes back to back (a producer)
+    wait for each of the other's commits; it does so once it has seen the waiter for ``_OVERTAKE``."""
+    db = Database(SQLiteConfig(str(db_path)))
+    looks: list[int] = []  # per write, how often it asked whether others wait: more than once, it stepped aside
+    asked = db._turn.others_waiting
+
+    def counted() -> bool:
+        looks[-1] += 1
+        return asked()
+
+    monkeypatch.setattr(db._turn, "others_waiting", counted)
+    started: list[float] = []
+
+    def stepped_aside() -> bool:
+        looks.append(0)
+        started.append(time.monotonic())
+        db.write(lambda conn: conn.execute("INSERT INTO t VALUES (1)"))
+        return looks[-1] > 1
+
+    try:
+        with _waiter(db_path):
+            looks.append(0)
+            db.write(lambda conn: conn.execute("CREATE TABLE t (n INTEGER)"))  # rings: finds the waiter's reader
+            assert not stepped_aside()  # the first write that sees it waiting goes on
+            first = started[-1]
+            poll_until(stepped_aside, timeout=10.0, message="a write to let the waiter go first")
+            assert started[-1] - first >= _OVERTAKE
+            assert not stepped_aside()  # its turn given, the writer goes on again for a while
     finally:
         db.close()

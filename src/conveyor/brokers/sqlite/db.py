@@ -21,9 +21,9 @@ the whole transaction until ``busy_timeout`` has passed, then raises ``BrokerUna
 that does not ring (another tool; a process killed mid-transaction, whose lock the kernel releases)
 is covered by the waits' timeouts: short, jittered and growing to ``_RETRY_MAX``. A writer waiting
 for its turn marks itself (``Doorbell.queue_up``), and a writer of another process about to begin
-lets it go first, for at most ``_STEP_ASIDE``: else the writer that just rang, still running, takes
-the lock again before the one it woke has run, and a worker's claim can wait behind a producer's
-back-to-back enqueues for as long as they last.
+lets it go first, for at most ``_STEP_ASIDE``, once it has seen it waiting for ``_OVERTAKE``: else the
+writer that just rang, still running, takes the lock again before the one it woke has run, and a
+worker's claim can wait behind a producer's back-to-back enqueues for as long as they last.
 
 **Writes that need no sync of their own** (``write(fn, durable=False)``: a claim that settles
 nothing) commit at ``synchronous=NORMAL`` when the file's setting is ``FULL`` or ``EXTRA``: the
@@ -60,6 +60,7 @@ T = TypeVar("T")
 _RETRY_FIRST = 0.002  # seconds: the first wait for a locked file (a ring ends it sooner)
 _RETRY_MAX = 0.01
 _STEP_ASIDE = 0.005  # seconds: the longest a writer lets waiting writers of other processes go first
+_OVERTAKE = 0.005  # seconds: how long a writer goes on before it lets them go first
 _STEP = 0.0001
 #: The ``synchronous`` settings under which a write that needs no sync of its own commits at ``NORMAL``.
 _LOWERED = ("FULL", "EXTRA")
@@ -80,6 +81,7 @@ class Database:
         self._conns_lock = threading.RLock()  # re-entrant: a finalizer may run wherever a slot goes
         self._generation = 0
         self._lowers = config.synchronous in _LOWERED  # non-durable writes may skip their sync
+        self._waiters_since: float | None = None  # when this process first saw another waiting (monotonic)
         self._check_path()
         try:
             self._retry(self._open_schema)
@@ -302,11 +304,21 @@ class Database:
                 self._turn.leave_queue()
 
     def _step_aside(self) -> None:
-        """Let writers of other processes that wait for their turn go first, for at most ``_STEP_ASIDE``."""
+        """Let writers of other processes that have waited for their turn since ``_OVERTAKE`` s go first,
+        for at most ``_STEP_ASIDE`` (write_lock held)."""
         turn = self._turn
         if not turn.others_waiting():
+            self._waiters_since = None
             return
-        deadline = time.monotonic() + _STEP_ASIDE
+        now = time.monotonic()
+        if self._waiters_since is None:
+            self._waiters_since = now
+        if now - self._waiters_since < _OVERTAKE:
+            # a turn after every write would make a busy writer wait for each of the other's commits;
+            # overtaken a few ms, the waiter then does more in one (a worker claims what came meanwhile)
+            return
+        self._waiters_since = None
+        deadline = now + _STEP_ASIDE
         while time.monotonic() < deadline:
             time.sleep(_STEP)  # the waiter ends its wait by taking the lock, and leaves the queue after
             if not turn.others_waiting():
