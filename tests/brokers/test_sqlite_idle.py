@@ -113,6 +113,32 @@ def test_resuming_a_paused_queue_wakes_an_idle_consumer(
     assert [record.id for record in consumer.claim(["held"], NOW, 30.0, 10)] == ["h1"]
 
 
+def test_a_task_scheduled_to_fall_due_soon_wakes_an_idle_consumer(
+    consumer: SQLiteBroker, producer: SQLiteBroker, db_path: Path
+) -> None:
+    """Its claim before the wait knew of no such task: woken, it claims and learns when it falls due."""
+    assert _idle(consumer, "soon", db_path) == []
+    producer.enqueue([NewTask("s1", "job", "soon", "[]", run_at=NOW + 5.0)], NOW)
+    started = time.monotonic()
+    assert consumer.wait_for_work(["soon"], 0.3) is True
+    assert time.monotonic() - started < 0.3
+
+
+def test_a_retry_settled_by_another_connection_wakes_an_idle_consumer(
+    consumer: SQLiteBroker, producer: SQLiteBroker, db_path: Path
+) -> None:
+    """As a worker's acker settles a failed task with no backoff while its fetcher waits."""
+    producer.enqueue([NewTask("r1", "job", "again", "[]")], NOW)
+    assert _idle(consumer, "again", db_path) == ["r1"]
+    held = consumer.get("r1", NOW)
+    assert held is not None and held.lease_token is not None
+    assert producer.settle([Outcome("r1", held.lease_token, "retry", error="boom", run_at=NOW)], NOW) == [True]
+    started = time.monotonic()
+    assert consumer.wait_for_work(["again"], 0.3) is True
+    assert time.monotonic() - started < 0.3
+    assert [record.id for record in consumer.claim(["again"], NOW, 30.0, 10)] == ["r1"]
+
+
 def test_a_commit_of_another_process_to_another_queue_does_not_wake_an_idle_consumer(
     consumer: SQLiteBroker, db_path: Path
 ) -> None:

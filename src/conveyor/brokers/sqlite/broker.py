@@ -9,6 +9,7 @@ connections and busy handling, ``schema`` for the layout, ``events`` for cross-p
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import sqlite3
 import threading
@@ -121,10 +122,11 @@ class SQLiteBroker:
             return result
 
         outcome = self._db.write(attempt, durable)
-        events = last[0].events
+        events, soon = last[0].events, last[0].due_soon
         # after the commit, so a consumer it wakes sees the task; a freed slot makes a pending task
-        # claimable too (idle waiters wake only on rings: ``wait_for_work``)
-        for queue in {event[3] for event in events if event[2] == _PENDING} | freed:
+        # claimable too, and a task falling due soon may do so before its waiter's next claim (idle
+        # waiters wake only on rings and when a task they know of falls due: ``wait_for_work``)
+        for queue in {event[3] for event in events if event[2] == _PENDING} | freed | soon:
             self._bell(queue).ring()
         if events and self._events.active:
             self._events.deliver([Event(*event) for event in events])
@@ -149,16 +151,19 @@ class SQLiteBroker:
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
         self._note_claim()  # before the claim: no commit after it goes unseen
-        records = self._write(lambda tx: ops.claim(tx, names, now, lease_for, limit), durable=False)
+        records, due = self._write(lambda tx: ops.claim_noting_due(tx, names, now, lease_for, limit), durable=False)
+        self._seen.due_in = None if due is None else due - now
         if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
             for queue in {record.queue for record in records}:
                 self._bell(queue).ring()
         return records
 
     def _note_claim(self) -> None:
-        """What ``wait_for_work`` compares with: this thread's ``data_version`` and time before its claim."""
+        """What ``wait_for_work`` compares with: this thread's ``data_version`` and time before its claim
+        (and, once it is made, how long after it the claim's queues have a task falling due)."""
         self._seen.at = time.monotonic()
         self._seen.version = self._db.data_version()
+        self._seen.due_in = None
 
     def _bell(self, queue: str) -> Doorbell:
         bell = self._bells.get(queue)
@@ -168,17 +173,22 @@ class SQLiteBroker:
         return bell
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block up to ``timeout`` s until a commit may have made a task of ``queues`` pending.
+        """Block up to ``timeout`` s until a commit may have made a task of ``queues`` pending, or one
+        of their tasks falls due.
 
         Sleeps on the wake-up FIFOs of ``queues`` (``wake``), which a broker rings after a commit that
-        made a task of that queue pending, so an idle worker wakes within a scheduler hop of an
-        enqueue. A commit that rang none of them (another process settling its own work) does not
-        wake it: while other processes drain, an idle worker's every wake-up would be a claim that
-        finds nothing, a write transaction competing for the lock. Writers that do not ring (other
-        tools, versions before the FIFOs per queue) are seen by ``PRAGMA data_version`` (a read of
-        shared memory, no I/O, no lock), compared with its value before this thread's last claim every
-        ``_WAKE_CHECK_RUNG`` s; at once when a FIFO was not yet listened to at that claim (a ring then
-        may have found no reader); every ``_WAKE_CHECK`` s where there is no FIFO. True is a hint.
+        made a task of that queue pending, or scheduled or retried it within a minute (``tx``), so an
+        idle worker wakes within a scheduler hop of an enqueue. A commit that rang none of them
+        (another process settling its own work) does not wake it: while other processes drain, an
+        idle worker's every wake-up would be a claim that finds nothing, a write transaction competing
+        for the lock. A task falls due with no commit at all: this thread's last claim read when the
+        first scheduled or retry task of its queues does (``ops.next_due``), and the wait ends then,
+        so the next claim takes it at its due time, not at the caller's next poll. Writers that do not
+        ring (other tools, versions before the FIFOs per queue) are seen by ``PRAGMA data_version`` (a
+        read of shared memory, no I/O, no lock), compared with its value before this thread's last
+        claim every ``_WAKE_CHECK_RUNG`` s; at once when a FIFO was not yet listened to at that claim
+        (a ring then may have found no reader); every ``_WAKE_CHECK`` s where there is no FIFO. True
+        is a hint.
         """
         bells = [self._bell(queue) for queue in queues]
         rung = all([bell.listen() for bell in bells])  # before the check: a ring after it is not lost
@@ -186,8 +196,11 @@ class SQLiteBroker:
         if seen is None:
             seen = self._db.data_version()
         claimed_at = getattr(self._seen, "at", None)
+        due_in = getattr(self._seen, "due_in", None)
         now = time.monotonic()
         deadline = now + timeout
+        due_at = claimed_at + due_in if claimed_at is not None and due_in is not None else math.inf
+        end = min(deadline, due_at)
         heard = rung and claimed_at is not None and all(bell.heard_since(claimed_at) for bell in bells)
         check_at = now + _WAKE_CHECK_RUNG if heard else now
         while True:
@@ -196,9 +209,9 @@ class SQLiteBroker:
                 if self._db.data_version() != seen:
                     return True
                 check_at = now + (_WAKE_CHECK_RUNG if rung else _WAKE_CHECK)
-            remaining = deadline - now
+            remaining = end - now
             if remaining <= 0:
-                return False
+                return due_at <= deadline  # a task falls due now, or the time is up
             if not rung:
                 time.sleep(min(check_at - now, remaining))
             elif wait_any(bells, min(check_at - now, remaining)):
@@ -214,12 +227,14 @@ class SQLiteBroker:
         """``settle`` then ``claim`` in one transaction: one commit (one disk sync under FULL) for both."""
         batch, names = list(outcomes), list(queues)
 
-        def run(tx: Tx) -> tuple[list[bool], list[TaskRecord]]:
+        def run(tx: Tx) -> tuple[list[bool], tuple[list[TaskRecord], float | None]]:
             applied = ops.settle(tx, batch, now)
-            return applied, ops.claim(tx, names, now, lease_for, limit)
+            return applied, ops.claim_noting_due(tx, names, now, lease_for, limit)
 
         self._note_claim()  # as in claim()
-        return self._write(run, durable=bool(batch))  # what settles is synced; a claim alone need not be
+        applied, (records, due) = self._write(run, durable=bool(batch))  # a claim alone need not be synced
+        self._seen.due_in = None if due is None else due - now
+        return applied, records
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
         return self._write(lambda tx: ops.extend(tx, task_id, token, now, lease_for))

@@ -23,7 +23,7 @@ from conveyor.model import (
     TaskState,
 )
 
-__all__ = ["claim", "clean", "enqueue", "extend", "settle"]
+__all__ = ["claim", "claim_noting_due", "clean", "enqueue", "extend", "next_due", "settle"]
 
 _S = TaskState
 _PENDING, _SCHEDULED, _ACTIVE, _COMPLETED = _S.PENDING.value, _S.SCHEDULED.value, _S.ACTIVE.value, _S.COMPLETED.value
@@ -51,6 +51,11 @@ _PRELUDE = (
 #: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
 _READY = "SELECT seq FROM tasks WHERE queue = ? AND state = 'pending' ORDER BY sort_key, seq LIMIT ?"
 _CLAIM_BY_COUNT: dict[int, str] = {}
+#: When a queue's first scheduled task and its first retry fall due (``tasks_order``: one index step each).
+_NEXT_DUE = (
+    "SELECT (SELECT min(sort_key) FROM tasks WHERE queue = ?1 AND state = 'scheduled'),"
+    " (SELECT min(sort_key) FROM tasks WHERE queue = ?1 AND state = 'retry')"
+)
 #: Claimed tasks read whole (append ``(?, ...)``): those the claim's ``RETURNING`` flagged.
 _CLAIMED_WHOLE = f"SELECT {CLAIMED} FROM tasks WHERE seq IN"
 
@@ -142,6 +147,7 @@ def enqueue(tx: Tx, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         if task.unique_key is not None and task.unique_until is not None:
             uniques.append((task.unique_key, task.id, task.unique_until))
         events.append((task.id, None, row[3], task.queue, now))
+        tx.note_due(task.queue, row[9], now)
     if rows:
         replaced = [task.id for task, dup in zip(tasks, results, strict=True) if dup is None and task.id in stale]
         for chunk in _chunks(replaced):
@@ -169,11 +175,12 @@ def _enqueue_one(tx: Tx, task: NewTask, now: float, aging: float | None, known: 
     if not known:
         conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (task.queue,))
     tx.events.append((task.id, None, row[3], task.queue, now))
+    tx.note_due(task.queue, row[9], now)
     return None
 
 
 def _row(task: NewTask, now: float, aging: float | None) -> tuple[Any, ...]:
-    """The ``_INSERT_TASK`` parameters of a new task (its state is the fourth)."""
+    """The ``_INSERT_TASK`` parameters of a new task (its state is the fourth, its due time the tenth)."""
     due = task.run_at if task.run_at is not None and task.run_at > now else None
     if due is None:
         state, key = _PENDING, ready_key(task.priority, now, aging)
@@ -258,6 +265,22 @@ def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: in
             claimed.extend([fresh(row, now, expires) for row in rows])
         events.extend([(row[1], _PENDING, _ACTIVE, queue, now) for row in rows])
     return claimed
+
+
+def claim_noting_due(
+    tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: int
+) -> tuple[list[TaskRecord], float | None]:
+    """:func:`claim`, and when it took less than ``limit`` (its consumer may go idle), when the next
+    task of ``queues`` falls due (:func:`next_due`): the consumer's wait for work ends then."""
+    records = claim(tx, queues, now, lease_for, limit)
+    return records, next_due(tx, queues) if len(records) < limit else None
+
+
+def next_due(tx: Tx, queues: Sequence[str]) -> float | None:
+    """When the first scheduled or retry task of ``queues`` falls due (None: there is none)."""
+    tx.flush()
+    found = [due for queue in queues for due in tx.conn.execute(_NEXT_DUE, (queue,)).fetchone() if due is not None]
+    return min(found, default=None)
 
 
 def _claim_sql(count: int) -> str:

@@ -35,6 +35,10 @@ EventRow = tuple[str, str | None, str, str, float]
 LISTENING = "EXISTS (SELECT 1 FROM listeners WHERE until > ?1 AND origin != ?2)"
 _LISTENING = f"SELECT {LISTENING}"
 _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queue, at) VALUES (?, ?, ?, ?, ?, ?)"
+#: A task scheduled or retried to fall due within this many seconds rings its queue after the commit
+#: (``SQLiteBroker._write``), so a waiting worker learns when it falls due; of a later one it learns at
+#: its next claim, which comes sooner (a worker claims every ``poll_interval`` while idle).
+_DUE_SOON = 60.0
 
 
 class Tx:
@@ -48,6 +52,7 @@ class Tx:
         #: what it reads first; any time in a write transaction is as good as its end).
         self.listening: bool | None = None
         self.events: list[EventRow] = []
+        self.due_soon: set[str] = set()  # queues given a task falling due within _DUE_SOON s (``note_due``)
         self._writes: dict[int, tuple[Any, ...]] = {}
         self._settings: dict[str, QueueSettings] = {}
         self._known: set[str] = set()  # queues with a row in ``queues``
@@ -114,7 +119,14 @@ class Tx:
         self._writes[stored.seq] = update_params(stored, sort_key(rec, stored.ready_at, aging))
         if old is not rec.state:
             self.events.append((rec.id, old and old.value, rec.state.value, rec.queue, now))
+        if rec.state is _S.SCHEDULED or rec.state is _S.RETRY:
+            self.note_due(rec.queue, rec.next_run_at, now)
         return stored
+
+    def note_due(self, queue: str, due: float | None, now: float) -> None:
+        """A task of ``queue`` falls due at ``due`` (None: it waits for no time)."""
+        if due is not None and due - now < _DUE_SOON:
+            self.due_soon.add(queue)
 
     def change(self, stored: Stored, change: Change, now: float) -> Stored:
         """Apply a rule's ``change`` (``conveyor.brokers.transitions``) to ``stored`` and buffer its row."""
