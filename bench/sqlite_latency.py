@@ -38,10 +38,10 @@ from bench.measure import percentile
 from bench.peer_runs import HERE, ROOT, Peer, PeerRunner
 from bench.server import Server, choose_placement
 
-__all__ = ["main", "measure"]
+__all__ = ["NoServer", "main", "measure"]
 
 
-class _NoServer:
+class NoServer:
     """What ``PeerRunner`` asks of the Redis server, for a peer that stores in a file: nothing."""
 
     url = "redis://127.0.0.1:1/0"  # never used: the peer's BENCH_URL names the SQLite file
@@ -60,7 +60,7 @@ def measure(directory: Path, n: int, src: Path | None, log_dir: Path, synchronou
     if src is not None:
         env.append(("PYTHONPATH", os.pathsep.join([str(src), str(ROOT), str(HERE / "peers")])))
     peer = Peer("Conveyor (sqlite)", "conveyor", tuple(env))
-    runner = PeerRunner(Path(sys.executable), cast("Server", _NoServer()), peer, "default", log_dir)
+    runner = PeerRunner(Path(sys.executable), cast("Server", NoServer()), peer, "default", log_dir)
     for suffix in ("", "-wal", "-shm", "-wake", "-turn"):
         Path(f"{directory / 'bench.db'}{suffix}").unlink(missing_ok=True)
     return runner.latency(n, 120)
