@@ -34,14 +34,10 @@ print(json.dumps(lateness([
 
 
 def _python(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python <args>`` from the repository's root, with ``bench`` importable."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=100, check=False
     )
 
 

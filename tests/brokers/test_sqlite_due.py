@@ -8,35 +8,12 @@ before a wait reads when the first such task of its queues does (``ops.next_due`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from conveyor.brokers.sqlite import SQLiteBroker
-from conveyor.model import BrokerPolicy, NewTask, Outcome
+from conveyor.model import NewTask, Outcome
 
 NOW = 1_000_000.0
 DUE = 0.3
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "conveyor.db"
-
-
-@pytest.fixture
-def consumer(db_path: Path) -> Iterator[SQLiteBroker]:
-    broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
-def producer(db_path: Path) -> Iterator[SQLiteBroker]:
-    broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
-    yield broker
-    broker.close()
 
 
 def _waited_until_due(consumer: SQLiteBroker, queue: str) -> float:

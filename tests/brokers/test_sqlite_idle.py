@@ -11,13 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor.brokers.sqlite import SQLiteBroker
-from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings
+from conveyor.model import NewTask, Outcome, QueueSettings
 
 NOW = 1_000_000.0
 
@@ -45,32 +44,12 @@ broker.close()
 """
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "conveyor.db"
-
-
-@pytest.fixture
-def consumer(db_path: Path) -> Iterator[SQLiteBroker]:
-    broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
-    yield broker
-    broker.close()
-
-
 def _other(db_path: Path, queue: str, seconds: float = 0.0) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", _OTHER, f"sqlite:///{db_path}", queue, repr(seconds)])
 
 
 def _run_other(db_path: Path, queue: str) -> None:
     assert _other(db_path, queue).wait(60) == 0
-
-
-@pytest.fixture
-def producer(db_path: Path) -> Iterator[SQLiteBroker]:
-    """Another connection in this process (as a worker's acker thread has its own)."""
-    broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
-    yield broker
-    broker.close()
 
 
 def _idle(consumer: SQLiteBroker, queue: str, db_path: Path) -> list[str]:
