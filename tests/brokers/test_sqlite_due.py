@@ -47,3 +47,13 @@ def test_a_task_of_another_queue_falling_due_does_not_end_the_wait(
     started = time.monotonic()
     assert consumer.wait_for_work(["default"], 0.3) is False
     assert time.monotonic() - started >= 0.3
+
+
+def test_a_due_time_ends_one_wait_only(consumer: SQLiteBroker, producer: SQLiteBroker) -> None:
+    """A caller that waits again before it claims (draining rings, say) is not woken at once forever."""
+    producer.enqueue([NewTask("later", "job", "default", "[]", run_at=NOW + 0.05)], NOW)
+    assert consumer.claim(["default"], NOW, 30.0, 10) == []
+    assert consumer.wait_for_work(["default"], 10.0) is True
+    started = time.monotonic()
+    assert consumer.wait_for_work(["default"], 0.2) is False
+    assert time.monotonic() - started >= 0.2

@@ -211,7 +211,10 @@ class SQLiteBroker:
                 check_at = now + (_WAKE_CHECK_RUNG if rung else _WAKE_CHECK)
             remaining = end - now
             if remaining <= 0:
-                return due_at <= deadline  # a task falls due now, or the time is up
+                if due_at > deadline:
+                    return False
+                self._seen.due_in = None  # once: a caller that waits again before claiming sleeps
+                return True
             if not rung:
                 time.sleep(min(check_at - now, remaining))
             elif wait_any(bells, min(check_at - now, remaining)):
