@@ -10,7 +10,15 @@ from collections.abc import Callable, Coroutine, Iterable
 from functools import cached_property
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from conveyor._validate import check_expires, check_int, check_queue, check_seconds, check_task_name, check_when
+from conveyor._validate import (
+    check_expires,
+    check_int,
+    check_partitions,
+    check_queue,
+    check_seconds,
+    check_task_name,
+    check_when,
+)
 from conveyor.brokers import default_url, open_broker
 from conveyor.brokers.base import AppliesPolicy, Broker, LabelsIds, SharesClock
 from conveyor.clock import Clock, check_clock
@@ -251,7 +259,8 @@ class Conveyor:
         """A custom id carrying a label (one made earlier, enqueued again) goes only to a queue of that
         label where the broker routes ids by it: stored elsewhere, no call by id would find it."""
         suffix = self._id_suffix
-        if suffix is not None and not task_id.endswith(suffix(queue)):
+        # a partition's label is "<queue's label>|<suffix>": any partition of the queue will do
+        if suffix is not None and task_id.rpartition("~")[2].partition("|")[0] != suffix(queue)[1:].partition("|")[0]:
             raise ValueError(
                 f"task id {task_id!r} names another queue's place: ids of {queue!r} end in {suffix(queue)!r}"
             )
@@ -288,16 +297,22 @@ class Conveyor:
         max_size: int | None = None,
         concurrency: int | None = None,
         aging: float | None = None,
+        partitions: int = 1,
     ) -> None:
-        """Store a queue's limits in the broker (every process sees them). None: unbounded / no aging."""
+        """Store a queue's limits in the broker (every process sees them). None: unbounded / no aging.
+        ``partitions``: parts the queue is spread over (1 to ``MAX_PARTITIONS``), where the broker
+        splits queues over slots (docs/architecture.md, "Partitions")."""
         check_queue(name)
+        check_partitions(partitions)
         check_int("max_size", max_size, minimum=0, allow_none=True)
         check_int("concurrency", concurrency, minimum=1, allow_none=True)
         if aging is not None:
             check_seconds("aging", aging)
             if aging == 0:
                 raise ValueError("aging must be > 0 (None disables aging)")
-        self.broker.configure_queue(QueueSettings(name, max_size, concurrency, None if aging is None else float(aging)))
+        self.broker.configure_queue(
+            QueueSettings(name, max_size, concurrency, None if aging is None else float(aging), partitions=partitions)
+        )
 
     @cached_property
     def inspect(self) -> Inspector:

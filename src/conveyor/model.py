@@ -173,6 +173,11 @@ class LeaseStatus:
     cancel_requested: bool = False  # set only by older versions (a cancel now revokes the lease)
 
 
+#: The most partitions a queue may have: past this each partition's slot window (16384 / N slots) is
+#: too narrow to matter and every call over the queue would visit more slots than a cluster has masters.
+MAX_PARTITIONS = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     """Per-queue settings, stored in the broker so that every process sees them.
@@ -180,6 +185,9 @@ class QueueSettings:
     ``max_size``: most unfinished tasks the queue may hold (None: unbounded).
     ``concurrency``: most active tasks across all workers (None: unbounded).
     ``aging``: seconds of waiting that raise a ready task's priority by one step (None: no aging).
+    ``partitions``: how many parts the queue is split into where a broker spreads one queue over
+    several slots (Redis with a slot per queue, docs/architecture.md "Partitions"); memory, SQLite
+    and Redis layout 4 store and report it and keep the queue one.
     """
 
     name: str
@@ -187,6 +195,7 @@ class QueueSettings:
     concurrency: int | None = None
     aging: float | None = None
     paused: bool = False
+    partitions: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, Exponential, FakeClock, Fixed, Retry, SerializationError, TaskState
+from conveyor.errors import ConfigurationError
+from conveyor.model import MAX_PARTITIONS
 
 NAN, INF = math.nan, math.inf
 
@@ -223,6 +225,10 @@ def test_a_bad_argument_is_refused_before_the_broker_opens(tmp_path: Path, argum
         ({"aging": -5}, ValueError),
         ({"aging": NAN}, ValueError),
         ({"aging": "slow"}, TypeError),
+        ({"partitions": 0}, ConfigurationError),
+        ({"partitions": MAX_PARTITIONS + 1}, ConfigurationError),
+        ({"partitions": 2.0}, TypeError),
+        ({"partitions": True}, TypeError),
     ],
 )
 def test_bad_queue_setting_is_rejected(app: Conveyor, settings: dict[str, Any], error: type[Exception]) -> None:

@@ -49,8 +49,8 @@ def list_tasks(
 
 def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
     settings = {
-        row[0]: QueueSettings(row[0], row[1], row[2], row[3], bool(row[4]))
-        for row in conn.execute("SELECT name, max_size, concurrency, aging, paused FROM queues")
+        row[0]: QueueSettings(row[0], row[1], row[2], row[3], bool(row[4]), row[5])
+        for row in conn.execute("SELECT name, max_size, concurrency, aging, paused, partitions FROM queues")
     }
     counts: dict[str, dict[str, int]] = {name: empty_counts() for name in settings}
     for queue, state, count in conn.execute(
@@ -72,9 +72,10 @@ def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
 def configure_queue(tx: Tx, settings: QueueSettings) -> None:
     old = load_settings(tx.conn, settings.name)
     tx.execute(
-        "INSERT INTO queues (name, max_size, concurrency, aging) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
-        " SET max_size = excluded.max_size, concurrency = excluded.concurrency, aging = excluded.aging",
-        (settings.name, settings.max_size, settings.concurrency, settings.aging),
+        "INSERT INTO queues (name, max_size, concurrency, aging, partitions) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (name) DO UPDATE SET max_size = excluded.max_size, concurrency = excluded.concurrency,"
+        " aging = excluded.aging, partitions = excluded.partitions",
+        (settings.name, settings.max_size, settings.concurrency, settings.aging, settings.partitions),
     )
     if old.aging != settings.aging:  # the only rescoring: ready keys depend on aging (see base.ready_key)
         aging = settings.aging or 0.0

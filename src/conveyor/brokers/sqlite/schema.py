@@ -14,7 +14,7 @@ entry when its holder row is deleted. ``queues`` rowids keep the order in which 
 row per minute and queue, written by ``settle`` in its transaction and pruned by ``clean``. Version 2
 also adds ``tasks.max_retries``: the retry limit the task's latest failed execution ran with. Version 5
 adds ``tasks.traceback``: the bounded traceback of the task's latest failed execution (NULL for tasks
-that never failed, so a success writes nothing more).
+that never failed, so a success writes nothing more). Version 6 adds ``queues.partitions``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from conveyor.errors import ConfigurationError, SchemaError
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The layout this code reads and writes. A file with a higher ``user_version`` is refused.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _V1 = (
     """
@@ -123,8 +123,11 @@ _V4 = ("CREATE TABLE worker_commands (id TEXT PRIMARY KEY, command TEXT NOT NULL
 #: Version 5: the traceback of a task's latest failed execution (``TaskRecord.traceback``).
 _V5 = ("ALTER TABLE tasks ADD COLUMN traceback TEXT",)
 
+#: Version 6: a queue's ``partitions`` (``QueueSettings``), stored and reported; SQLite keeps the queue one.
+_V6 = ("ALTER TABLE queues ADD COLUMN partitions INTEGER NOT NULL DEFAULT 1",)
+
 #: ``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
