@@ -13,8 +13,9 @@ from conveyor.model import MAX_PARTITIONS
 TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: Any id a task may have: a custom or plain generated one, or one carrying its queue's label after "~"
 #: (made by a broker that routes ids by label, ``LabelsIds``; the label: ``keys.queue_label``), which
-#: may be given again as a custom id (the app then keeps it to a queue of that label).
-ANY_TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}(?:~[A-Za-z0-9._-]{1,16})?")
+#: may be given again as a custom id (the app then keeps it to a queue of that label); a partition's
+#: label adds "|" and a base-36 suffix (``keys.partition_labels``: 3 digits at most up to 1024).
+ANY_TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}(?:~[A-Za-z0-9._-]{1,16}(?:\|[0-9a-z]{1,4})?)?")
 QUEUE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 TASK_NAME_RE = re.compile(r"[A-Za-z0-9._:<>-]{1,200}")
 

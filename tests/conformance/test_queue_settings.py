@@ -1,4 +1,4 @@
-"""Queue settings live in the broker: max_size, concurrency, aging, paused."""
+"""Queue settings live in the broker: max_size, concurrency, aging, paused, partitions."""
 
 from __future__ import annotations
 
@@ -125,3 +125,20 @@ def test_reconfiguring_a_queue_keeps_it_paused(app: Conveyor) -> None:
     app.inspect.pause("default")
     app.configure_queue("default", max_size=5)
     assert app.inspect.queues()[0].settings.paused is True
+
+
+def test_partitions_are_one_unless_configured_and_reported_as_configured(app: Conveyor, noop: str) -> None:
+    app.enqueue(noop)
+    app.configure_queue("other", max_size=9, partitions=3)
+    assert {info.name: info.settings.partitions for info in app.inspect.queues()} == {"default": 1, "other": 3}
+    assert app.inspect.queue("other").settings.max_size == 9
+
+
+def test_a_partitioned_queue_loses_no_task_when_its_partitions_change(app: Conveyor, noop: str) -> None:
+    app.configure_queue("default", partitions=4)
+    handles = [app.enqueue(noop, [n]) for n in range(12)]
+    app.configure_queue("default", partitions=2)
+    handles += [app.enqueue(noop, [n]) for n in range(12, 16)]
+    assert app.worker().run_until_idle() == 16
+    assert {app.get(handle.id).result for handle in handles} == set(range(16))
+    assert app.inspect.queue("default").settings.partitions == 2

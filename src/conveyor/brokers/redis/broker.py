@@ -25,7 +25,6 @@ from typing import Any, cast
 
 from conveyor.brokers.base import EventCallback, Finding
 from conveyor.brokers.redis import admin, claims, preflight
-from conveyor.brokers.redis.addressing import RedisCalls
 from conveyor.brokers.redis.calls import (
     ENQUEUE_CHUNK,
     SETTLE_CHUNK,
@@ -42,6 +41,7 @@ from conveyor.brokers.redis.faults import Refused, translate_errors
 from conveyor.brokers.redis.replication import Unreplicated
 from conveyor.brokers.redis.scripts import Arg
 from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.brokers.redis.spread import Spreading
 from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
 from conveyor.errors import BrokerError, InvalidTransition, QueueFull, TaskNotFound
@@ -65,7 +65,7 @@ __all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
 MAINTENANCE_BUDGET = 1000
 
 
-class RedisBroker(RedisCalls):
+class RedisBroker(Spreading):
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
 
     @classmethod
@@ -78,7 +78,7 @@ class RedisBroker(RedisCalls):
         keys = self.keys
         if keys.one_slot:
             return self._enqueue(keys.prefix, tasks, now)
-        groups = self._by_slot(tasks, lambda task: keys.queue_prefix(task.queue))
+        groups = self._by_slot(tasks, self._enqueue_prefix)  # a partition each (spread.py)
         results: list[str | None] = [None] * len(tasks)
         for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
             for place, result in zip(places, self._enqueue(prefix, [tasks[i] for i in places], now), strict=True):
@@ -125,7 +125,8 @@ class RedisBroker(RedisCalls):
         unique keys are claimed in the namespace slot first (``claims.py``); an ``Unreplicated`` it
         raises carries these results."""
         if not self.keys.one_slot and any(claims.needs_claims(task) for task in chunk):
-            return claims.store_claimed(self, chunk, float(now), lambda rest: self._store_checked(prefix, now, rest))
+            store = lambda rest: self._store_checked(prefix, now, rest)  # noqa: E731
+            return claims.store_claimed(self, chunk, float(now), store, prefix)
         return self._store_checked(prefix, now, chunk)
 
     def _store_checked(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
@@ -225,6 +226,7 @@ class RedisBroker(RedisCalls):
         moved = 0
         for prefix in self._slots():
             moved += int(self._call("promote", prefix, now, max(0, limit - moved)))
+        self._drop_retired()
         return moved
 
     def reap(self, now: float, limit: int = 1000) -> int:
@@ -236,10 +238,9 @@ class RedisBroker(RedisCalls):
     def clean(self, now: float, limit: int = 1000) -> int:
         queues = self._registered()
         removed = 0
-        for prefix, places in self._by_slot(queues, self.keys.queue_prefix):
+        for prefix, group in self._slot_groups(queues):
             if removed >= limit:
                 break
-            group = [queues[i] for i in places]
             removed += int(self._call("clean", prefix, now, limit - removed, self.policy.max_archived, *group))
         return removed
 
@@ -259,15 +260,21 @@ class RedisBroker(RedisCalls):
         self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100
     ) -> list[TaskRecord]:
         state = TaskState(state)
-        prefix = self.keys.queue_prefix(queue)
-        return self._records(self._call("list", prefix, now, queue, state.value, max(0, offset), max(0, limit)))
+        offset, limit = max(0, offset), max(0, limit)
+        prefixes = self._queue_prefixes(queue)
+        if len(prefixes) == 1:
+            return self._records(self._call("list", prefixes[0], now, queue, state.value, offset, limit))
+        items: list[Any] = []  # partition after partition (spread.py): each read from its start
+        for prefix in prefixes:
+            items += self._call("list", prefix, now, queue, state.value, 0, offset + limit)
+        return self._records(items[offset : offset + limit])
 
     def queues(self, now: float) -> list[QueueInfo]:
         queues = self._registered()
         rows: list[Any] = []
-        for prefix, places in self._by_slot(queues, self.keys.queue_prefix):
-            rows += self._call("stats", prefix, now, *(queues[i] for i in places))
-        return admin.queue_infos(rows)
+        for prefix, group in self._slot_groups(queues):
+            rows += self._call("stats", prefix, now, *group)
+        return self._queue_infos(rows, admin.queue_infos)
 
     # -- queue settings ------------------------------------------------------------------------
 
@@ -279,12 +286,17 @@ class RedisBroker(RedisCalls):
         def text(value: float | None) -> str:
             return "" if value is None else repr(value)
 
-        name = settings.name
-        limits = (text(settings.max_size), text(settings.concurrency), text(settings.aging))
-        self._call("configure", self.keys.queue_prefix(name), 0.0, name, *limits)
-        self._register(name)
+        def configure(prefix: str, part: QueueSettings) -> None:
+            limits = (text(part.max_size), text(part.concurrency), text(part.aging))
+            self._call("configure", prefix, 0.0, part.name, *limits)
+
+        self._configure_spread(settings, configure)  # each partition's share (spread.py)
+        self._register(settings.name)
 
     def set_paused(self, queue: str, paused: bool) -> None:
+        prefixes = self._queue_prefixes(queue)
+        if len(prefixes) > 1:  # every partition, then the registry
+            self._write_pause(queue, prefixes, paused)
         admin.set_paused(self._client, self.keys, queue, paused)
 
     def forget_queue(self, queue: str) -> int | None:
@@ -327,7 +339,12 @@ class RedisBroker(RedisCalls):
         if state is TaskState.ACTIVE:
             raise InvalidTransition("cannot purge active tasks; cancel them first")
         count = -1 if limit is None else max(0, limit)
-        return int(self._call("purge", self.keys.queue_prefix(queue), now, queue, state.value, count))
+        purged = 0
+        for prefix in self._queue_prefixes(queue):
+            if count >= 0 and purged >= count:
+                break
+            purged += int(self._call("purge", prefix, now, queue, state.value, count - purged if count >= 0 else -1))
+        return purged
 
     # -- workers and events ----------------------------------------------------------------------
 
@@ -375,7 +392,7 @@ class RedisBroker(RedisCalls):
     def id_suffixes(self) -> Callable[[str], str] | None:
         """``LabelsIds``: where each queue has a slot of its own, a generated id ends in ``~<label>``
         (``keys.queue_label``), which by-id calls route by; in layout 4 ids need nothing."""
-        return None if self.keys.one_slot else self.keys.id_suffix
+        return None if self.keys.one_slot else self._id_suffix
 
     def server_clock(self) -> ServerClock:
         """A clock agreeing with the server's TIME (see ``serverclock.py``); one per broker object."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.brokers.redis.codec import ROW_NAMES, escape_key
 from conveyor.brokers.redis.faults import Refused, translate_errors
-from conveyor.brokers.redis.keys import queue_label
+from conveyor.brokers.redis.partitions import prefix_label
 from conveyor.brokers.redis.replication import Unreplicated
 from conveyor.model import NewTask
 
@@ -72,14 +72,18 @@ def needs_claims(task: NewTask) -> bool:
     return task.unique_key is not None or "~" not in task.id
 
 
-def store_claimed(calls: RedisCalls, chunk: Sequence[NewTask], now: float, store: Store) -> list[str | None]:
+def store_claimed(
+    calls: RedisCalls, chunk: Sequence[NewTask], now: float, store: Store, prefix: str
+) -> list[str | None]:
     """Enqueue ``chunk`` (one queue slot's, at most one call's worth) with its entries claimed first;
-    ``store`` stores the tasks not refused. Per task None (stored) or the id it duplicates."""
+    ``store`` stores the tasks not refused in the slot ``prefix``, whose label a custom id's entry
+    names (a partition's, where the queue has several). Per task None (stored) or the id it duplicates."""
+    label = prefix_label(prefix)
     entries: dict[tuple[str, str], _Entry] = {}
     for place, task in enumerate(chunk):
         wanted = []
         if "~" not in task.id:
-            wanted.append(("i", task.id, queue_label(task.queue)))
+            wanted.append(("i", task.id, label))
         if task.unique_key is not None and task.unique_until is not None:
             wanted.append(("u", escape_key(task.unique_key), task.id))
         for index, field, value in wanted:

@@ -1,0 +1,229 @@
+"""The broker's calls over a queue's partitions (``partitions.py``; docs/architecture.md, "Partitions").
+
+``Spreading`` sits between ``RedisCalls`` and ``RedisBroker``: it reads the namespace slot's
+``parts`` hash (at most every :data:`partitions.REFRESH` seconds) and answers, per queue, the slots a
+call visits. Where slots are split, a generated id names the partition it goes to (its label after
+``~``, chosen in rotation), a custom id the partition a CRC32 of it picks; claims start at the next
+partition on every call, retired ones included, so none starves; listeners, promote, reap, clean,
+stats and history visit every partition's slot. In layout 4 (one slot) nothing is spread: the count
+is stored and reported, and every hook answers the one slot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+from conveyor.brokers.redis.addressing import RedisCalls
+from conveyor.brokers.redis.faults import translate_errors
+from conveyor.brokers.redis.keys import queue_label
+from conveyor.brokers.redis.partitions import GRACE, REFRESH, Spread, merge_stats, read_spreads, share
+from conveyor.model import NewTask, QueueInfo, QueueSettings
+
+__all__ = ["Spreading"]
+
+
+class Spreading(RedisCalls):
+    """``RedisCalls`` whose queues may each span several queue slots (their partitions)."""
+
+    _parts: dict[str, Spread] | None = None
+    _parts_at = 0.0
+
+    @property
+    def _parts_key(self) -> str:
+        return self.keys.namespace_prefix + "parts"
+
+    def _spreads_now(self, fresh: bool = False) -> dict[str, Spread]:
+        """Every queue's :class:`Spread` that has one, read again when older than ``REFRESH``
+        (redis-py's errors as they come)."""
+        parts = self._parts
+        if parts is None or fresh or time.monotonic() - self._parts_at > REFRESH:
+            fields = cast("dict[str, str]", self._client.hgetall(self._parts_key))
+            parts = self._parts = read_spreads(self.keys.namespace, fields)
+            self._parts_at = time.monotonic()
+        return parts
+
+    def _spreads(self, fresh: bool = False) -> dict[str, Spread]:
+        with translate_errors():
+            return self._spreads_now(fresh)
+
+    def _turn(self, key: str) -> int:
+        """The next number of a per-queue rotation (claims, ids); ``next`` of a count is atomic."""
+        turns: dict[str, Iterator[int]] = self.__dict__.setdefault("_turns", {})
+        counter = turns.get(key)
+        if counter is None:
+            counter = turns.setdefault(key, itertools.count())
+        return next(counter)
+
+    def _queue_prefixes(self, queue: str, spreads: dict[str, Spread] | None = None) -> list[str]:
+        """The prefixes of every slot of ``queue``: its partitions (active, then retired), or its one."""
+        if self.keys.one_slot:
+            return [self.keys.prefix]
+        spread = (self._spreads() if spreads is None else spreads).get(queue)
+        if spread is None:
+            return [self.keys.queue_prefix(queue)]
+        return [self.keys.label_prefix(label) for label in spread.visited]
+
+    def _slot_groups(self, queues: Sequence[str]) -> list[tuple[str, list[str]]]:
+        """``queues`` grouped by slot, a partitioned queue in each of its partitions' slots."""
+        groups: dict[str, list[str]] = {}
+        spreads = self._spreads()
+        for queue in queues:
+            for prefix in self._queue_prefixes(queue, spreads):
+                groups.setdefault(prefix, []).append(queue)
+        return list(groups.items())
+
+    # -- hooks of RedisCalls ---------------------------------------------------------------------
+
+    def _slots_now(self) -> list[str]:
+        if self.keys.one_slot:
+            return [self.keys.prefix]
+        queues = cast("set[str]", self._client.smembers(self.keys.queues))
+        spreads = self._spreads_now()
+        return sorted({prefix for queue in queues for prefix in self._queue_prefixes(queue, spreads)})
+
+    def _runs(self, queues: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
+        """Runs of neighbouring queues in one slot (``RedisCalls._runs``); a partitioned queue is one
+        run per partition, starting at the next in rotation on every call, retired ones included."""
+        spreads = self._spreads()
+        plain: list[str] = []
+        for queue in queues:
+            spread = spreads.get(queue)
+            if spread is None or len(spread.visited) == 1:
+                plain.append(queue)
+                continue
+            yield from super()._runs(plain)
+            plain = []
+            labels = spread.visited
+            start = self._turn("claim " + queue) % len(labels)
+            for label in labels[start:] + labels[:start]:
+                yield self.keys.label_prefix(label), [queue]
+        yield from super()._runs(plain)
+
+    def _wake_keys(self, queues: Sequence[str]) -> list[str]:
+        if self.keys.one_slot:
+            return [self.keys.wake]
+        spreads = self._spreads()
+        prefixes = (prefix for queue in queues for prefix in self._queue_prefixes(queue, spreads))
+        return list(dict.fromkeys(self.keys.slot(prefix).wake for prefix in prefixes))
+
+    # -- routing tasks -------------------------------------------------------------------------
+
+    def _id_suffix(self, queue: str) -> str:
+        """A generated id's suffix (``LabelsIds``): ``~`` and the next active partition's label."""
+        spread = self._spreads().get(queue)
+        if spread is None or spread.count == 1:
+            return self.keys.id_suffix(queue)
+        return "~" + spread.labels[self._turn("id " + queue) % spread.count]
+
+    def _enqueue_prefix(self, task: NewTask) -> str:
+        """The slot ``task`` is stored in: the partition its id names, or for a custom id the one a
+        CRC32 of it picks. An id naming a partition the queue has not (any more) is refused: stored
+        there, no claim would visit it."""
+        spread = self._spreads().get(task.queue)
+        if "~" not in task.id:
+            if spread is None or spread.count == 1:
+                return self.keys.queue_prefix(task.queue)
+            return self.keys.label_prefix(spread.labels[zlib.crc32(task.id.encode()) % spread.count])
+        label = task.id.rpartition("~")[2]
+        for fresh in (False, True):  # a change another process made may not be read yet
+            spread = self._spreads(fresh).get(task.queue)
+            if label in (spread.visited if spread is not None else (queue_label(task.queue),)):
+                return self.keys.label_prefix(label)
+        raise ValueError(f"task id {task.id!r} names a partition queue {task.queue!r} does not have")
+
+    # -- settings over partitions --------------------------------------------------------------
+
+    def _configure_spread(self, settings: QueueSettings, configure: Callable[[str, QueueSettings], None]) -> None:
+        """``configure(prefix, settings)`` in every active partition (each with its share of the
+        limits; a paused queue's new partitions paused first), then the queue's new spread stored, so
+        no process enqueues into a partition before its settings are there. A queue never
+        partitioned stays without an entry; in layout 4 the one slot gets the settings as given."""
+        name, count = settings.name, settings.partitions
+        old = self._spreads(fresh=True).get(name)
+        if old is None and count == 1:
+            configure(self.keys.queue_prefix(name), settings)
+            return
+        with translate_errors():
+            now = float(self._client.time()[0])
+        new = (old or Spread(name)).changed(self.keys.namespace, count, settings.max_size, settings.concurrency, now)
+        if self.keys.one_slot:
+            configure(self.keys.prefix, settings)
+        else:
+            prefixes = [self.keys.label_prefix(label) for label in new.labels]
+            self._pause_new(name, prefixes, old)
+            part = replace(
+                settings, max_size=share(settings.max_size, count), concurrency=share(settings.concurrency, count)
+            )
+            for prefix in prefixes:
+                configure(prefix, part)
+        self._store_spread(old, new)
+
+    def _pause_new(self, queue: str, prefixes: Sequence[str], old: Spread | None) -> None:
+        """New partitions of a paused queue start paused (before any process enqueues into them)."""
+        first = self.keys.queue_prefix(queue) if old is None else self.keys.label_prefix(old.visited[0])
+        with translate_errors():
+            if self._client.hget(self.keys.slot(first).settings(queue), "pa") == "1":
+                self._write_pause(queue, prefixes, True)
+
+    def _store_spread(self, old: Spread | None, new: Spread) -> None:
+        """The queue's entry and its retired partitions in ``parts`` (one call: the namespace slot)."""
+        fields: dict[Any, Any] = {f"{new.queue} {label}": repr(at) for label, at in new.retired.items()}
+        fields[new.queue] = new.entry()
+        back = [f"{new.queue} {label}" for label in (old.retired if old else ()) if label not in new.retired]
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hset(self._parts_key, mapping=fields)
+            if back:
+                pipe.hdel(self._parts_key, *back)
+            pipe.execute()
+        self._parts = None
+
+    def _write_pause(self, queue: str, prefixes: Sequence[str], paused: bool) -> None:
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=False)
+            for prefix in prefixes:
+                pipe.hset(self.keys.slot(prefix).settings(queue), "pa", "1" if paused else "0")
+            pipe.execute()
+
+    def _queue_infos(self, rows: Sequence[Any], infos: Any) -> list[QueueInfo]:
+        """``admin.queue_infos`` of ``rows`` (one per queue and slot) summed per queue, with each
+        queue's own limits and its ``partitions``."""
+        spreads = self._spreads(fresh=True)
+        merged: list[QueueInfo] = infos(merge_stats(rows, spreads))
+        return [
+            replace(info, settings=replace(info.settings, partitions=spreads[info.name].count))
+            if info.name in spreads
+            else info
+            for info in merged
+        ]
+
+    def _drop_retired(self) -> int:
+        """Take out of ``parts`` the retired partitions that are empty and older than the grace (see
+        ``partitions.GRACE``); an enqueue can no longer reach them. Returns how many were dropped."""
+        if self.keys.one_slot:
+            return 0
+        spreads = self._spreads(fresh=True)
+        with translate_errors():
+            now = float(self._client.time()[0])
+            bound = now - GRACE - self.config.socket_timeout
+            old = [
+                (spread.queue, label)
+                for spread in spreads.values()
+                for label, at in spread.retired.items()
+                if at < bound and label not in spread.labels
+            ]
+            if not old:
+                return 0
+            pipe = self._client.pipeline(transaction=False)
+            for _, label in old:
+                pipe.hlen(self.keys.slot(self.keys.label_prefix(label)).rows)
+            empty = [f"{queue} {label}" for (queue, label), rows in zip(old, pipe.execute(), strict=True) if not rows]
+            if empty:
+                self._client.hdel(self._parts_key, *empty)
+        self._parts = None
+        return len(empty)

@@ -1,0 +1,190 @@
+"""A queue of ``partitions=N`` spread over N queue slots (issue 33; docs/architecture.md, "Partitions"):
+with split slots (``SplitKeys``) on one server and on the 3-master cluster, and what layout 4 (one
+slot) keeps of it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from conveyor import Conveyor, FakeClock, QueueFull, Retry, TaskState
+from conveyor.brokers.redis import RedisBroker, spread
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
+from conveyor.testing.redis_server import RedisServer
+
+from .split import SplitKeys
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+def _app(url: str, clock: FakeClock, split: bool = True) -> Conveyor:
+    config = RedisConfig.from_url(url)
+    keys = SplitKeys(config.namespace) if split else None
+    application = Conveyor(broker=RedisBroker(config, keys=keys), clock=clock)
+
+    failed: set[int] = set()
+
+    @application.task(name="job")
+    def job(n: int, fail: bool = False) -> int:
+        if fail and n not in failed:  # once
+            failed.add(n)
+            raise Retry(delay=60)
+        return n * 2
+
+    return application
+
+
+@pytest.fixture(params=["server", pytest.param("cluster", marks=pytest.mark.slow)])
+def app(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Conveyor]:
+    """An app whose broker gives each queue (each partition) a slot of its own."""
+    if request.param == "cluster":
+        url = str(request.getfixturevalue("redis_cluster_url"))
+    else:
+        url = request.getfixturevalue("server").url
+    application = _app(url, clock)
+    try:
+        yield application
+    finally:
+        application.close()
+
+
+def _broker(app: Conveyor) -> RedisBroker:
+    assert isinstance(app.broker, RedisBroker)
+    return app.broker
+
+
+def _label(task_id: str) -> str:
+    return task_id.rpartition("~")[2]
+
+
+def _rows(app: Conveyor, label: str) -> int:
+    broker = _broker(app)
+    return int(broker.client.hlen(broker.keys.slot(broker.keys.label_prefix(label)).rows))
+
+
+def test_partitions_sit_in_evenly_spaced_slot_windows() -> None:
+    labels = partition_labels("ns", "hot", 6)
+    assert labels[0].startswith("hot|") and len(set(labels)) == 6
+    for n, label in enumerate(labels):
+        assert n * SLOTS // 6 <= keyslot("{ns|" + label + "}") < (n + 1) * SLOTS // 6
+    assert partition_labels("ns", "hot", 1) == ["hot"]
+
+
+def test_generated_ids_name_the_partitions_in_rotation(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=3)
+    ids = [app.enqueue("job", [n], queue="hot").id for n in range(6)]
+    ids += [handle.id for handle in app.enqueue_many("job", [([n], {}) for n in range(6)], queue="hot")]
+    labels = partition_labels(_broker(app).keys.namespace, "hot", 3)
+    assert all(re.fullmatch(r"[0-9a-f]{32}~hot\|[0-9a-z]+", task_id) for task_id in ids)
+    assert sorted(_label(task_id) for task_id in ids) == sorted(labels * 4)
+    assert [_rows(app, label) for label in labels] == [4, 4, 4]
+    custom = app.enqueue("job", [9], queue="hot", task_id="order-7").id
+    assert app.get(custom).result is None and app.get(ids[0]).queue == "hot"
+
+
+def test_claims_start_at_the_next_partition_so_none_starves(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=3)
+    for n in range(15):
+        app.enqueue("job", [n], queue="hot")
+    claimed = [app.claim(["hot"]) for _ in range(3)]
+    assert len({_label(lease.task.id) for lease in claimed if lease is not None}) == 3
+
+
+def test_max_size_and_concurrency_hold_per_partition_as_shares(app: Conveyor) -> None:
+    app.configure_queue("hot", max_size=5, concurrency=4, partitions=2)
+    info = app.inspect.queue("hot")
+    assert (info.settings.max_size, info.settings.concurrency, info.settings.partitions) == (5, 4, 2)
+    for n in range(6):  # ceil(5 / 2) = 3 per partition, in rotation
+        app.enqueue("job", [n], queue="hot")
+    with pytest.raises(QueueFull):
+        app.enqueue("job", [7], queue="hot")
+    broker = _broker(app)
+    records = broker.claim(["hot"], app.now(), 60.0, limit=10)
+    assert len(records) == 4  # ceil(4 / 2) = 2 active per partition
+    assert sorted(_label(record.id) for record in records) == sorted(
+        partition_labels(broker.keys.namespace, "hot", 2) * 2
+    )
+
+
+def test_a_pause_reaches_every_partition(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=4)
+    app.inspect.pause("hot")
+    for n in range(8):
+        app.enqueue("job", [n], queue="hot")
+    assert app.claim(["hot"]) is None
+    app.configure_queue("hot", partitions=6)  # new partitions start paused
+    assert app.claim(["hot"]) is None and app.inspect.queue("hot").settings.paused
+    app.inspect.resume("hot")
+    assert app.worker(queues=["hot"]).run_until_idle() == 8
+
+
+def test_every_partitions_slot_is_followed(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=4)
+    app.enqueue("job", [1], queue="plain")
+    broker = _broker(app)
+    wanted = {broker.keys.label_prefix(label) for label in partition_labels(broker.keys.namespace, "hot", 4)}
+    assert set(broker._slots_now()) == wanted | {broker.keys.queue_prefix("plain")}
+
+
+def test_changing_partitions_strands_no_task_in_any_state(
+    app: Conveyor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lowered, then raised, with tasks scheduled, pending, active, retrying and completed in every
+    partition: every task is found by id, run and settled; the retired partitions are dropped once
+    empty and past the grace, not before."""
+    app.configure_queue("hot", partitions=6)
+    done = [app.enqueue("job", [n], queue="hot").id for n in range(6)]
+    assert app.worker(queues=["hot"]).run_until_idle() == 6
+    retrying = [app.enqueue("job", [n], {"fail": True}, queue="hot").id for n in range(6)]
+    assert app.worker(queues=["hot"]).run_until_idle() == 6
+    later = [app.enqueue("job", [n], queue="hot", delay=30).id for n in range(6)]
+    waiting = [app.enqueue("job", [n], queue="hot").id for n in range(6)]
+    active = [lease for lease in (app.claim(["hot"]) for _ in range(3)) if lease is not None]
+    assert len(active) == 3 and not any(lease.task.id in later for lease in active)
+    app.configure_queue("hot", partitions=2)
+    stats = app.inspect.queue("hot")
+    assert stats.settings.partitions == 2 and stats.counts["total"] == 24
+    waiting += [app.enqueue("job", [n], queue="hot").id for n in range(4)]
+    app.configure_queue("hot", partitions=5)
+    monkeypatch.setattr(spread, "GRACE", -1000.0)  # every retired partition old enough
+    assert _broker(app)._drop_retired() == 0  # all still hold tasks
+    for lease in active:
+        lease.complete(None)
+    clock.advance(61)
+    assert app.worker(queues=["hot"]).run_until_idle() == 6 + 6 + 7  # retried, scheduled, pending
+    assert all(app.get(task_id).state is TaskState.COMPLETED for task_id in done + retrying + later + waiting)
+    assert app.inspect.queue("hot").counts["completed"] == 28
+    for task_id in done + retrying + later + waiting:  # the active ones were of the waiting
+        app.inspect.delete(task_id)
+    broker = _broker(app)
+    assert broker._drop_retired() > 0
+    wanted = {broker.keys.label_prefix(label) for label in partition_labels(broker.keys.namespace, "hot", 5)}
+    assert set(broker._slots_now()) == wanted
+
+
+def test_an_id_of_a_partition_the_queue_has_not_is_refused(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=2)
+    with pytest.raises(ValueError, match="partition"):
+        app.enqueue("job", [1], queue="hot", task_id="0" * 32 + "~hot|zzzz")
+
+
+def test_layout_4_keeps_a_partitioned_queue_whole_in_its_one_slot(server: RedisServer, clock: FakeClock) -> None:
+    app = _app(server.url, clock, split=False)
+    try:
+        app.configure_queue("hot", max_size=5, partitions=4)
+        ids = [app.enqueue("job", [n], queue="hot").id for n in range(5)]
+        assert all(re.fullmatch(r"[0-9a-f]{32}", task_id) for task_id in ids)
+        info = app.inspect.queue("hot")
+        assert (info.settings.partitions, info.settings.max_size, info.counts["pending"]) == (4, 5, 5)
+        broker = _broker(app)
+        assert broker._slots_now() == [broker.keys.prefix]
+        assert all(key.startswith(broker.keys.prefix) for key in broker.client.scan_iter(match="*"))
+    finally:
+        app.close()
