@@ -295,11 +295,12 @@ class RedisCalls:
                 proof = "".join(f" {queue} {count}" for queue, count in zip(queues, named[2::2], strict=True))
         return None
 
-    def _forget_mark(self, queue: str) -> int | str | None:
-        """The first step: None (no such queue), the number of tasks it holds, or the marker."""
+    def _forget_mark(self, queue: str, prefix: str | None = None) -> int | str | None:
+        """The first step, in the queue's slot (or ``prefix``, a partition's): None (no such queue),
+        the number of tasks it holds, or the marker."""
         with translate_errors():
             listed = bool(self._client.sismember(self.keys.queues, queue))
-        prefix, bound = self.keys.queue_prefix(queue), repr(2 * self.config.socket_timeout)
+        prefix, bound = prefix or self.keys.queue_prefix(queue), repr(2 * self.config.socket_timeout)
         answer = str(self._invoke("forget_queue", prefix, "", (queue, "mark", "1" if listed else "0", bound))[1])
         if answer == "unknown":
             return None
@@ -307,9 +308,10 @@ class RedisCalls:
             return answer.removeprefix("marked ")
         return int(answer)
 
-    def _forget_finish(self, queue: str, marker: str) -> None:
+    def _forget_finish(self, queue: str, marker: str, prefix: str | None = None) -> None:
         """The last step: the mark taken away, the queue listed again if it came back meanwhile."""
-        answer = str(self._invoke("forget_queue", self.keys.queue_prefix(queue), "", (queue, "finish", marker))[1])
+        prefix = prefix or self.keys.queue_prefix(queue)
+        answer = str(self._invoke("forget_queue", prefix, "", (queue, "finish", marker))[1])
         if answer == "again":
             self._register(queue)
 

@@ -274,7 +274,7 @@ class RedisBroker(Spreading):
         rows: list[Any] = []
         for prefix, group in self._slot_groups(queues):
             rows += self._call("stats", prefix, now, *group)
-        return self._queue_infos(rows, admin.queue_infos)
+        return self._queue_infos(rows)
 
     # -- queue settings ------------------------------------------------------------------------
 
@@ -304,12 +304,18 @@ class RedisBroker(Spreading):
         forgotten in its slot unless it holds tasks, take it out of the registry, then take the mark
         away, listing the queue again if an enqueue or a ``configure`` brought it back meanwhile (an
         enqueue that sees the mark registers the queue on every call until it is gone)."""
+        if len(self._queue_prefixes(queue)) > 1:
+            return self._forget_spread(queue, self._restore)
         marked = self._forget_mark(queue)
         if marked is None or isinstance(marked, int):
             return marked
         self._unregister(queue)
         self._forget_finish(queue, marked)
         return 0
+
+    def _restore(self, settings: QueueSettings) -> None:
+        self.configure_queue(settings)
+        self.set_paused(settings.name, settings.paused)
 
     # -- admin ---------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from conveyor.brokers.redis.addressing import RedisCalls
+from conveyor.brokers.redis.admin import queue_infos
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.keys import queue_label
 from conveyor.brokers.redis.partitions import GRACE, REFRESH, Spread, merge_stats, read_spreads, share
@@ -190,11 +191,42 @@ class Spreading(RedisCalls):
                 pipe.hset(self.keys.slot(prefix).settings(queue), "pa", "1" if paused else "0")
             pipe.execute()
 
-    def _queue_infos(self, rows: Sequence[Any], infos: Any) -> list[QueueInfo]:
+    def _forget_spread(self, queue: str, restore: Callable[[QueueSettings], None]) -> int | None:
+        """``forget_queue`` of a partitioned queue: the three steps in every partition, the registry
+        written once. While any partition holds tasks nothing is forgotten: the partitions already
+        marked (their settings deleted) get the queue's settings back by ``restore``. The ``parts``
+        entry stays: a process that still has it may enqueue into a partition, which must be visited
+        when the queue is listed again."""
+        settings = self._settings_of(queue)
+        marks: list[tuple[str, str]] = []
+        tasks, known = 0, False
+        for prefix in self._queue_prefixes(queue):
+            marked = self._forget_mark(queue, prefix)
+            known = known or marked is not None
+            if isinstance(marked, int):
+                tasks += marked
+            elif marked is not None:
+                marks.append((prefix, marked))
+        if not tasks and known:
+            self._unregister(queue)
+        for prefix, marker in marks:
+            self._forget_finish(queue, marker, prefix)
+        if tasks and marks and settings is not None:
+            restore(settings)
+        return tasks if tasks or known else None
+
+    def _settings_of(self, queue: str) -> QueueSettings | None:
+        """``queue``'s settings as ``stats`` reports them (its first slot's), None if it has none."""
+        prefixes = self._queue_prefixes(queue)
+        rows = [row for prefix in prefixes for row in self._call("stats", prefix, 0.0, queue)]
+        infos = self._queue_infos(rows[:1]) if rows else []
+        return infos[0].settings if infos else None
+
+    def _queue_infos(self, rows: Sequence[Any]) -> list[QueueInfo]:
         """``admin.queue_infos`` of ``rows`` (one per queue and slot) summed per queue, with each
         queue's own limits and its ``partitions``."""
         spreads = self._spreads(fresh=True)
-        merged: list[QueueInfo] = infos(merge_stats(rows, spreads))
+        merged = queue_infos(merge_stats(rows, spreads))
         return [
             replace(info, settings=replace(info.settings, partitions=spreads[info.name].count))
             if info.name in spreads
