@@ -26,6 +26,15 @@ def test_stats_shows_counts_per_queue_and_state(cli: Invoke, app: Conveyor) -> N
     assert "mail" in text and "default" in text and "scheduled" in text
 
 
+def test_stats_shows_a_queues_partitions_where_some_queue_has_several(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("a")
+    assert "partitions" not in cli("stats").stdout
+    app.configure_queue("mail", partitions=3)
+    data = json.loads(cli("stats", "--json").stdout)
+    assert {q["name"]: q["settings"]["partitions"] for q in data["queues"]} == {"default": 1, "mail": 3}
+    assert "partitions" in cli("stats").stdout
+
+
 def test_global_json_flag_works_before_the_command(cli: Invoke, app: Conveyor) -> None:
     app.enqueue("a")
     assert json.loads(cli("--json", "stats").stdout)["queues"][0]["name"] == "default"

@@ -132,6 +132,12 @@ def test_queue_page_lists_tasks_by_state_with_paging(client: TestClient, app: Co
     assert "job-00" not in client.get("/queues/default?state=archived").text
 
 
+def test_queue_page_shows_a_partitioned_queues_partitions(client: TestClient, app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=4)
+    assert "4 partitions" in client.get("/queues/hot").text
+    assert "partitions" not in client.get("/queues/default").text
+
+
 def test_queue_page_rejects_an_unknown_state(client: TestClient) -> None:
     assert client.get("/queues/default?state=done").status_code == 400
 

@@ -109,7 +109,10 @@ def short(text: str | None, width: int = 60) -> str:
 
 
 def queue_table(queues: Iterable[QueueInfo], now: float) -> Table:
-    """Queues by states, with the paused flag and the oldest pending task's age."""
+    """Queues by states, with the paused flag and the oldest pending task's age; a ``partitions``
+    column too when some queue has several."""
+    queues = list(queues)
+    parts = any(info.settings.partitions > 1 for info in queues)
     table = Table(title="Queues", title_justify="left")
     table.add_column("queue", style="bold")
     for state in STATES:
@@ -117,12 +120,14 @@ def queue_table(queues: Iterable[QueueInfo], now: float) -> Table:
     table.add_column("total", justify="right", style="bold")
     table.add_column("paused")
     table.add_column("oldest pending", justify="right")
+    if parts:
+        table.add_column("partitions", justify="right")
     for info in queues:
         oldest = format_age(now - info.oldest_pending_at) if info.oldest_pending_at is not None else "-"
         counts = [str(info.counts.get(state, 0)) for state in STATES]
-        table.add_row(
-            info.name, *counts, str(info.counts.get("total", 0)), "yes" if info.settings.paused else "", oldest
-        )
+        paused = "yes" if info.settings.paused else ""
+        row = [info.name, *counts, str(info.counts.get("total", 0)), paused, oldest]
+        table.add_row(*row, *([str(info.settings.partitions)] if parts else []))
     return table
 
 

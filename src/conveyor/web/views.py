@@ -98,6 +98,7 @@ async def queue(request: Request) -> Response:
         {
             "queue": name,
             "paused": info.settings.paused,
+            "partitions": info.settings.partitions,
             "counts": counts,
             "state": state,
             "tasks": tasks,
