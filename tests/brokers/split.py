@@ -4,10 +4,12 @@ not check slots, so the calls run as they would on a cluster of such slots."""
 
 from __future__ import annotations
 
+import pytest
+
 from conveyor.brokers.redis.keys import LAYOUT, Keys, queue_label
 from conveyor.model import NewTask
 
-__all__ = ["NOW", "SplitKeys", "task"]
+__all__ = ["NOW", "SplitKeys", "task", "url_of"]
 
 NOW = 1_000_000.0
 
@@ -44,3 +46,11 @@ def task(
         unique_key=unique_key,
         unique_until=None if unique_key is None else NOW + 100,
     )
+
+
+def url_of(request: pytest.FixtureRequest) -> str:
+    """The URL of a fixture parametrized ``"server"`` (a module's ``server`` fixture) or ``"cluster"``
+    (a fresh namespace on the session's 3-master cluster)."""
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster_url"))
+    return str(request.getfixturevalue("server").url)

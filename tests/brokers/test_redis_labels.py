@@ -15,7 +15,7 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import queue_label
 from conveyor.testing.redis_server import RedisServer
 
-from .split import SplitKeys
+from .split import SplitKeys, url_of
 
 LONG = "q" * 40  # a queue name too long to be its own label
 
@@ -29,10 +29,7 @@ def server() -> Iterator[RedisServer]:
 @pytest.fixture(params=["server", pytest.param("cluster", marks=pytest.mark.slow)])
 def app(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Conveyor]:
     """An app whose broker gives each queue a slot of its own (on the cluster: spread over masters)."""
-    if request.param == "cluster":
-        url = str(request.getfixturevalue("redis_cluster_url"))
-    else:
-        url = request.getfixturevalue("server").url
+    url = url_of(request)
     config = RedisConfig.from_url(url)
     application = Conveyor(broker=RedisBroker(config, keys=SplitKeys(config.namespace)), clock=clock)
     application.task(name="job")(lambda n: n * 2)

@@ -15,7 +15,7 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
 from conveyor.testing.redis_server import RedisServer
 
-from .split import SplitKeys
+from .split import SplitKeys, url_of
 
 
 @pytest.fixture
@@ -44,10 +44,7 @@ def _app(url: str, clock: FakeClock, split: bool = True) -> Conveyor:
 @pytest.fixture(params=["server", pytest.param("cluster", marks=pytest.mark.slow)])
 def app(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Conveyor]:
     """An app whose broker gives each queue (each partition) a slot of its own."""
-    if request.param == "cluster":
-        url = str(request.getfixturevalue("redis_cluster_url"))
-    else:
-        url = request.getfixturevalue("server").url
+    url = url_of(request)
     application = _app(url, clock)
     try:
         yield application
