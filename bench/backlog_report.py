@@ -225,12 +225,13 @@ def markdown_section(runs: list[Run], meta: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def section_of(text: str) -> str | None:
-    """The backlog section of a Markdown text (up to the next ``## `` heading), or None."""
-    start = text.find(HEADING + "\n")
+def section_of(text: str, heading: str = HEADING) -> str | None:
+    """The section ``heading`` (the backlog's by default) of a Markdown text, up to the next ``## ``
+    heading, or None."""
+    start = text.find(heading + "\n")
     if start < 0:
         return None
-    end = text.find("\n## ", start + len(HEADING))
+    end = text.find("\n## ", start + len(heading))
     return text[start : end + 1 if end >= 0 else len(text)]
 
 

@@ -1,12 +1,15 @@
 """The Redis broker on one server against a private 3-master cluster: what each costs per task.
 
-    .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3]
+    .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3] [--partitions 6]
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
-``conveyor.testing``): one-task enqueues (``singles`` calls), batch enqueues (500 a call) and a drain
+``conveyor.testing``; with ``--partitions N``, also both with a slot per queue, ``SplitKeys`` of the
+tests until layout 5 is the real layout, and the queue in N partitions, ids made as an app makes
+them, ``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (500 a call) and a drain
 (claim 500, settle them), each timed on the client (wall and CPU of this process) and on the servers
-(``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``), with the share of the
-commands each master ran (``INFO commandstats`` deltas). On this 2-core machine wall-clock scaling
+(``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part of it
+spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the share
+of the commands each master ran (``INFO commandstats`` deltas). On this 2-core machine wall-clock scaling
 cannot show, so server CPU per task and its spread over masters are the figures that decide it: a
 master's capacity is 1 / its CPU per task. Each run uses a namespace of its own; targets alternate.
 """
@@ -19,8 +22,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from tests.brokers.split import SplitKeys
+
 from conveyor.brokers.redis import RedisBroker
-from conveyor.model import BrokerPolicy, NewTask, Outcome
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
@@ -32,13 +38,18 @@ def _cpu(server: RedisServer) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def _calls(server: RedisServer) -> int:
+def _calls(server: RedisServer) -> tuple[int, float]:
+    """Commands the server ran (those a script calls included) and the microseconds it spent in
+    ``FCALL``s (``INFO commandstats``; a script's commands are counted again on their own, so only
+    the scripts' time adds up)."""
     info = server.client().info("commandstats")
-    return sum(int(entry["calls"]) for entry in info.values())
+    scripts = float(info.get("cmdstat_fcall", {}).get("usec", 0))
+    return sum(int(entry["calls"]) for entry in info.values()), scripts
 
 
-def _task() -> NewTask:
-    return NewTask(id=uuid.uuid4().hex, name="job", queue="q", payload='[[1], {"x": "0123456789abcdef"}]')
+def _task(suffix: Callable[[str], str] | None = None) -> NewTask:
+    task_id = uuid.uuid4().hex + (suffix("q") if suffix else "")
+    return NewTask(id=task_id, name="job", queue="q", payload='[[1], {"x": "0123456789abcdef"}]')
 
 
 def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object]) -> dict[str, object]:
@@ -47,24 +58,37 @@ def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object
     work()
     wall, client = time.perf_counter() - wall0, time.process_time() - client0
     cpu = [_cpu(s) - c for s, c in zip(servers, cpu0, strict=True)]
-    calls = [_calls(s) - c for s, c in zip(servers, calls0, strict=True)]
+    stats = [_calls(s) for s in servers]
+    calls = [c[0] - c0[0] for c, c0 in zip(stats, calls0, strict=True)]
+    usec = sum(c[1] - c0[1] for c, c0 in zip(stats, calls0, strict=True))
     total = sum(calls) or 1
     return {
         "rate": count / wall,
         "client_us": client / count * 1e6,
         "server_us": sum(cpu) / count * 1e6,
+        "command_us": usec / count,
         "share": [round(c / total, 2) for c in calls],
     }
 
 
-def run(url: str, servers: Sequence[RedisServer], tasks: int, singles: int) -> dict[str, dict[str, object]]:
-    broker = RedisBroker.from_url(url, BrokerPolicy())
+def run(
+    url: str, servers: Sequence[RedisServer], tasks: int, singles: int, partitions: int = 0
+) -> dict[str, dict[str, object]]:
+    config = RedisConfig.from_url(url)
+    broker = RedisBroker(config, BrokerPolicy(), SplitKeys(config.namespace) if partitions else None)
     try:
-        broker.enqueue([_task()], NOW)  # first use: client chosen, library loaded
+        if partitions:
+            broker.configure_queue(QueueSettings("q", partitions=partitions))
+        suffix = broker.id_suffixes()
+        broker.enqueue([_task(suffix)], NOW)  # first use: client chosen, library loaded
         out = {}
-        out["enqueue 1"] = _phase(servers, singles, lambda: [broker.enqueue([_task()], NOW) for _ in range(singles)])
+        out["enqueue 1"] = _phase(
+            servers, singles, lambda: [broker.enqueue([_task(suffix)], NOW) for _ in range(singles)]
+        )
         out["enqueue 500"] = _phase(
-            servers, tasks, lambda: [broker.enqueue([_task() for _ in range(500)], NOW) for _ in range(tasks // 500)]
+            servers,
+            tasks,
+            lambda: [broker.enqueue([_task(suffix) for _ in range(500)], NOW) for _ in range(tasks // 500)],
         )
 
         def drain() -> None:
@@ -82,25 +106,33 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--singles", type=int, default=2_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=0, help="also run split slots, the queue in N partitions")
     args = parser.parse_args()
-    results: dict[str, dict[str, list[dict[str, object]]]] = {"server": {}, "cluster": {}}
+    results: dict[str, dict[str, list[dict[str, object]]]] = {}
     with RedisServer() as server, LocalCluster(masters=3) as cluster:
         for _ in range(args.reps):
-            for name, url, servers in (
-                ("server", server.namespace_url(), [server]),
-                ("cluster", cluster.namespace_url(), list(cluster.masters)),
-            ):
-                for phase, figures in run(url, servers, args.tasks, args.singles).items():
-                    results[name].setdefault(phase, []).append(figures)
+            targets: list[tuple[str, str, Sequence[RedisServer], int]] = [
+                ("server", server.namespace_url(), [server], 0),
+                ("cluster", cluster.namespace_url(), list(cluster.masters), 0),
+            ]
+            if args.partitions:
+                targets += [
+                    (f"server/p{args.partitions}", server.namespace_url(), [server], args.partitions),
+                    (f"cluster/p{args.partitions}", cluster.namespace_url(), list(cluster.masters), args.partitions),
+                ]
+            for name, url, servers, partitions in targets:
+                for phase, figures in run(url, servers, args.tasks, args.singles, partitions).items():
+                    results.setdefault(name, {}).setdefault(phase, []).append(figures)
     for name, phases in results.items():
         for phase, runs in phases.items():
             rates = [float(str(r["rate"])) for r in runs]
             client = [float(str(r["client_us"])) for r in runs]
             srv = [float(str(r["server_us"])) for r in runs]
+            inside = [float(str(r["command_us"])) for r in runs]
             print(
-                f"{name:8} {phase:12} {statistics.median(rates):9.0f}/s ({min(rates):.0f}-{max(rates):.0f})"
+                f"{name:12} {phase:12} {statistics.median(rates):9.0f}/s ({min(rates):.0f}-{max(rates):.0f})"
                 f"  client CPU {statistics.median(client):6.1f} us/task  server CPU {statistics.median(srv):6.1f}"
-                f" us/task  command share per master {runs[-1]['share']}"
+                f" us/task (in scripts {statistics.median(inside):5.1f})  command share per master {runs[-1]['share']}"
             )
 
 

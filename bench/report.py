@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.backlog_report import section_of
+from bench.backlog_report import HEADING, section_of
 from bench.measure import Figure
 from bench.peer_runs import SQLITE_PEER
 from bench.report_format import APART, best, cell, fmt
@@ -159,9 +159,10 @@ def write_report(data: dict[str, Any], path: Path) -> None:
         )
     lines += sqlite_sections(figures, by_key, default_mode)
     lines += _sqlite_peer_section(figures, by_key)
-    kept = section_of(path.read_text()) if path.exists() else None  # bench.backlog's, run apart
-    if kept:
-        lines += ["", kept.rstrip("\n")]
+    for heading in KEPT:  # sections of benches run apart
+        kept = section_of(path.read_text(), heading) if path.exists() else None
+        if kept:
+            lines += ["", kept.rstrip("\n")]
     if notes:
         lines += ["", "## Notes", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
     lines += ["", "## Settings", ""]
@@ -180,6 +181,10 @@ def write_report(data: dict[str, Any], path: Path) -> None:
     lines += ["", _METHOD]
     path.write_text("\n".join(lines) + "\n")
 
+
+#: Headings of the sections other benches write, kept as they are: ``bench.backlog``'s, and the
+#: figures of ``bench.cluster_cost`` (written by hand from its output).
+KEPT = (HEADING, "## Redis Cluster: one queue over three masters")
 
 _METHOD = """## Method
 

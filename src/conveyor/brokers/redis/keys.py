@@ -38,6 +38,8 @@ tie-break of the contract without packing two numbers into one double)::
     P seq  P queues  P uniq       enqueue counter, known queue names, unique_key → holder id (with
                                   split slots "<id> <since>", ``claims.py``)
     P ids                    hash    with split slots only: custom id → "<label> <since>" (``claims.py``)
+    P parts                  hash    partitioned queues: queue → "<N> <max_size> <concurrency>", and
+                                     "<queue> <label>" → when that partition was retired (``partitions.py``)
     P workers  P wttl             worker info (JSON) by id, and heartbeat deadlines
     P h:<minute>             hash    settled executions of that minute (``floor(now / 60)``), field
                                      ``<c|r|a>:<queue>`` → count (completed, retried, archived); expires
