@@ -86,6 +86,24 @@ def test_generated_ids_name_the_partitions_in_rotation(app: Conveyor) -> None:
     assert app.get(custom).result is None and app.get(ids[0]).queue == "hot"
 
 
+def test_processes_that_enqueue_one_task_each_do_not_all_pick_the_first_partition(
+    server: RedisServer, clock: FakeClock
+) -> None:
+    """Each broker object starts its rotation at a random place (12 of them all on one of 3
+    partitions by chance: 3 / 3**12, about 6 in a million)."""
+    first = _app(server.url, clock)
+    first.configure_queue("hot", partitions=3)
+    first.close()
+    labels = set()
+    for _ in range(12):
+        app = _app(server.url, clock)
+        try:
+            labels.add(_label(app.enqueue("job", [1], queue="hot").id))
+        finally:
+            app.close()
+    assert len(labels) > 1
+
+
 def test_claims_start_at_the_next_partition_so_none_starves(app: Conveyor) -> None:
     app.configure_queue("hot", partitions=3)
     for n in range(15):

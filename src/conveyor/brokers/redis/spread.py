@@ -12,6 +12,7 @@ is stored and reported, and every hook answers the one slot.
 from __future__ import annotations
 
 import itertools
+import random
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -53,11 +54,13 @@ class Spreading(RedisCalls):
             return self._spreads_now(fresh)
 
     def _turn(self, key: str) -> int:
-        """The next number of a per-queue rotation (claims, ids); ``next`` of a count is atomic."""
+        """The next number of a per-queue rotation (claims, ids); ``next`` of a count is atomic. Each
+        starts at a random place: processes that enqueue a task or two each (web workers) must not
+        all begin with the first partition."""
         turns: dict[str, Iterator[int]] = self.__dict__.setdefault("_turns", {})
         counter = turns.get(key)
         if counter is None:
-            counter = turns.setdefault(key, itertools.count())
+            counter = turns.setdefault(key, itertools.count(random.randrange(1 << 20)))
         return next(counter)
 
     def _queue_prefixes(self, queue: str, spreads: dict[str, Spread] | None = None) -> list[str]:
