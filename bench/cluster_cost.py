@@ -4,33 +4,41 @@
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
 ``conveyor.testing``; with ``--partitions N``, also both with a slot per queue, ``SplitKeys`` of the
-tests until layout 5 is the real layout, and the queue in N partitions, ids made as an app makes
-them, ``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (500 a call) and a drain
-(claim 500, settle them), each timed on the client (wall and CPU of this process) and on the servers
-(``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part of it
-spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the share
-of the commands each master ran (``INFO commandstats`` deltas). On this 2-core machine wall-clock scaling
-cannot show, so server CPU per task and its spread over masters are the figures that decide it: a
-master's capacity is 1 / its CPU per task. Each run uses a namespace of its own; targets alternate.
+tests (``PYTHONPATH=.``) until layout 5 is the real layout, and the queue in N partitions, ids made as
+an app makes them, ``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (500 a
+call) and a drain (claim 500, settle them), each timed on the client (wall and CPU of this process) and
+on the servers (``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part
+of it spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the
+share of the commands each master ran (``INFO commandstats`` deltas). On this 2-core machine wall-clock
+scaling cannot show, so server CPU per task and its spread over masters are the figures that decide it:
+a master's capacity is 1 / its CPU per task. Each run uses a namespace of its own; targets alternate.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from tests.brokers.split import SplitKeys
-
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import Keys
 from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 NOW = 1_000_000.0
+
+
+def _split_keys(namespace: str) -> Keys:
+    """The tests' ``SplitKeys`` (a slot per queue) until layout 5 is the real layout; imported by name
+    so that mypy does not meet ``tests/brokers/split.py`` under two module names (run with
+    ``PYTHONPATH=.``)."""
+    split: type[Keys] = importlib.import_module("tests.brokers.split").SplitKeys
+    return split(namespace)
 
 
 def _cpu(server: RedisServer) -> float:
@@ -75,7 +83,7 @@ def run(
     url: str, servers: Sequence[RedisServer], tasks: int, singles: int, partitions: int = 0
 ) -> dict[str, dict[str, object]]:
     config = RedisConfig.from_url(url)
-    broker = RedisBroker(config, BrokerPolicy(), SplitKeys(config.namespace) if partitions else None)
+    broker = RedisBroker(config, BrokerPolicy(), _split_keys(config.namespace) if partitions else None)
     try:
         if partitions:
             broker.configure_queue(QueueSettings("q", partitions=partitions))

@@ -7,9 +7,6 @@ import re
 from datetime import datetime
 from typing import Any
 
-from conveyor.errors import ConfigurationError
-from conveyor.model import MAX_PARTITIONS
-
 TASK_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: Any id a task may have: a custom or plain generated one, or one carrying its queue's label after "~"
 #: (made by a broker that routes ids by label, ``LabelsIds``; the label: ``keys.queue_label``), which
@@ -56,16 +53,6 @@ def check_int(what: str, value: object, *, minimum: int = 0, allow_none: bool = 
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value!r}")
-    return value
-
-
-def check_partitions(value: object) -> int:
-    """A queue's partitions: an int from 1 to ``MAX_PARTITIONS`` (else ``ConfigurationError``, a
-    ValueError; TypeError if not an int), refused before anything reaches a broker."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"partitions must be an int, not {type(value).__name__}")
-    if not 1 <= value <= MAX_PARTITIONS:
-        raise ConfigurationError(f"partitions must be between 1 and {MAX_PARTITIONS}, got {value!r}")
     return value
 
 

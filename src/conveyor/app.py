@@ -13,7 +13,6 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from conveyor._validate import (
     check_expires,
     check_int,
-    check_partitions,
     check_queue,
     check_seconds,
     check_task_name,
@@ -29,7 +28,7 @@ from conveyor.ids import new_task_id
 from conveyor.info import task_info
 from conveyor.inspect import Inspector
 from conveyor.lease import Lease
-from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
+from conveyor.model import MAX_PARTITIONS, BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
 from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling
 from conveyor.serializers import encode, encode_payload
 from conveyor.task import Task, TaskHandle
@@ -303,7 +302,7 @@ class Conveyor:
         ``partitions``: parts the queue is spread over (1 to ``MAX_PARTITIONS``), where the broker
         splits queues over slots (docs/architecture.md, "Partitions")."""
         check_queue(name)
-        check_partitions(partitions)
+        _check_partitions(partitions)
         check_int("max_size", max_size, minimum=0, allow_none=True)
         check_int("concurrency", concurrency, minimum=1, allow_none=True)
         if aging is not None:
@@ -391,6 +390,16 @@ def _check_queues(queues: Iterable[str]) -> list[str]:
     if not names:
         raise ValueError("give at least one queue")
     return names
+
+
+def _check_partitions(value: object) -> int:
+    """A queue's partitions: an int from 1 to ``MAX_PARTITIONS`` (else ``ConfigurationError``, a
+    ValueError; TypeError if not an int), refused before anything reaches a broker."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"partitions must be an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigurationError(f"partitions must be between 1 and {MAX_PARTITIONS}, got {value!r}")
+    return value
 
 
 def _id_suffixes(broker: Broker) -> Callable[[str], str] | None:

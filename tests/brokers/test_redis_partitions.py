@@ -209,13 +209,13 @@ def test_a_partitioned_queue_is_forgotten_only_when_every_partition_is_empty(app
     app.configure_queue("hot", max_size=8, partitions=3)
     app.inspect.pause("hot")
     task_id = app.enqueue("job", [1], queue="hot").id
-    assert app.broker.forget_queue("hot") == 1
+    assert _broker(app).forget_queue("hot") == 1
     info = app.inspect.queue("hot")  # still listed, every partition's settings kept
     assert (info.settings.max_size, info.settings.paused, info.settings.partitions) == (8, True, 3)
     assert app.enqueue("job", [2], queue="hot") and app.enqueue("job", [3], queue="hot")  # the two others
     assert all(app.claim(["hot"]) is None for _ in range(3))  # each partition still paused
     app.inspect.delete(task_id)
     app.inspect.purge("hot", TaskState.PENDING)
-    assert app.broker.forget_queue("hot") == 0
+    assert _broker(app).forget_queue("hot") == 0
     assert "hot" not in app.stats()
-    assert app.broker.forget_queue("hot") is None
+    assert _broker(app).forget_queue("hot") is None
