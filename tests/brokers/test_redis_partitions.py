@@ -13,6 +13,7 @@ from conveyor import Conveyor, FakeClock, QueueFull, Retry, TaskState
 from conveyor.brokers.redis import RedisBroker, spread
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
+from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
 from .split import SplitKeys, url_of
@@ -24,8 +25,8 @@ def server() -> Iterator[RedisServer]:
         yield started
 
 
-def _app(url: str, clock: FakeClock, split: bool = True) -> Conveyor:
-    config = RedisConfig.from_url(url)
+def _app(url: str | RedisConfig, clock: FakeClock, split: bool = True) -> Conveyor:
+    config = RedisConfig.from_url(url) if isinstance(url, str) else url
     keys = SplitKeys(config.namespace) if split else None
     application = Conveyor(broker=RedisBroker(config, keys=keys), clock=clock)
 
@@ -219,3 +220,30 @@ def test_a_partitioned_queue_is_forgotten_only_when_every_partition_is_empty(app
     assert _broker(app).forget_queue("hot") == 0
     assert "hot" not in app.stats()
     assert _broker(app).forget_queue("hot") is None
+
+
+def test_history_sums_the_executions_of_every_partition(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=3)
+    for n in range(6):
+        app.enqueue("job", [n], queue="hot")
+    assert app.worker(queues=["hot"]).run_until_idle() == 6
+    assert sum(minute.completed for minute in app.inspect.history("hot", minutes=5)) == 6
+
+
+def test_events_of_every_partition_reach_a_listener_of_another_process(app: Conveyor, clock: FakeClock) -> None:
+    """The listener follows every partition's slot (``_slots_now``): events made by another broker
+    object in each partition are heard."""
+    app.configure_queue("hot", partitions=3)
+    heard: list[str] = []
+    stop = app.on_state_change(lambda task_id, old, new: heard.append(task_id) if old is None else None)
+    broker = _broker(app)
+    listening = [broker.keys.slot(prefix).listening for prefix in broker._queue_prefixes("hot")]
+    poll_until(lambda: all(broker.client.exists(key) for key in listening), timeout=10.0, message="listening")
+    other = _app(broker.config, clock)
+    try:
+        made = {other.enqueue("job", [n], queue="hot").id for n in range(6)}
+        assert len({_label(task_id) for task_id in made}) == 3
+        poll_until(lambda: made <= set(heard), timeout=10.0, message="every partition's events")
+    finally:
+        stop()
+        other.close()
