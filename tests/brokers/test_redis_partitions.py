@@ -5,6 +5,7 @@ slot) keeps of it."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -247,3 +248,33 @@ def test_events_of_every_partition_reach_a_listener_of_another_process(app: Conv
     finally:
         stop()
         other.close()
+
+
+@pytest.fixture(params=["server", pytest.param("cluster", marks=pytest.mark.slow)])
+def live_app(request: pytest.FixtureRequest) -> Iterator[Conveyor]:
+    """An app on split slots with the server's clock: an idle worker's wait and claim go in one write."""
+    config = RedisConfig.from_url(url_of(request))
+    application = Conveyor(broker=RedisBroker(config, keys=SplitKeys(config.namespace)))
+    application.task(name="job")(lambda n: n)
+    try:
+        yield application
+    finally:
+        application.close()
+
+
+def test_a_worker_that_went_idle_runs_what_arrives_in_every_partition(live_app: Conveyor) -> None:
+    """On the cluster an idle worker's blocking pop names one slot, the partition its next claim
+    starts at (a cluster refuses one over several): tasks arriving in the others run at its next
+    wait's end at the latest. It ran none before (every wait refused)."""
+    live_app.configure_queue("hot", partitions=3)
+    worker = live_app.worker(queues=["hot"], poll_interval=0.2)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        poll_until(lambda: live_app.inspect.workers(), timeout=10.0, message="the worker's registration")
+        ids = [live_app.enqueue("job", [n], queue="hot").id for n in range(12)]
+        done = lambda: all(live_app.get(task_id).state is TaskState.COMPLETED for task_id in ids)  # noqa: E731
+        poll_until(done, timeout=15.0, message="every partition's tasks completed")
+    finally:
+        worker.stop()
+        thread.join(timeout=30.0)
