@@ -278,3 +278,13 @@ def test_a_worker_that_went_idle_runs_what_arrives_in_every_partition(live_app: 
     finally:
         worker.stop()
         thread.join(timeout=30.0)
+
+
+def test_listing_and_purging_go_partition_after_partition(app: Conveyor) -> None:
+    app.configure_queue("hot", partitions=3)
+    ids = {app.enqueue("job", [n], queue="hot").id for n in range(9)}
+    pages = [app.inspect.list("hot", "pending", offset=offset, limit=4) for offset in (0, 4, 8)]
+    assert [len(page) for page in pages] == [4, 4, 1]
+    assert {info.id for page in pages for info in page} == ids
+    assert app.inspect.purge("hot", TaskState.PENDING, limit=5) == 5
+    assert app.inspect.purge("hot", TaskState.PENDING) == 4

@@ -260,14 +260,7 @@ class RedisBroker(Spreading):
         self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100
     ) -> list[TaskRecord]:
         state = TaskState(state)
-        offset, limit = max(0, offset), max(0, limit)
-        prefixes = self._queue_prefixes(queue)
-        if len(prefixes) == 1:
-            return self._records(self._call("list", prefixes[0], now, queue, state.value, offset, limit))
-        items: list[Any] = []  # partition after partition (spread.py): each read from its start
-        for prefix in prefixes:
-            items += self._call("list", prefix, now, queue, state.value, 0, offset + limit)
-        return self._records(items[offset : offset + limit])
+        return self._records(self._list(queue, state.value, now, max(0, offset), max(0, limit)))
 
     def queues(self, now: float) -> list[QueueInfo]:
         queues = self._registered()
@@ -344,13 +337,7 @@ class RedisBroker(Spreading):
         state = TaskState(state)
         if state is TaskState.ACTIVE:
             raise InvalidTransition("cannot purge active tasks; cancel them first")
-        count = -1 if limit is None else max(0, limit)
-        purged = 0
-        for prefix in self._queue_prefixes(queue):
-            if count >= 0 and purged >= count:
-                break
-            purged += int(self._call("purge", prefix, now, queue, state.value, count - purged if count >= 0 else -1))
-        return purged
+        return self._purge(queue, state.value, now, -1 if limit is None else max(0, limit))
 
     # -- workers and events ----------------------------------------------------------------------
 

@@ -151,6 +151,28 @@ class Spreading(RedisCalls):
                 return self.keys.label_prefix(label)
         raise ValueError(f"task id {task.id!r} names a partition queue {task.queue!r} does not have")
 
+    # -- reading and purging over partitions ----------------------------------------------------
+
+    def _list(self, queue: str, state: str, now: float, offset: int, limit: int) -> list[Any]:
+        """``list.lua``'s items for ``list_tasks``: a partitioned queue's partition after partition,
+        each read from its start up to ``offset + limit``."""
+        prefixes = self._queue_prefixes(queue)
+        if len(prefixes) == 1:
+            return cast("list[Any]", self._call("list", prefixes[0], now, queue, state, offset, limit))
+        items: list[Any] = []
+        for prefix in prefixes:
+            items += self._call("list", prefix, now, queue, state, 0, offset + limit)
+        return items[offset : offset + limit]
+
+    def _purge(self, queue: str, state: str, now: float, count: int) -> int:
+        """``purge`` of at most ``count`` tasks (-1: all), partition after partition."""
+        purged = 0
+        for prefix in self._queue_prefixes(queue):
+            if 0 <= count <= purged:
+                break
+            purged += int(self._call("purge", prefix, now, queue, state, count - purged if count >= 0 else -1))
+        return purged
+
     # -- settings over partitions --------------------------------------------------------------
 
     def _configure_spread(self, settings: QueueSettings, configure: Callable[[str, QueueSettings], None]) -> None:
