@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from conveyor.brokers.redis.keys import partition_labels, queue_label
@@ -48,7 +49,7 @@ def share(value: int | None, count: int) -> int | None:
     return None if value is None else math.ceil(value / count)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: ``visited`` is cached (enqueues read it per task)
 class Spread:
     """A queue's partitions: ``labels`` active (enqueues and claims), ``retired`` (label → when it
     was retired) still claimed from until empty; ``max_size``/``concurrency`` as configured."""
@@ -60,10 +61,10 @@ class Spread:
     max_size: int | None = None
     concurrency: int | None = None
 
-    @property
-    def visited(self) -> list[str]:
+    @cached_property
+    def visited(self) -> tuple[str, ...]:
         """Every label a claim, a read or the maintenance visits: the active ones, then the retired."""
-        return [*self.labels, *(label for label in sorted(self.retired) if label not in self.labels)]
+        return (*self.labels, *(label for label in sorted(self.retired) if label not in self.labels))
 
     def entry(self) -> str:
         """The ``parts`` field value of the queue itself."""

@@ -49,6 +49,9 @@ class Spreading(RedisCalls):
         return parts
 
     def _spreads(self, fresh: bool = False) -> dict[str, Spread]:
+        parts = self._parts
+        if parts is not None and not fresh and time.monotonic() - self._parts_at <= REFRESH:
+            return parts  # the common case, per task of an enqueue: no context manager
         with translate_errors():
             return self._spreads_now(fresh)
 
@@ -146,7 +149,8 @@ class Spreading(RedisCalls):
             return self.keys.label_prefix(spread.labels[zlib.crc32(task.id.encode()) % spread.count])
         label = task.id.rpartition("~")[2]
         for fresh in (False, True):  # a change another process made may not be read yet
-            spread = self._spreads(fresh).get(task.queue)
+            if fresh:
+                spread = self._spreads(fresh).get(task.queue)
             if label in (spread.visited if spread is not None else (queue_label(task.queue),)):
                 return self.keys.label_prefix(label)
         raise ValueError(f"task id {task.id!r} names a partition queue {task.queue!r} does not have")
