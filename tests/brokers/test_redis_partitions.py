@@ -288,3 +288,24 @@ def test_listing_and_purging_go_partition_after_partition(app: Conveyor) -> None
     assert {info.id for page in pages for info in page} == ids
     assert app.inspect.purge("hot", TaskState.PENDING, limit=5) == 5
     assert app.inspect.purge("hot", TaskState.PENDING) == 4
+
+
+def test_a_partition_retired_again_while_being_dropped_stays_listed(
+    app: Conveyor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drop reads the partitions, checks the retired ones are empty, then deletes their fields:
+    a change of N in between that made one active (a task went in) and retired it again must not
+    leave it unlisted. Run here as if both changes came between the read and the delete."""
+    monkeypatch.setattr(spread, "GRACE", -1000.0)
+    app.configure_queue("hot", partitions=3)
+    app.configure_queue("hot", partitions=2)
+    broker = _broker(app)
+    before = broker._spreads(fresh=True)  # the drop's read: the 3-partition labels retired
+    empty = broker._empty_retired(before)  # and found empty
+    assert empty
+    app.configure_queue("hot", partitions=3)
+    ids = [app.enqueue("job", [n], queue="hot").id for n in range(3)]
+    app.configure_queue("hot", partitions=2)
+    assert broker._drop(before, empty) == 0
+    assert all(app.get(task_id) is not None for task_id in ids)
+    assert app.worker(queues=["hot"]).run_until_idle() == 3

@@ -14,6 +14,8 @@ configured with ``partitions`` above 1 or whose partitions changed:
     <queue>            "<N> <max_size> <concurrency>"  (the settings as given; "" for None)
     <queue> <label>    when the partition ``label`` was retired (server time): a partition a lower (or
                        another) N left, still claimed from until it is empty and :data:`GRACE` old
+    <queue> #          how many times its partitions were changed (:data:`CHANGES`): a retired
+                       partition dropped while this moved is listed again (``spread.py``)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 from conveyor.brokers.redis.keys import partition_labels, queue_label
 
-__all__ = ["GRACE", "REFRESH", "Spread", "merge_stats", "prefix_label", "read_spreads", "share"]
+__all__ = ["CHANGES", "GRACE", "REFRESH", "Spread", "merge_stats", "prefix_label", "read_spreads", "share"]
 
 #: Seconds a process keeps the ``parts`` hash it read before reading it again: how long another
 #: process's change of ``partitions`` may take to reach its enqueues and claims.
@@ -36,6 +38,9 @@ REFRESH = 2.0
 #: at most :data:`REFRESH` old may still make an id of it and enqueue it, one socket timeout later at
 #: most (the broker adds its socket timeout to this).
 GRACE = 2 * REFRESH
+
+#: The label of the ``parts`` field counting a queue's changes of partitions.
+CHANGES = "#"
 
 
 def prefix_label(prefix: str) -> str:
@@ -60,6 +65,7 @@ class Spread:
     retired: dict[str, float] = field(default_factory=dict)
     max_size: int | None = None
     concurrency: int | None = None
+    changes: int = 0
 
     @cached_property
     def visited(self) -> tuple[str, ...]:
@@ -76,21 +82,24 @@ class Spread:
         are retired (those retired before keep their time), labels active again are not."""
         labels = tuple(partition_labels(namespace, queue_label(self.queue), count))
         retired = {label: self.retired.get(label, now) for label in self.visited if label not in labels}
-        return Spread(self.queue, count, labels, retired, max_size, concurrency)
+        return Spread(self.queue, count, labels, retired, max_size, concurrency, self.changes + 1)
 
 
 def read_spreads(namespace: str, fields: dict[str, str]) -> dict[str, Spread]:
     """The ``parts`` hash as each queue's :class:`Spread` (queues absent from it have none)."""
     retired: dict[str, dict[str, float]] = {}
     entries: dict[str, list[str]] = {}
+    changes: dict[str, int] = {}
     for name, value in fields.items():
         queue, _, label = name.partition(" ")
-        if label:
+        if label == CHANGES:
+            changes[queue] = int(value)
+        elif label:
             retired.setdefault(queue, {})[label] = float(value)
         else:
             entries[queue] = value.split(" ")
     spreads = {}
-    for queue in entries.keys() | retired.keys():
+    for queue in entries.keys() | retired.keys() | changes.keys():
         count, max_size, concurrency = entries.get(queue, ["1", "", ""])
         labels = tuple(partition_labels(namespace, queue_label(queue), int(count)))
         spreads[queue] = Spread(
@@ -100,6 +109,7 @@ def read_spreads(namespace: str, fields: dict[str, str]) -> dict[str, Spread]:
             retired.get(queue, {}),
             int(max_size) if max_size else None,
             int(concurrency) if concurrency else None,
+            changes.get(queue, 0),
         )
     return spreads
 

@@ -22,7 +22,7 @@ from conveyor.brokers.redis.addressing import RedisCalls
 from conveyor.brokers.redis.admin import queue_infos
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.keys import queue_label
-from conveyor.brokers.redis.partitions import GRACE, REFRESH, Spread, merge_stats, read_spreads, share
+from conveyor.brokers.redis.partitions import CHANGES, GRACE, REFRESH, Spread, merge_stats, read_spreads, share
 from conveyor.model import NewTask, QueueInfo, QueueSettings
 
 __all__ = ["Spreading"]
@@ -218,6 +218,7 @@ class Spreading(RedisCalls):
         back = [f"{new.queue} {label}" for label in (old.retired if old else ()) if label not in new.retired]
         with translate_errors():
             pipe = self._client.pipeline(transaction=False)
+            pipe.hincrby(self._parts_key, f"{new.queue} {CHANGES}", 1)  # first: see _drop
             pipe.hset(self._parts_key, mapping=fields)
             if back:
                 pipe.hdel(self._parts_key, *back)
@@ -280,9 +281,13 @@ class Spreading(RedisCalls):
         if self.keys.one_slot:
             return 0
         spreads = self._spreads(fresh=True)
+        return self._drop(spreads, self._empty_retired(spreads))
+
+    def _empty_retired(self, spreads: dict[str, Spread]) -> list[tuple[str, str]]:
+        """``(queue, label)`` of the retired partitions ``spreads`` names that are past the grace
+        and hold no task (no row in any state)."""
         with translate_errors():
-            now = float(self._client.time()[0])
-            bound = now - GRACE - self.config.socket_timeout
+            bound = float(self._client.time()[0]) - GRACE - self.config.socket_timeout
             old = [
                 (spread.queue, label)
                 for spread in spreads.values()
@@ -290,12 +295,28 @@ class Spreading(RedisCalls):
                 if at < bound and label not in spread.labels
             ]
             if not old:
-                return 0
+                return []
             pipe = self._client.pipeline(transaction=False)
             for _, label in old:
                 pipe.hlen(self.keys.slot(self.keys.label_prefix(label)).rows)
-            empty = [f"{queue} {label}" for (queue, label), rows in zip(old, pipe.execute(), strict=True) if not rows]
-            if empty:
-                self._client.hdel(self._parts_key, *empty)
+            return [(queue, label) for (queue, label), rows in zip(old, pipe.execute(), strict=True) if not rows]
+
+    def _drop(self, spreads: dict[str, Spread], empty: Sequence[tuple[str, str]]) -> int:
+        """Delete the fields of the partitions ``empty`` (found so in ``spreads``, read before). A
+        queue whose partitions changed since that read (its ``#`` count moved) may have made one of
+        them active, given it tasks and retired it again: those are listed again, retired now, to be
+        checked anew. Returns how many stay dropped."""
+        if not empty:
+            return 0
+        with translate_errors():
+            self._client.hdel(self._parts_key, *(f"{queue} {label}" for queue, label in empty))
+            queues = sorted({queue for queue, _ in empty})
+            counts = cast("list[str | None]", self._client.hmget(self._parts_key, [f"{q} {CHANGES}" for q in queues]))
+            now_at = dict(zip(queues, counts, strict=True))
+            moved = {queue for queue in queues if int(now_at[queue] or 0) != spreads[queue].changes}
+            at = repr(float(self._client.time()[0])) if moved else ""
+            again = {f"{queue} {label}": at for queue, label in empty if queue in moved}
+            if again:
+                self._client.hset(self._parts_key, mapping=cast("dict[Any, Any]", again))
         self._parts = None
-        return len(empty)
+        return len(empty) - len(again)
