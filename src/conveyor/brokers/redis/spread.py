@@ -280,7 +280,9 @@ class Spreading(RedisCalls):
         ``partitions.GRACE``); an enqueue can no longer reach them. Returns how many were dropped."""
         if self.keys.one_slot:
             return 0
-        spreads = self._spreads(fresh=True)
+        spreads = self._spreads()  # an older copy only drops less, or lists again (see _drop)
+        if not any(spread.retired for spread in spreads.values()):
+            return 0  # the common case: no round trip
         return self._drop(spreads, self._empty_retired(spreads))
 
     def _empty_retired(self, spreads: dict[str, Spread]) -> list[tuple[str, str]]:
