@@ -157,7 +157,7 @@ COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
 def test_server_cost_counts_each_phase_on_its_own() -> None:
     out = run_bench("bench.server_cost", "--tasks", "40", "--singles", "10", timeout=230)
     costs = {m.group(2): int(m.group(1).replace(",", "")) for m in map(COST_LINE.match, out.splitlines()) if m}
-    assert len(costs) == 7, out
+    assert len(costs) == 9, out
     ping = costs["PING"]
     assert ping > 0
     # every broker call runs a Lua function: several times the work of a PING, per call
@@ -167,6 +167,9 @@ def test_server_cost_counts_each_phase_on_its_own() -> None:
     assert costs["task of a batch enqueue"] < costs["one-task enqueue"], out
     assert costs["task of a 500-task claim"] < costs["one-task claim"], out
     assert costs["outcome of a 500-outcome settle"] < costs["one-outcome settle"], out
+    # a unique key costs its claim in the namespace's unique-key hash on top of the plain enqueue
+    assert costs["one-task enqueue with a unique key"] > costs["one-task enqueue"], out
+    assert costs["task of a batch enqueue, each with a unique key"] > costs["task of a batch enqueue"], out
 
 
 FLUSH_CHECK = """
