@@ -21,6 +21,7 @@ DECLARED = {
         "DeclaresTasks",
         "ForgetsQueues",
         "KeepsHistory",
+        "WaitsForWork",
     },
     "sqlite": {
         "AppliesPolicy",

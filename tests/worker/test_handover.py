@@ -57,8 +57,8 @@ def test_wait_taken_returns_when_the_buffer_closes() -> None:
 
 def fetcher_finding(count: int) -> tuple[Fetcher, Buffer, SpyBroker[Broker]]:
     """A fetcher on a memory broker (seen through a spy, to read the limit of each claim) holding
-    ``count`` pending tasks. The memory broker cannot signal new work, so the fetcher's wait for work
-    is a sleep of ``poll_interval``: 10 ms."""
+    ``count`` pending tasks. They were enqueued before any claim of its thread, so no ring ends its wait
+    for work (``MemoryBroker.wait_for_work``): that lasts ``poll_interval``, 10 ms."""
     spy = SpyBroker.from_url("memory://")
     app = Conveyor(broker=spy, clock=FakeClock(0.0))
 

@@ -37,8 +37,9 @@ class WaitsForWork(Protocol):
     """Optional capability: block an idle consumer until work may be there, instead of polling.
 
     The worker's fetcher uses it when its broker has it (``isinstance(broker, WaitsForWork)``) and
-    sleeps ``poll_interval`` otherwise. Redis blocks on a notification key; SQLite watches
-    ``PRAGMA data_version`` (moved by any other connection's commit); memory polls.
+    sleeps ``poll_interval`` otherwise. Redis blocks on a notification key; SQLite sleeps on a FIFO
+    per queue that a commit making a task claimable rings; memory on a condition its transitions
+    notify. SQLite and memory also end the wait when a delayed task of the queues falls due.
     """
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:

@@ -94,8 +94,15 @@ class MemoryBroker(MemoryStore):
                         active += 1
                 if len(claimed) >= limit:
                     break
+            self._wakes.claimed(now)
         self._flush_events()
         return claimed
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """``WaitsForWork``: block up to ``timeout`` s until a task of ``queues`` may have become claimable
+        since this thread's last claim, or (for a claim timed by the wall clock) until the first scheduled
+        or retry task of ``queues`` falls due (``wake.py``). True is a hint."""
+        return self._wakes.wait(list(queues), timeout, self._next_due)
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         applied: list[bool] = []
@@ -193,6 +200,8 @@ class MemoryBroker(MemoryStore):
         with self._lock:
             old = self._settings_for(settings.name)
             self._settings[settings.name] = replace(settings, paused=old.paused)
+            if old.concurrency != settings.concurrency:  # a raised (or lifted) limit frees slots
+                self._wakes.ring(settings.name)
             if old.aging != settings.aging:  # re-key the ready heap: the only rescoring, on config change
                 heap = [
                     (
@@ -209,7 +218,10 @@ class MemoryBroker(MemoryStore):
 
     def set_paused(self, queue: str, paused: bool) -> None:
         with self._lock:
-            self._settings[queue] = replace(self._settings_for(queue), paused=paused)
+            old = self._settings_for(queue)
+            self._settings[queue] = replace(old, paused=paused)
+            if old.paused and not paused:
+                self._wakes.ring(queue)
 
     def run_now(self, task_id: str, now: float) -> None:
         with self._lock:

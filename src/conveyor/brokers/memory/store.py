@@ -1,7 +1,8 @@
 """The memory broker's state and indexing: plain dicts plus heaps invalidated lazily.
 
 The transitions themselves are ``conveyor.brokers.transitions``; :meth:`MemoryStore._change` stores
-and indexes what one returns.
+and indexes what one returns, and rings the task's queue when it may have become claimable
+(``wake.py``: how an idle consumer waits for work).
 
 Each task carries a version that every transition bumps (from one counter, never reused); a heap
 entry whose version is stale is skipped when popped, so every operation is O(log n) amortised.
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from conveyor.brokers import transitions
 from conveyor.brokers.base import EventCallback, deliver, ready_key
+from conveyor.brokers.memory.wake import Wakes
 from conveyor.brokers.transitions import READY_AT, Change
 from conveyor.errors import TaskNotFound
 from conveyor.history import Tally
@@ -50,6 +52,7 @@ class MemoryStore:
         self._next_version = 0
         self._ready: dict[str, list[tuple[float, int, str, int]]] = {}
         self._due: list[tuple[float, int, str, int]] = []
+        self._due_of: dict[str, list[tuple[float, int, str, int]]] = {}  # the same entries, by queue
         self._leases: list[tuple[float, int, str, int]] = []
         self._finished: list[tuple[float, int, str, int]] = []
         self._expiring: list[tuple[float, int, str, int]] = []
@@ -63,6 +66,7 @@ class MemoryStore:
         self._cancel_watchers: list[Callable[[str], None]] = []  # see MemoryBroker.watch_cancels
         self._pending_events: list[Event] = []
         self._history = Tally()  # the per-minute counters themselves (conveyor.history)
+        self._wakes = Wakes(self._lock)
 
     def _settings_for(self, queue: str) -> QueueSettings:
         return self._settings.get(queue) or QueueSettings(name=queue)
@@ -78,9 +82,13 @@ class MemoryStore:
             aging = self._settings_for(rec.queue).aging
             key = ready_key(rec.priority, self._ready_at[rec.id], aging)
             heapq.heappush(self._ready.setdefault(rec.queue, []), (key, seq, rec.id, version))
+            self._wakes.ring(rec.queue)
         elif rec.state in (_S.SCHEDULED, _S.RETRY):
             assert rec.next_run_at is not None
-            heapq.heappush(self._due, (rec.next_run_at, seq, rec.id, version))
+            entry = (rec.next_run_at, seq, rec.id, version)
+            heapq.heappush(self._due, entry)
+            heapq.heappush(self._due_of.setdefault(rec.queue, []), entry)
+            self._wakes.stir()  # a waiter on its queue may have to wake sooner
         elif rec.state is _S.ACTIVE:
             assert rec.lease_expires_at is not None
             heapq.heappush(self._leases, (rec.lease_expires_at, seq, rec.id, version))
@@ -89,6 +97,8 @@ class MemoryStore:
             heapq.heappush(self._finished, (rec.keep_until, seq, rec.id, version))
         if rec.expires_at is not None and rec.state in (_S.PENDING, _S.SCHEDULED, _S.RETRY):
             heapq.heappush(self._expiring, (rec.expires_at, seq, rec.id, version))
+        if old is _S.ACTIVE and rec.state is not _S.ACTIVE and self._settings_for(rec.queue).concurrency is not None:
+            self._wakes.ring(rec.queue)  # a slot is free: a pending task held back by the limit is claimable
         if old is not rec.state:
             self._pending_events.append(Event(rec.id, old and old.value, rec.state.value, rec.queue, now))
         return rec
@@ -132,8 +142,20 @@ class MemoryStore:
                 continue
             rec = self._tasks[entry[2]]
             self._change(rec, transitions.promoted(rec), now)
+            self._next_due_of(rec.queue)  # drops its entry there (the first valid one), and stale ones above
             moved += 1
         return moved
+
+    def _next_due_of(self, queue: str) -> float | None:
+        """When the first scheduled or retry task of ``queue`` falls due (None: it has none)."""
+        heap = self._due_of.get(queue)
+        while heap and not self._valid(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _next_due(self, queues: Sequence[str]) -> float | None:
+        """When the first scheduled or retry task of ``queues`` falls due (None: they have none)."""
+        return min((due for queue in queues if (due := self._next_due_of(queue)) is not None), default=None)
 
     def _reap_locked(self, now: float, limit: int) -> int:
         done = 0
