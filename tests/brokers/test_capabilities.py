@@ -20,6 +20,7 @@ DECLARED = {
         "CommandsWorkers",
         "DeclaresTasks",
         "ForgetsQueues",
+        "InterruptsWaits",
         "KeepsHistory",
         "WaitsForWork",
     },
@@ -33,7 +34,7 @@ DECLARED = {
         "SettlesWithClaim",
         "WaitsForWork",
     },
-    "redis": set(EVERY) - {"SettlesWithClaim"},
+    "redis": set(EVERY) - {"InterruptsWaits", "SettlesWithClaim"},
 }
 
 

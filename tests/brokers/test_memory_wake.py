@@ -113,6 +113,20 @@ def test_a_resumed_queue_ends_the_wait(broker: MemoryBroker, elsewhere: Callable
     assert broker.wait_for_work(["default"], 10.0) is True
 
 
+def test_an_interrupt_ends_the_wait_in_progress(broker: MemoryBroker, elsewhere: Callable[..., None]) -> None:
+    assert broker.claim(["default"], FAKE_NOW, 30.0, 10) == []
+    elsewhere(broker.interrupt_waits)
+    assert broker.wait_for_work(["default"], 10.0) is True
+
+
+def test_an_interrupt_after_a_claim_ends_the_next_wait(broker: MemoryBroker) -> None:
+    """A fetcher stopped between its claim and its wait does not wait out its timeout."""
+    assert broker.claim(["default"], FAKE_NOW, 30.0, 10) == []
+    broker.interrupt_waits()
+    assert broker.wait_for_work(["default"], 10.0) is True
+    assert lasted(broker, ["default"], 0.2)  # once
+
+
 def _waited_until_due(broker: MemoryBroker, queue: str, now: float) -> float:
     """Claim nothing from ``queue`` at ``now`` (the wall clock), then wait (10 s at most); how long."""
     assert broker.claim([queue], now, 30.0, 10) == []

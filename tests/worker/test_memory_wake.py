@@ -77,3 +77,11 @@ def test_a_retry_without_backoff_starts_at_once(
     flaky.enqueue()
     poll_until(lambda: ran, timeout=WITHIN, message="the first attempt")
     poll_until(lambda: len(ran) == 2, timeout=WITHIN, message="the retry")
+
+
+def test_a_stop_ends_the_idle_fetchers_wait(spied_app: Conveyor, spy: SpyBroker[Broker], start_worker: Start) -> None:
+    worker = start_worker(spied_app, poll_interval=30.0)
+    idle(spy)
+    worker.stop()
+    assert worker.runtime is not None
+    assert worker.runtime.stopped.wait(10.0)  # not at the end of its fetcher's 30 s wait

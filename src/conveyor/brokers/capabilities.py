@@ -24,6 +24,7 @@ __all__ = [
     "DeclaresTasks",
     "Finding",
     "ForgetsQueues",
+    "InterruptsWaits",
     "KeepsHistory",
     "LabelsIds",
     "SettlesWithClaim",
@@ -49,6 +50,19 @@ class WaitsForWork(Protocol):
         queue); False means the timeout passed. Delayed tasks becoming due need not wake anyone, so
         a caller still claims at least every ``timeout`` seconds.
         """
+        ...
+
+
+@runtime_checkable
+class InterruptsWaits(Protocol):
+    """Optional capability: end the waits for work in progress, so a stopping worker need not wait out
+    its fetcher's (up to ``poll_interval``). Memory has it (its waits are on a condition in process);
+    SQLite's and Redis's waits end at their timeout.
+    """
+
+    def interrupt_waits(self) -> None:
+        """End every ``wait_for_work`` in progress in this process, and the next one of each thread that
+        claimed before this call; they return True (a hint: another consumer claims once for nothing)."""
         ...
 
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from conveyor.brokers.base import ClaimsAfterWait, SettlesWithClaim, WaitsForWork
+from conveyor.brokers.base import ClaimsAfterWait, InterruptsWaits, SettlesWithClaim, WaitsForWork
 from conveyor.model import Outcome, TaskRecord
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.config import WorkerConfig
@@ -161,6 +161,8 @@ class Fetcher:
         self._stop.set()
         self.inflight.wake()
         self._nudge()
+        if isinstance(self.app.broker, InterruptsWaits):
+            self.app.broker.interrupt_waits()  # a claimer waiting for work returns now, not at its timeout
         for thread in self._threads:
             thread.join(timeout=30.0)
 

@@ -104,6 +104,12 @@ class MemoryBroker(MemoryStore):
         or retry task of ``queues`` falls due (``wake.py``). True is a hint."""
         return self._wakes.wait(list(queues), timeout, self._next_due)
 
+    def interrupt_waits(self) -> None:
+        """``InterruptsWaits``: end the waits in progress (a worker stopping), and the next of each thread
+        that claimed before."""
+        with self._lock:
+            self._wakes.interrupt()
+
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         applied: list[bool] = []
         with self._lock:

@@ -12,6 +12,9 @@ only the ``now`` its callers pass: a due time becomes a real deadline through th
 claim (its ``now`` and the monotonic time it ran), and only when that ``now`` was the wall clock (within
 :data:`WALL_SLACK` of ``time.time()``). A FakeClock's time does not pass with real time, so on one a due
 time ends no wait: the wait ends on a ring or at its timeout, and a test moves the clock and claims.
+
+A stopping worker interrupts the waits (``InterruptsWaits``): a ring of every queue, so its fetcher
+returns at once instead of at its timeout, up to ``poll_interval`` later.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Wakes:
         self._condition = threading.Condition(lock)
         self._rings = 0  # rings so far, of every queue
         self._rung: dict[str, int] = {}  # queue -> the count of rings when it last rang
+        self._interrupted = 0  # the count of rings at the last interrupt, which rings every queue
         self._waiting = 0
         self._mine = threading.local()  # seen (rings), at (monotonic), now (wall-clock claim's, or None)
 
@@ -43,6 +47,12 @@ class Wakes:
         """A task of ``queue`` may have become claimable."""
         self._rings += 1
         self._rung[queue] = self._rings
+        self.stir()
+
+    def interrupt(self) -> None:
+        """End the waits in progress, and the next of each thread whose last claim came before."""
+        self._rings += 1
+        self._interrupted = self._rings
         self.stir()
 
     def stir(self) -> None:
@@ -69,7 +79,7 @@ class Wakes:
             deadline = time.monotonic() + timeout
             try:
                 while True:
-                    if any(self._rung.get(queue, 0) > seen for queue in queues):
+                    if self._interrupted > seen or any(self._rung.get(queue, 0) > seen for queue in queues):
                         return True
                     due = next_due(queues) if claimed_now is not None else None
                     due_at = math.inf if due is None or claimed_now is None else mine.at + due - claimed_now
