@@ -1,9 +1,10 @@
 """An idle consumer of the memory broker waits for work (``MemoryBroker.wait_for_work``, ``wake.py``).
 
 It wakes when a task of its queues may have become claimable since its thread's last claim, and, for
-a claim timed by the wall clock, when the first scheduled or retry task of its queues falls due; a
-FakeClock's due times end no wait. Each test's bound on a wait is its timeout (a wait that returns
-True did not time out); lower bounds check that a wait lasted, never how fast a wake came.
+a claim timed by the wall clock, when the first scheduled or retry task of its queues falls due; on a
+FakeClock, only a due time its claim's clock had reached ends the wait (at once). Each test's bound
+on a wait is its timeout (a wait that returns True did not time out); lower bounds check that a wait
+lasted, never how fast a wake came.
 """
 
 from __future__ import annotations
@@ -167,6 +168,16 @@ def test_a_due_time_ends_one_wait_only(broker: MemoryBroker) -> None:
     assert broker.claim(["default"], now, 30.0, 10) == []
     assert broker.wait_for_work(["default"], 10.0) is True
     assert lasted(broker, ["default"], 0.2)
+
+
+def test_a_retry_due_by_a_fake_clocks_claim_ends_the_wait_at_once(broker: MemoryBroker) -> None:
+    """A retry without backoff, settled after the consumer's claim, is due by that claim's clock."""
+    broker.enqueue([task("flaky")], FAKE_NOW)
+    [record] = broker.claim(["default"], FAKE_NOW, 30.0, 10)
+    assert broker.claim(["default"], FAKE_NOW, 30.0, 10) == []
+    assert broker.settle([Outcome("flaky", record.lease_token or "", "retry", error="boom")], FAKE_NOW) == [True]
+    assert broker.wait_for_work(["default"], 10.0) is True
+    assert [record.id for record in broker.claim(["default"], FAKE_NOW, 30.0, 10)] == ["flaky"]
 
 
 def test_a_due_time_on_a_fake_clock_ends_no_wait(broker: MemoryBroker) -> None:

@@ -9,9 +9,11 @@ thread's last claim (a ring of another queue wakes the thread, which looks and s
 A scheduled or retry task falls due with no call at all: the wait also ends when the first such task
 of its queues does, so the next claim promotes and takes it then. The broker has no clock of its own,
 only the ``now`` its callers pass: a due time becomes a real deadline through this thread's last
-claim (its ``now`` and the monotonic time it ran), and only when that ``now`` was the wall clock (within
-:data:`WALL_SLACK` of ``time.time()``). A FakeClock's time does not pass with real time, so on one a due
-time ends no wait: the wait ends on a ring or at its timeout, and a test moves the clock and claims.
+claim (its ``now`` and the monotonic time it ran), when that ``now`` was the wall clock (within
+:data:`WALL_SLACK` of ``time.time()``). A FakeClock's time does not pass with real time: on one, only a
+due time the claim's ``now`` had reached (a retry without backoff settled after the claim) ends the
+wait, at once; a later one ends none (the wait ends on a ring or at its timeout, and a test moves the
+clock and claims).
 
 A stopping worker interrupts the waits (``InterruptsWaits``): a ring of every queue, so its fetcher
 returns at once instead of at its timeout, up to ``poll_interval`` later.
@@ -41,7 +43,7 @@ class Wakes:
         self._rung: dict[str, int] = {}  # queue -> the count of rings when it last rang
         self._interrupted = 0  # the count of rings at the last interrupt, which rings every queue
         self._waiting = 0
-        self._mine = threading.local()  # seen (rings), at (monotonic), now (wall-clock claim's, or None)
+        self._mine = threading.local()  # the last claim's: seen (rings), at (monotonic), now, wall (clock)
 
     def ring(self, queue: str) -> None:
         """A task of ``queue`` may have become claimable."""
@@ -66,7 +68,8 @@ class Wakes:
         mine = self._mine
         mine.seen = self._rings
         mine.at = time.monotonic()
-        mine.now = now if abs(now - time.time()) <= WALL_SLACK else None
+        mine.now = now
+        mine.wall = abs(now - time.time()) <= WALL_SLACK
 
     def wait(self, queues: Sequence[str], timeout: float, next_due: Callable[[Sequence[str]], float | None]) -> bool:
         """Block up to ``timeout`` s until one of ``queues`` rang since this thread's last claim (True), or
@@ -82,7 +85,7 @@ class Wakes:
                     if self._interrupted > seen or any(self._rung.get(queue, 0) > seen for queue in queues):
                         return True
                     due = next_due(queues) if claimed_now is not None else None
-                    due_at = math.inf if due is None or claimed_now is None else mine.at + due - claimed_now
+                    due_at = math.inf if due is None or claimed_now is None else self._deadline(due, claimed_now)
                     left = min(deadline, due_at) - time.monotonic()
                     if left <= 0:
                         if due_at > deadline:
@@ -96,3 +99,12 @@ class Wakes:
                         self._waiting -= 1
             finally:
                 mine.seen = self._rings
+
+    def _deadline(self, due: float, claimed_now: float) -> float:
+        """The monotonic time at which a task due at ``due`` (by the clock of this thread's last claim, at
+        ``claimed_now``) ends the wait: on the wall clock, ``due - claimed_now`` s after that claim; on
+        another, at once if the claim's clock had reached it, else never."""
+        mine = self._mine
+        if mine.wall:
+            return float(mine.at + due - claimed_now)
+        return float(mine.at) if due <= claimed_now else math.inf
