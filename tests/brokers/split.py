@@ -1,35 +1,21 @@
-"""Keys whose every queue has a slot of its own, apart from the namespace slot, for the tests of the
-calls layout 5 splits (``test_redis_slots.py``, ``test_redis_claims.py``): a standalone server does
-not check slots, so the calls run as they would on a cluster of such slots."""
+"""Layout 5's keys (``Keys5``: every queue a slot of its own, apart from the namespace slot) for the
+tests of the calls layout 5 splits (``test_redis_slots.py``, ``test_redis_claims.py``), and a task
+helper for them."""
 
 from __future__ import annotations
 
 import pytest
 
-from conveyor.brokers.redis.keys import LAYOUT, Keys, queue_label
+from conveyor.brokers.redis.keys import Keys5
 from conveyor.model import NewTask
 
 __all__ = ["NOW", "SplitKeys", "task", "url_of"]
 
 NOW = 1_000_000.0
 
-
-class SplitKeys(Keys):
-    """Keys of a namespace whose queues each have a slot of their own, ``{ns|label}:v4:``; a task id
-    names its queue's label after its last ``~`` (layout 5's generated ids carry it so)."""
-
-    @property
-    def one_slot(self) -> bool:
-        return False
-
-    def queue_prefix(self, queue: str) -> str:
-        return self.label_prefix(queue_label(queue))
-
-    def label_prefix(self, label: str) -> str:
-        return "{" + self.namespace + "|" + label + "}:" + LAYOUT + ":"
-
-    def task_prefix(self, task_id: str) -> str:
-        return self.label_prefix(task_id.rpartition("~")[2])
+#: Keys of a namespace whose queues each have a slot of their own, ``{ns|label}:v5:``; a task id names
+#: its queue's label after its last ``~``.
+SplitKeys = Keys5
 
 
 def task(

@@ -6,9 +6,10 @@ slot (Redis Cluster safe) and stays atomic. Why one tag per *namespace* rather t
 task ids and unique keys unique across queues, checked atomically by ``enqueue``. With a tag per queue,
 that check would span slots (no longer one atomic script) and every by-id call would need an extra
 round trip to an id→queue index. A namespace is therefore the unit of sharding: tenants or apps on
-one cluster get their own namespaces, which spread over the nodes. Layout 5 (docs/architecture.md)
-will give each queue a slot of its own; already every script call is addressed by queue
-(:meth:`Keys.queue_prefix`, :meth:`Keys.task_prefix`), all of them ``{ns}:v4:`` in this layout.
+one cluster get their own namespaces, which spread over the nodes. Layout 5 (:class:`Keys5`,
+docs/architecture.md) gives each queue a slot of its own, ``{ns|label}:v5:``, with the same names
+after the prefix; every script call is addressed by queue (:meth:`Keys.queue_prefix`,
+:meth:`Keys.task_prefix`), all of them ``{ns}:v4:`` in layout 4, which is what runs.
 
 Layout (``P`` = ``{ns}:v4:``; ``v4`` is the layout's version: the per-task hashes of layout 1 lived
 under ``{ns}:``, layout 2 kept bodies apart from rows under ``{ns}:v2:``, layout 3 a ``waiting`` member
@@ -63,11 +64,28 @@ from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError
 
-__all__ = ["LABEL_MAX", "LAYOUT", "NAMESPACE_RE", "SLOTS", "Keys", "Slot", "keyslot", "partition_labels", "queue_label"]
+__all__ = [
+    "LABEL_MAX",
+    "LAYOUT",
+    "LAYOUT5",
+    "NAMESPACE_RE",
+    "SLOTS",
+    "Keys",
+    "Keys5",
+    "Slot",
+    "keyslot",
+    "partition_labels",
+    "queue_label",
+]
 
 #: The storage layout's version, part of every key (see above).
 LAYOUT = "v4"
 
+#: Layout 5's version (:class:`Keys5`): a slot per queue (docs/architecture.md).
+LAYOUT5 = "v5"
+
+#: A namespace's name: never ``|`` nor ``}``, which would end its hash tag or its queues' (``{ns|label}``)
+#: early and break the ACL patterns that hold a namespace's keys (``faults.NEEDED_ACL``).
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 #: The hash slots of a Redis Cluster.
@@ -312,3 +330,34 @@ class Keys(_SlotNames):
     @property
     def wake(self) -> str:
         return self.prefix + "wake"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys5(Keys):
+    """Layout 5's key names (docs/architecture.md, "Redis Cluster: keys per queue"): the namespace
+    slot ``{ns}:v5:`` holds what belongs to no queue (:attr:`queues`, :attr:`uniq`, :attr:`ids`, the
+    workers, the declarations), and each queue its own slot ``{ns|label}:v5:`` (:func:`queue_label`)
+    with its tasks and every index of them. A generated id ends in ``~<label>`` and routes by it; a
+    custom id through its entry in :attr:`ids`. Not :attr:`one_slot`: a call stays in one slot, except
+    where the broker knows it talks to one server, which checks no slots (``RedisCalls.one_server``).
+    """
+
+    @property
+    def prefix(self) -> str:
+        """``{ns}:v5:``: the namespace slot's prefix (no queue's task is under it)."""
+        return "{" + self.namespace + "}:" + LAYOUT5 + ":"
+
+    @property
+    def one_slot(self) -> bool:
+        return False
+
+    def queue_prefix(self, queue: str) -> str:
+        return self.label_prefix(queue_label(queue))
+
+    def label_prefix(self, label: str) -> str:
+        return "{" + self.namespace + "|" + label + "}:" + LAYOUT5 + ":"
+
+    def task_prefix(self, task_id: str) -> str:
+        """The slot of the label after the id's last ``~`` (a custom id without one has its slot in
+        :attr:`ids`: ``RedisCalls._task_prefixes``)."""
+        return self.label_prefix(task_id.rpartition("~")[2])
