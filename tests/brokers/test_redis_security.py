@@ -22,12 +22,16 @@ import redis
 
 from conveyor import Conveyor, TaskHandle, TaskState
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import NEEDED_ACL
+from conveyor.brokers.redis.keys import Keys5
 from conveyor.errors import BrokerError, BrokerUnavailable
+from conveyor.model import Outcome
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
 
 from .pki import Pki, make_pki
+from .split import task
 
 pytestmark = pytest.mark.slow  # each test starts servers of its own
 
@@ -342,3 +346,34 @@ def test_an_acl_user_without_the_namespaces_keys_gets_a_permission_error_and_not
     finally:
         remove()
     assert stored_keys(guarded, ns) == []
+
+
+@pytest.mark.parametrize("acl", ["documented", "the namespace slot's patterns alone"])
+def test_an_acl_user_with_the_documented_permissions_runs_layout_5(guarded: RedisServer, acl: str) -> None:
+    """Layout 5 keeps each queue's keys and channels under ``{NS|<label>}``: the documented patterns
+    hold them, the namespace slot's alone (``~{NS}:* &{NS}:*``, all that layout 4 needed) refuse."""
+    ns = namespace()
+    rules = NEEDED_ACL.replace("NS", ns).split()
+    if acl != "documented":
+        rules = [rule for rule in rules if not (rule.startswith(("~", "&")) and "|" in rule)]
+    remove = acl_user(guarded, "slotted", rules)
+    config = RedisConfig.from_url(url_for(guarded.port, ns, userinfo="slotted:pw@"))
+    broker = RedisBroker(config, keys=Keys5(ns))
+    now = time.time()
+    try:
+        if acl != "documented":
+            with pytest.raises(BrokerError, match="may not do this"):
+                broker.enqueue([task("1~a")], now)
+            return
+        heard: list[str] = []
+        broker.subscribe(lambda event: heard.append(event.queue))
+        assert broker.enqueue([task("1~a"), task("2~b")], now) == [None, None]
+        claimed = broker.claim(["a", "b"], now, 30.0, limit=2)
+        assert sorted(record.id for record in claimed) == ["1~a", "2~b"]
+        outcomes = [Outcome(record.id, record.lease_token or "", "complete") for record in claimed]
+        assert broker.settle(outcomes, now) == [True, True]
+        assert {info.name: info.counts["completed"] for info in broker.queues(now)} == {"a": 1, "b": 1}
+        poll_until(lambda: {"a", "b"} <= set(heard), message="events of both queue slots")
+    finally:
+        broker.close()
+        remove()

@@ -29,7 +29,8 @@ __all__ = ["CLIENT_ERRORS", "NEEDED_ACL", "Refused", "failure", "translate_error
 CLIENT_ERRORS = (redis.RedisError, RedisClusterException)
 
 
-#: What a Redis ACL user needs for namespace NS (keys and channels under its hash tag), as ``ACL SETUSER``
+#: What a Redis ACL user needs for namespace NS (keys and channels under its hash tags: the namespace
+#: slot's ``{NS}:`` and, in layout 5, every queue slot's ``{NS|<label>}:``), as ``ACL SETUSER``
 #: takes it after ``on >password``, and nothing more: no command that reaches beyond the namespace
 #: (``FLUSHALL``, ``FUNCTION FLUSH``, ``SCAN``, ...), so tenants sharing a server cannot harm or see each
 #: other. ``+config|get`` may be added where one app owns the server, so that the preflight can read the
@@ -37,7 +38,8 @@ CLIENT_ERRORS = (redis.RedisError, RedisClusterException)
 #: ``cluster|...`` reads are what the cluster client needs to learn the topology (harmless on one
 #: server). Tested in ``tests/brokers/test_redis_security.py``.
 NEEDED_ACL = (
-    "~{NS}:* &{NS}:* -@all +@read +@write +@scripting +@pubsub +@transaction +@connection +time -@dangerous"
+    "~{NS}:* ~{NS|* &{NS}:* &{NS|*"
+    " -@all +@read +@write +@scripting +@pubsub +@transaction +@connection +time -@dangerous"
     " -scan -randomkey -function|flush -function|delete -function|restore -script|flush"
     " +cluster|slots +cluster|shards +cluster|info +cluster|myid"
 )
