@@ -5,7 +5,9 @@ call by id alone finds the task's slot from it. In layout 4 ids stay 32 hex digi
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -74,3 +76,20 @@ def test_tasks_are_found_run_and_settled_by_id_alone(app: Conveyor) -> None:
     app.inspect.delete(ids[0])
     app.inspect.delete("order-42")
     assert {name: counts["total"] for name, counts in app.stats().items()} == {"a": 1, LONG: 1}
+
+
+def test_an_idle_worker_waits_on_the_wake_lists_of_every_slot_of_its_queues(app: Conveyor) -> None:
+    """Queues in two slots (on the cluster, on two masters, which refuse one ``BLPOP`` over both):
+    a token left by an enqueue into the second is found at once, and a claim after the wait, at the
+    server's clock, takes the task of whichever slot has one."""
+    broker = cast("RedisBroker", app.broker)
+    assert broker.keys.queue_prefix("a") != broker.keys.queue_prefix("b")
+    assert not broker.wait_for_work(["a", "b"], 0.1)
+    first = app.enqueue("job", [1], queue="b")
+    started = time.monotonic()
+    assert broker.wait_for_work(["a", "b"], 10.0)
+    assert time.monotonic() - started < 2.0  # not after a's slice of the timeout (5 s)
+    second = app.enqueue("job", [2], queue="b")
+    claimed = broker.claim_after_wait(["a", "b"], broker.server_clock(), 30.0, 2, 10.0)
+    assert [record.id for record in claimed] == [first.id, second.id]
+    assert broker.claim_after_wait(["a", "b"], broker.server_clock(), 30.0, 1, 0.1) == []

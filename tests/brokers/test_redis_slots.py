@@ -41,6 +41,7 @@ class Call:
     operation: str
     declared: list[str]
     touched: list[str] = field(default_factory=list)
+    joined: list[str] = field(default_factory=list)  # the `seq` keys of further slots among its arguments
 
 
 _LINE = re.compile(r"^\S+ \[\d+ (\S+)\] (.*)$")
@@ -61,7 +62,9 @@ def recorded_calls(monitor: redis.Connection, reader: redis.Redis, marker: str, 
         if source != "lua":
             if args and args[0].upper() == "FCALL":
                 operation = args[1].removeprefix(f"conveyor_{version}_")
-                calls.append(Call(operation, args[3 : 3 + int(args[2])]))
+                numkeys = int(args[2])
+                joined = [arg for arg in args[3 + numkeys :] if arg.startswith("{") and arg.endswith(":seq")]
+                calls.append(Call(operation, args[3 : 3 + numkeys], joined=joined))
             continue
         try:
             keys = reader.command_getkeys(*args)
@@ -132,12 +135,23 @@ def run_every_operation(broker: RedisBroker, url: str) -> None:
         waiting.close()
 
 
-@pytest.mark.parametrize("layout", ["split", "layout 4"])
+class PerSlotBroker(RedisBroker):
+    """A broker that makes one call per slot on one server too, as on a cluster."""
+
+    @property
+    def joins_slots(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("layout", ["split", "split, joined", "layout 4"])
 def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, layout: str) -> None:
-    """``split``: every queue in a slot of its own; ``layout 4``: today's keys, every call in one slot."""
+    """``split``: every queue in a slot of its own (layout 5), one call per slot as on a cluster;
+    ``split, joined``: the same on one server, where a call over queues of several slots is one,
+    touching the slots whose ``seq`` keys its arguments name; ``layout 4``: every call in one slot."""
     config = RedisConfig.from_url(server.url)
-    keys = SplitKeys(config.namespace) if layout == "split" else Keys(config.namespace)
-    broker = RedisBroker(config, BrokerPolicy(max_stalls=2), keys=keys)
+    keys = Keys(config.namespace) if layout == "layout 4" else SplitKeys(config.namespace)
+    kind = PerSlotBroker if layout == "split" else RedisBroker
+    broker = kind(config, BrokerPolicy(max_stalls=2), keys=keys)
     reader = server.client()
     monitor = redis.Connection(host="127.0.0.1", port=server.port)  # type: ignore[no-untyped-call]
     try:
@@ -155,30 +169,35 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
     enqueues = [call for call in calls if call.operation == "enqueue"]
     # refused for a's registration, then sent again: with both slots in layout 4, else in a's slot alone
     # with its forget counter (the broker registered it in between)
-    assert [len(call.declared) for call in enqueues][:3] == ([1, 1, 1] if layout == "split" else [1, 2, 1])
-    if layout == "split":  # no call declares two slots: unique keys are claimed by `take` first
+    assert [len(call.declared) for call in enqueues][:3] == ([1, 2, 1] if layout == "layout 4" else [1, 1, 1])
+    if layout != "layout 4":  # no call declares two slots: unique keys are claimed by `take` first
         assert all(len(call.declared) == 1 and keys.uniq not in call.touched for call in enqueues)
     namespace_keys = {keys.queues, keys.uniq}
     slots_used = set()
+    joined: set[str] = set()
     for call in calls:
         if call.operation in NAMESPACE_ONLY:
             assert call.declared == [keys.queues], call
             assert set(call.touched) <= {keys.uniq, keys.ids}, call
             continue
         # an enqueue in layout 4 declares the namespace slot (the same slot) when it needs it
-        assert len(call.declared) in ({1, 2} if call.operation == "enqueue" and layout != "split" else {1}), call
+        assert len(call.declared) in ({1, 2} if call.operation == "enqueue" and layout == "layout 4" else {1}), call
         both = len(call.declared) == 2
         prefix = call.declared[0].removesuffix("seq")
         assert call.declared[0] == prefix + "seq", call
         if both:
             assert call.declared[1] == keys.queues, call
         slots_used.add(prefix)
-        declared_slots = {keyslot(key) for key in call.declared}
+        prefixes = (prefix, *(key.removesuffix("seq") for key in call.joined))
+        declared_slots = {keyslot(key) for key in (*call.declared, *call.joined)}
         for key in call.touched:
-            assert key.startswith(prefix) or (both and key in namespace_keys), (call.operation, key)
+            assert key.startswith(prefixes) or (both and key in namespace_keys), (call.operation, key)
             assert keyslot(key) in declared_slots, (call.operation, key)
+        joined.update({call.operation} if call.joined else set())
     assert slots_used == {keys.queue_prefix("a"), keys.queue_prefix("b")}
     assert (len(slots_used) == 1) is (layout == "layout 4")
+    # on one server the calls over the queues of both slots are one each
+    assert joined == ({"claim", "promote", "reap", "stats"} if layout == "split, joined" else set())
 
 
 @pytest.mark.parametrize("crash", [False, True])

@@ -96,6 +96,12 @@ class RedisCalls:
         link = self._link
         return (link or self._connect()).conns
 
+    @property
+    def joins_slots(self) -> bool:
+        """True when a call over queues of several slots may be one script call: on one server, which
+        checks no slots (a cluster refuses a call touching a slot it does not declare)."""
+        return not self.cluster
+
     def _connect(self) -> Link:
         """Choose the client at the first call (``link.py``); raises ``conveyor.errors`` if the server
         cannot be reached, and tries again at the next call."""
@@ -224,6 +230,18 @@ class RedisCalls:
         if run:
             yield prefix, run
 
+    def _joined(self, groups: Sequence[tuple[str, Sequence[Arg]]]) -> list[tuple[str, list[Arg]]]:
+        """A call's per-slot ``(prefix, args)`` groups as the calls to make: one per slot on a cluster;
+        on one server, which checks no slots, one, each slot after the first named by its ``seq`` key
+        before its own arguments (``switch()`` in ``lua/_lib.lua``), so the standalone path makes the
+        calls it made in layout 4."""
+        if len(groups) < 2 or not self.joins_slots:
+            return [(prefix, list(args)) for prefix, args in groups]
+        joined = list(groups[0][1])
+        for prefix, args in groups[1:]:
+            joined += [prefix + "seq", *args]
+        return [(groups[0][0], joined)]
+
     def _task_prefixes(self, task_ids: Sequence[str]) -> list[str]:
         """The prefixes of the slots of the tasks ``task_ids``: layout 4's one slot; else the label in
         a generated id, or for a custom id the label its entry in the namespace slot's ``ids`` names
@@ -270,6 +288,27 @@ class RedisCalls:
         if self.keys.one_slot:
             return [self.keys.wake]
         return list(dict.fromkeys(self.keys.slot(self.keys.queue_prefix(queue)).wake for queue in queues))
+
+    def _wait_each(self, wakes: Sequence[str], timeout: float) -> bool:
+        """Block on each ``wake`` list in turn, a slice of ``timeout`` each, until one has a token: a
+        cluster refuses one ``BLPOP`` over keys of several slots (one server takes them in one). A
+        token already there is taken first, by an ``LPOP`` of each (one round trip per master), so it
+        is not left waiting behind the other slots' slices."""
+        share = timeout / len(wakes)
+        with translate_errors():
+            pipe = self._client.pipeline(transaction=False)
+            for wake in wakes:
+                pipe.lpop(wake)
+            if any(token is not None for token in pipe.execute()):
+                return True
+            for wake in wakes:
+                if self._client.blpop([wake], timeout=self._block_for(share)) is not None:
+                    return True
+        return False
+
+    def _block_for(self, timeout: float) -> float:
+        """A blocking pop's timeout: at least 10 ms, and short enough never to trip the socket timeout."""
+        return min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
 
     # -- the registry, written around the queue slot's calls ------------------------------------
 

@@ -161,7 +161,7 @@ class RedisBroker(Spreading):
         if self.keys.one_slot:
             return self._claim_in(self.keys.prefix, queues, now, lease_for, limit, before)
         claimed: list[TaskRecord] = []
-        for prefix, run in self._runs(queues):  # a call per slot, in the queues' order, until `limit`
+        for prefix, run in self._joined(list(self._runs(queues))):  # in the queues' order, until `limit`
             if len(claimed) >= limit:
                 break
             claimed += self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
@@ -169,7 +169,7 @@ class RedisBroker(Spreading):
         return claimed
 
     def _claim_in(
-        self, prefix: str, queues: Sequence[str], now: str, lease_for: float, limit: int, before: Sequence[Command]
+        self, prefix: str, queues: Sequence[Arg], now: str, lease_for: float, limit: int, before: Sequence[Command]
     ) -> list[TaskRecord]:
         base = secrets.token_hex(12)
         lease_for = float(lease_for)
@@ -189,8 +189,12 @@ class RedisBroker(Spreading):
         ``clock()``: the claim must see the caller's time.
         """
         if self._clock is not None and clock is self._clock:
-            blpop = ("BLPOP", *self._wake_keys(queues), repr(self._block_for(timeout)))
-            return self._claim(queues, "", lease_for, limit, before=[blpop])
+            wakes = self._wake_keys(queues)
+            if len(wakes) == 1 or self.joins_slots:
+                blpop = ("BLPOP", *wakes, repr(self._block_for(timeout)))
+                return self._claim(queues, "", lease_for, limit, before=[blpop])
+            self._wait_each(wakes, timeout)  # one slot after another, then the claims at the server's TIME
+            return self._claim(queues, "", lease_for, limit)
         self.wait_for_work(queues, timeout)
         return self.claim(queues, clock(), lease_for, limit)
 
@@ -224,15 +228,15 @@ class RedisBroker(Spreading):
 
     def promote(self, now: float, limit: int = 1000) -> int:
         moved = 0
-        for prefix in self._slots():
-            moved += int(self._call("promote", prefix, now, max(0, limit - moved)))
+        for prefix, more in self._joined([(prefix, ()) for prefix in self._slots()]):
+            moved += int(self._call("promote", prefix, now, max(0, limit - moved), *more))
         self._drop_retired()
         return moved
 
     def reap(self, now: float, limit: int = 1000) -> int:
         done = 0
-        for prefix in self._slots():
-            done += int(self._call("reap", prefix, now, max(0, limit - done), MAINTENANCE_BUDGET))
+        for prefix, more in self._joined([(prefix, ()) for prefix in self._slots()]):
+            done += int(self._call("reap", prefix, now, max(0, limit - done), MAINTENANCE_BUDGET, *more))
         return done
 
     def clean(self, now: float, limit: int = 1000) -> int:
@@ -265,8 +269,8 @@ class RedisBroker(Spreading):
     def queues(self, now: float) -> list[QueueInfo]:
         queues = self._registered()
         rows: list[Any] = []
-        for prefix, group in self._slot_groups(queues):
-            rows += self._call("stats", prefix, now, *group)
+        for prefix, args in self._joined(self._slot_groups(queues)):
+            rows += self._call("stats", prefix, now, *args)
         return self._queue_infos(rows)
 
     # -- queue settings ------------------------------------------------------------------------
@@ -397,17 +401,18 @@ class RedisBroker(Spreading):
         """``WaitsForWork``: block up to ``timeout`` seconds until some call made tasks pending.
 
         For idle workers: wake at once instead of polling ``claim``. A True answer is a hint, not a
-        promise (another worker may claim first; the token is per namespace, so ``queues`` does not
-        narrow it); False means the timeout passed. One token wakes one waiter; delayed tasks becoming
-        due wake nobody until someone runs ``promote``/``claim``. ``timeout`` is capped at
-        ``socket_timeout - 1`` so the blocking pop never trips the socket timeout.
+        promise (another worker may claim first; the token is per queue slot: per namespace in
+        layout 4, so ``queues`` does not narrow it there); False means the timeout passed. One token
+        wakes one waiter; delayed tasks becoming due wake nobody until someone runs
+        ``promote``/``claim``. ``timeout`` is capped at ``socket_timeout - 1`` so the blocking pop
+        never trips the socket timeout. On a cluster, queues of several slots are waited on one slot
+        after another, a slice of ``timeout`` each (one ``BLPOP`` may not name keys of two slots).
         """
+        wakes = self._wake_keys(queues)
+        if len(wakes) > 1 and not self.joins_slots:
+            return self._wait_each(wakes, timeout)
         with translate_errors():
-            return self._client.blpop(self._wake_keys(queues), timeout=self._block_for(timeout)) is not None
-
-    def _block_for(self, timeout: float) -> float:
-        """A blocking pop's timeout: at least 10 ms, and short enough never to trip the socket timeout."""
-        return min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
+            return self._client.blpop(wakes, timeout=self._block_for(timeout)) is not None
 
     def preflight(self) -> list[Finding]:
         """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead; on a

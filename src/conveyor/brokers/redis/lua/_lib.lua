@@ -58,6 +58,7 @@ local P, NOW, ORIGIN, WANT, NOWS, POLICY
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, IDS, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one slot, "{ns}:...")
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
+local SENT -- events of the slots a call over several left already (switch()), nil in a call of one slot
 
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
 -- match): a task expired before it started, a retry whose outcome gave no error, an expired lease
@@ -107,6 +108,7 @@ local function begin(keys, argv)
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = EMIT and {} or nil, false, false, nil, nil, {}, nil
+  SENT = nil
 end
 
 -- begin() of the operations of the namespace slot alone (scripts.NAMESPACE_ONLY): KEYS[1] is its
@@ -203,17 +205,37 @@ local function event(id, old, new, q)
   EVENTS[#EVENTS + 1] = id .. '\t' .. (old or '') .. '\t' .. new .. '\t' .. q
 end
 
-local function finish(result)
+-- the slot's buffered writes, wake-up token and events sent: at the end of a call, or of one slot's
+-- part of a call over several (switch())
+local function leave_slot()
   flush_z()
   if WOKEN and redis.call('LLEN', WAKE) == 0 then -- at most one token; usually one is there already
     redis.call('LPUSH', WAKE, '1')
   end
-  local freed = FREED and table.concat(FREED, '\n') -- see remove_task()
   if EVENTS and #EVENTS > 0 then
     local blob = table.concat(EVENTS, '\n')
     redis.call('SPUBLISH', CHANNEL, ORIGIN .. '\n' .. NOWS .. '\n' .. blob)
-    if WANT then return {result, NOWS, blob, freed} end
+    return blob
   end
+end
+
+-- Go on in the queue slot whose `seq` is given, after sending what the call did in the one before: a
+-- call over queues of several slots, which only one server takes (it checks no slots; a cluster gets
+-- one call per slot, docs/architecture.md, "Redis Cluster: keys per queue").
+local function switch(seq)
+  local blob = leave_slot()
+  if blob then SENT = SENT and (SENT .. '\n' .. blob) or blob end
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL =
+    unpack(names(seq))
+  EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
+  EVENTS, WOKEN = EMIT and {} or nil, false
+end
+
+local function finish(result)
+  local blob = leave_slot()
+  local freed = FREED and table.concat(FREED, '\n') -- see remove_task()
+  if SENT then blob = blob and (SENT .. '\n' .. blob) or SENT end
+  if blob and WANT then return {result, NOWS, blob, freed} end
   if freed then return {result, NOWS, '', freed} end
   if type(result) == 'string' then return NOWS .. '\n' .. result end
   return {result, NOWS}

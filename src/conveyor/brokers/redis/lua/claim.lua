@@ -1,9 +1,9 @@
 -- claim.lua: lease up to `limit` ready tasks from the queues in the order given.
--- KEYS: the queue slot's (_lib.lua), which holds every queue of A(5..) (the caller groups them by
---       slot).
+-- KEYS: the queue slot's (_lib.lua), which holds the queues of A(5..) up to the first slot's key.
 -- ARGV: head (_lib.lua), then A(1) lease_for, A(2) limit, A(3) token base (random, from the caller),
---       A(4) maintenance budget (due tasks promoted and leases reaped first, each at most this many),
---       A(5..) queue names.
+--       A(4) maintenance budget (due tasks promoted and leases reaped first in each slot, each at most
+--       this many), A(5..) queue names; on one server (which checks no slots) the `seq` key of
+--       another queue slot may come between them: the queues after it are that slot's (switch()).
 -- Returns: a flat array: the row (body included) of each claimed task, in claim order, as it was
 --          before this claim, then one string: "" or, when a claimed task has a last error or
 --          failures, a JSON array of 3 values per such task: its position in the claim (1-based), its
@@ -21,6 +21,7 @@
 
 -- a row's head: CLAIM_HEAD, or FRESH for a task never claimed (_lib.lua, next to ROW)
 local POP = 1000
+local BRACE = 123 -- "{": starts a slot's key, never a queue name
 
 -- each call:
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
@@ -34,8 +35,14 @@ local i = 5
 while A(i) and claimed < limit do
   local q = A(i)
   flush_z() -- the ZCARD below must see this call's own claims
-  local s = settings(q)
-  if not s.pa then
+  local s = string.byte(q) ~= BRACE and settings(q)
+  if not s then -- the next queues are another slot's: its maintenance first, as in the first
+    switch(q)
+    DEFER = false
+    promote(budget)
+    reap(budget)
+    DEFER = true
+  elseif not s.pa then
     local room = limit - claimed
     if s.cc then room = math.min(room, s.cc - redis.call('ZCARD', qkey(q, 'active'))) end
     local kactive, kwaiting, fresh = qkey(q, 'active'), qkey(q, 'waiting'), ' ' .. q .. ' ' .. FRESH
