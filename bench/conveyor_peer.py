@@ -18,6 +18,9 @@ from typing import Any
 from bench.recorder import hit
 from bench.workload import IO, TUNED, noop_kwargs
 from conveyor import Conveyor
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import Keys5
 from conveyor.retry import Fixed
 
 __all__ = ["BULK", "MIXED", "SETTINGS", "Producer", "run_worker"]
@@ -31,7 +34,18 @@ SETTINGS = {
 BULK = True
 MIXED = None
 
-app = Conveyor(os.environ.get("BENCH_URL", "memory://"))
+
+def _app() -> Conveyor:
+    """The app on ``BENCH_URL``; with ``BENCH_REDIS_LAYOUT=5`` (``drain_ratio --backends redis5``) its
+    Redis broker uses layout 5's keys, a slot per queue."""
+    url = os.environ.get("BENCH_URL", "memory://")
+    if os.environ.get("BENCH_REDIS_LAYOUT") == "5":
+        config = RedisConfig.from_url(url)
+        return Conveyor(broker=RedisBroker(config, keys=Keys5(config.namespace)))
+    return Conveyor(url)
+
+
+app = _app()
 
 
 @app.task

@@ -15,6 +15,9 @@ default row of the same pass (issue 42: at least 0.8x).
     python -m bench.drain_ratio [--n 20000] [--reps 3] [--peers dramatiq,huey,huey_sqlite] [--conveyor default,tuned]
         [--backends redis,sqlite] [--env "NAME=VALUE;NAME=VALUE" ...]
 
+``--backends redis5`` adds Conveyor's Redis rows with layout 5's keys (a slot per queue, ``Keys5``) on
+the same server: ``--backends redis,redis5`` compares the layout that runs with it in one run.
+
 Each ``--env`` adds a row: the default ``conveyor worker`` with those ``CONVEYOR_WORKER_*`` settings.
 """
 
@@ -129,8 +132,9 @@ def main(argv: list[str]) -> int:
     with Server(placement) as server:
         rows: list[Row] = []
         for backend in backends:
-            url = server.url if backend == "redis" else f"sqlite:///{sqlite_dir / 'bench.db'}"
-            peer = Peer(f"Conveyor ({backend})", "conveyor", (("BENCH_URL", url),))
+            url = server.url if backend.startswith("redis") else f"sqlite:///{sqlite_dir / 'bench.db'}"
+            layout = (("BENCH_REDIS_LAYOUT", "5"),) if backend == "redis5" else ()  # read by conveyor_peer.py
+            peer = Peer(f"Conveyor ({backend})", "conveyor", (("BENCH_URL", url), *layout))
             trials: list[tuple[str, str, dict[str, str]]] = [(v, v, {}) for v in args.conveyor.split(",") if v]
             trials += [("default", text, settings) for text, settings in extra]
             for variant, label, settings in trials:
