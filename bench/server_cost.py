@@ -28,7 +28,7 @@ from pathlib import Path
 
 import redis
 
-from bench.bench_redis import task
+from bench.bench_redis import task as bench_task
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys5
@@ -139,6 +139,13 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         for i in range(count):
             step(i)
         dump(name)
+
+    suffix = broker.id_suffixes()
+
+    def task(i: int, queue: str) -> NewTask:
+        """A bench task, its id as the app makes one: with ``~<label>`` where ids route by it."""
+        new = bench_task(i, queue)
+        return new if suffix is None else replace(new, id=new.id + suffix(queue))
 
     client = broker.client
     broker.enqueue([task(-1, "warm"), task(-2, "warm")], time.time())  # loads the library
