@@ -26,11 +26,12 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
-from conveyor.brokers.redis.keys import Keys, Slot
+from conveyor.brokers.redis.keys import Keys, Keys5, Slot
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.replication import ReplicaWait
 from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.brokers.redis.upgrade import Upgrade
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, TaskRecord
 
@@ -72,6 +73,8 @@ class RedisCalls:
         self._cancels = CancelWatch(lambda: self._client, self._listened, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
         self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
+        # layout 5: layout 4's data served where it is until moved (upgrade.py)
+        self._upgrade = Upgrade(self) if isinstance(self.keys, Keys5) else None
 
     @property
     def client(self) -> redis.Redis:
@@ -254,9 +257,23 @@ class RedisCalls:
         if custom:
             with translate_errors():
                 entries = cast("list[str | None]", self._client.hmget(keys.ids, [task_ids[place] for place in custom]))
+                unlisted = self._old_prefix() or keys.namespace_prefix  # no task at the namespace's
             for place, entry in zip(custom, entries, strict=True):
-                prefixes[place] = keys.namespace_prefix if entry is None else keys.label_prefix(entry.split(" ")[0])
+                prefixes[place] = unlisted if entry is None else keys.label_prefix(entry.split(" ")[0])
         return prefixes
+
+    def _old(self) -> str | None:
+        """:meth:`_old_prefix`, its errors as ``conveyor.errors``."""
+        if self._upgrade is None:
+            return None
+        with translate_errors():
+            return self._old_prefix()
+
+    def _old_prefix(self) -> str | None:
+        """Layout 4's slot while it holds data a layout-5 broker serves in place (``upgrade.py``), else
+        None (raises redis-py's errors as they come)."""
+        upgrade = self._upgrade
+        return upgrade.prefix if upgrade is not None and upgrade.present() else None
 
     def _task_prefix(self, task_id: str) -> str:
         """The prefix of the slot of the task ``task_id`` (:meth:`_task_prefixes`)."""
@@ -277,7 +294,8 @@ class RedisCalls:
         if self.keys.one_slot:
             return [self.keys.prefix]
         queues = cast("set[str]", self._client.smembers(self.keys.queues))
-        return sorted({self.keys.queue_prefix(queue) for queue in queues})
+        old = self._old_prefix()
+        return sorted({self.keys.queue_prefix(queue) for queue in queues}) + ([old] if old else [])
 
     def _listened(self) -> list[Slot]:
         """The queue slots whose channels the event and cancel listeners follow (``listener.py``)."""

@@ -161,7 +161,11 @@ class RedisBroker(Spreading):
         if self.keys.one_slot:
             return self._claim_in(self.keys.prefix, queues, now, lease_for, limit, before)
         claimed: list[TaskRecord] = []
-        for prefix, run in self._joined(list(self._runs(queues))):  # in the queues' order, until `limit`
+        runs: list[tuple[str, Sequence[str]]] = list(self._runs(queues))
+        old = self._old()
+        if old:  # layout 4's tasks not moved yet, after layout 5's (upgrade.py)
+            runs.append((old, queues))
+        for prefix, run in self._joined(runs):  # in the queues' order, until `limit`
             if len(claimed) >= limit:
                 break
             claimed += self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
@@ -203,11 +207,17 @@ class RedisBroker(Spreading):
         if keys.one_slot:
             return self._settle(keys.prefix, outcomes, now)
         applied = [False] * len(outcomes)
-        prefixes = self._task_prefixes([outcome.task_id for outcome in outcomes])
-        for prefix, places in self._by_slot(range(len(outcomes)), prefixes.__getitem__):
-            flags = self._settle(prefix, [outcomes[i] for i in places], now)
-            for place, flag in zip(places, flags, strict=True):
-                applied[place] = flag
+        places = list(range(len(outcomes)))
+        for _ in range(2):  # again for those sent to layout 4's slot that the move took meanwhile
+            prefixes = self._task_prefixes([outcomes[i].task_id for i in places])
+            for prefix, group in self._by_slot(places, dict(zip(places, prefixes, strict=True)).__getitem__):
+                flags = self._settle(prefix, [outcomes[places[i]] for i in group], now)
+                for i, flag in zip(group, flags, strict=True):
+                    applied[places[i]] = flag
+            old = None if all(applied[i] for i in places) else self._old()
+            places = [i for i, prefix in zip(places, prefixes, strict=True) if prefix == old and not applied[i]]
+            if not places:
+                break
         return applied
 
     def _settle(self, prefix: str, outcomes: Sequence[Outcome], now: float) -> list[bool]:
@@ -240,6 +250,10 @@ class RedisBroker(Spreading):
         return done
 
     def clean(self, now: float, limit: int = 1000) -> int:
+        """The janitor's call: besides, on layout 5's keys, it moves layout 4's tasks (``upgrade.py``)."""
+        if self._upgrade is not None:
+            with translate_errors():
+                self._upgrade.step(now)
         queues = self._registered()
         removed = 0
         for prefix, group in self._slot_groups(queues):
@@ -251,8 +265,11 @@ class RedisBroker(Spreading):
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, task_id: str, now: float) -> TaskRecord | None:
-        slot = self.keys.slot(self._task_prefix(task_id))
-        records = self._records([admin.task_item(self._client, slot, task_id)])
+        prefix = self._task_prefix(task_id)
+        records = self._records([admin.task_item(self._client, self.keys.slot(prefix), task_id)])
+        if not records and prefix == self._old():  # the move may have taken it meanwhile
+            prefix = self._task_prefix(task_id)
+            records = self._records([admin.task_item(self._client, self.keys.slot(prefix), task_id)])
         if not records:
             return None
         record = records[0]
@@ -269,7 +286,12 @@ class RedisBroker(Spreading):
     def queues(self, now: float) -> list[QueueInfo]:
         queues = self._registered()
         rows: list[Any] = []
-        for prefix, args in self._joined(self._slot_groups(queues)):
+        groups = self._slot_groups(queues)
+        old = self._old()
+        if old:  # layout 4's queues too, their counts added by _queue_infos (upgrade.py)
+            with translate_errors():
+                groups.append((old, sorted(cast("set[str]", self._client.smembers(old + "queues")))))
+        for prefix, args in self._joined(groups):
             rows += self._call("stats", prefix, now, *args)
         return self._queue_infos(rows)
 

@@ -178,7 +178,8 @@ def _settle(
 
 def _take(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]], now: float) -> list[str]:
     """``take.lua``'s answers for ``(index, field, value, expected or "")``."""
-    args = [repr(2 * calls.config.socket_timeout)]
+    # layout 4's slot while it holds data: the namespace slot's own, {ns}, so take.lua may read it
+    args = [repr(2 * calls.config.socket_timeout), calls._old() or ""]
     for quad in quads:
         args += quad
     return str(calls._invoke("take", calls.keys.namespace_prefix, repr(float(now)), args)[1]).split("\n")

@@ -58,6 +58,7 @@ OPERATIONS = (
     "settle",
     "stats",
     "take",
+    "upgrade",
     "withdraw",
 )
 

@@ -5,7 +5,11 @@
 -- the queue slot's call then stores the task. `since` is the server's TIME, so an entry's age does not
 -- depend on the callers' clocks.
 -- KEYS: the namespace slot's `queues` registry (begin_namespace() in _lib.lua).
--- ARGV: head (_lib.lua), then A(1) the age in seconds past which an entry counts as old, then
+-- ARGV: head (_lib.lua), then A(1) the age in seconds past which an entry counts as old, A(2) layout
+--       4's prefix while it holds data (upgrade.py; "{ns}:v4:", this slot), else "": a free
+--       entry that layout 4 still holds, for a task it has, is answered as held, and young, by its
+--       holder (a custom id: by ":v4", a label no queue has), so the broker refuses the task as a
+--       duplicate unless the holder is `expected` (it found it finished), then
 --       quadruples: the index ("u" uniq, "i" ids), the field (a unique key, escaped: no whitespace; or
 --       a custom id), what the entry is to name (the claiming task's id; or its queue's label), and
 --       what it may name for the claim to take it over ("" none).
@@ -14,13 +18,20 @@
 -- Transition: none.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local since, bound = ' ' .. string.format('%.17g', now), tonumber(A(1))
-local out, i = {}, 2
+local since, bound, v4 = ' ' .. string.format('%.17g', now), tonumber(A(1)), A(2)
+local out, i = {}, 3
 while A(i) do
   local index, field, value, expected = A(i) == 'i' and IDS or UNIQ, A(i + 1), A(i + 2), A(i + 3)
   local entry = redis.call('HGET', index, field)
   local holder, at = nil, nil
   if entry then holder, at = string.match(entry, '^(%S+) ?(%S*)$') end
+  if not entry and v4 ~= '' then -- layout 4's own entry, for a task it still has
+    local held = A(i) == 'i' and field or redis.call('HGET', v4 .. 'uniq', field)
+    if held and redis.call('HEXISTS', v4 .. 'rows', held) == 1 then
+      holder = A(i) == 'i' and ':v4' or held
+      if holder ~= expected then entry, at = true, tostring(now) end
+    end
+  end
   if not entry or holder == expected or holder == value then
     redis.call('HSET', index, field, value .. since)
     out[#out + 1] = (holder == value and holder ~= expected) and '=' or ''

@@ -1,0 +1,209 @@
+"""Layout 4's data under a broker on layout 5's keys (``upgrade.py``, ``upgrade.lua``).
+
+Layout 4's broker writes tasks in every state (plain ids, as it makes them: none carries a label);
+then a broker on layout 5's keys serves them where they are, on one server and on the 3-master
+cluster (by id, by claim, in stats, by unique key and custom id), and on one server moves them,
+between its batches and after it serving them the same: a task read by id is the same record
+throughout. The cluster's copy-then-drop move is not built: there the data stays served in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import Keys5
+from conveyor.model import NewTask, Outcome, QueueSettings, TaskRecord, TaskState
+from conveyor.testing.redis_server import RedisServer
+
+NOW = 1_000_000.0
+
+
+def new(task_id: str, queue: str, **fields: object) -> NewTask:
+    return NewTask(id=task_id, name="job", queue=queue, payload="[[], {}]", **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+def pair(url: str) -> Iterator[tuple[RedisBroker, RedisBroker]]:
+    config = RedisConfig.from_url(url)
+    old, new_broker = RedisBroker(config), RedisBroker(config, keys=Keys5(config.namespace))
+    try:
+        yield old, new_broker
+    finally:
+        old.close()
+        new_broker.close()
+
+
+@pytest.fixture
+def brokers(server: RedisServer) -> Iterator[tuple[RedisBroker, RedisBroker]]:
+    """Layout 4's broker (what runs today) and layout 5's, on one namespace of one server."""
+    yield from pair(server.url)
+
+
+@pytest.fixture(params=["server", pytest.param("cluster", marks=pytest.mark.slow)])
+def anywhere(request: pytest.FixtureRequest) -> Iterator[tuple[RedisBroker, RedisBroker]]:
+    """:func:`brokers` on one server, or on the cluster (a fresh namespace)."""
+    if request.param == "cluster":
+        yield from pair(str(request.getfixturevalue("redis_cluster_url")))
+    else:
+        yield from pair(request.getfixturevalue("server").url)
+
+
+def write_every_state(old: RedisBroker) -> dict[str, TaskState]:
+    """Tasks in every state, written by layout 4's broker: their ids and states."""
+    old.configure_queue(QueueSettings("a", max_size=100, aging=1.0))
+    old.configure_queue(QueueSettings("idle", concurrency=3))  # settings, no task
+    # pending: one enqueue call's group, with priority and a deadline, a unique key, a custom id
+    assert old.enqueue([new("p1", "a"), new("p2", "a"), new("p3", "b")], NOW) == [None] * 3
+    assert old.enqueue([new("p4", "a", priority=5, expires_at=NOW + 10**6)], NOW) == [None]
+    assert old.enqueue([new("u1", "b", unique_key="k", unique_until=NOW + 10**6)], NOW) == [None]
+    assert old.enqueue([new("order-42", "b")], NOW) == [None]
+    assert old.enqueue([new("s1", "a", run_at=NOW + 1000)], NOW) == [None]  # scheduled
+    assert old.enqueue([new(f"{name}", "c") for name in ("done", "again", "dead", "busy")], NOW) == [None] * 4
+    claimed = {record.id: record for record in old.claim(["c"], NOW, 30.0, limit=4)}
+    outcomes = [
+        Outcome("done", claimed["done"].lease_token or "", "complete", result='"ok"'),
+        Outcome("again", claimed["again"].lease_token or "", "retry", error="E1", run_at=NOW + 500, traceback="tb"),
+        Outcome("dead", claimed["dead"].lease_token or "", "archive", error="E2"),
+    ]
+    assert old.settle(outcomes, NOW) == [True] * 3
+    return {
+        **dict.fromkeys(("p1", "p2", "p3", "p4", "u1", "order-42"), TaskState.PENDING),
+        "s1": TaskState.SCHEDULED,
+        "done": TaskState.COMPLETED,
+        "again": TaskState.RETRY,
+        "dead": TaskState.ARCHIVED,
+        "busy": TaskState.ACTIVE,
+    }
+
+
+def records(broker: RedisBroker, ids: list[str]) -> dict[str, TaskRecord | None]:
+    return {task_id: broker.get(task_id, NOW) for task_id in ids}
+
+
+def old_keys(broker: RedisBroker) -> list[str]:
+    """Layout 4's keys but its per-minute history (which expires by itself, a day on)."""
+    found = broker.client.scan_iter(match="{" + broker.keys.namespace + "}:v4:*")
+    return sorted(key for key in map(str, found) if ":v4:h:" not in key)
+
+
+def moving(broker: RedisBroker) -> bool:
+    """Whether layout 4's registry is still there (the move deletes it last)."""
+    return bool(broker.client.exists("{" + broker.keys.namespace + "}:v4:queues"))
+
+
+def counts(broker: RedisBroker) -> dict[str, dict[str, int]]:
+    return {info.name: info.counts for info in broker.queues(NOW)}
+
+
+def test_every_task_of_layout_4_is_the_same_record_before_during_and_after_the_move(
+    brokers: tuple[RedisBroker, RedisBroker],
+) -> None:
+    old, broker = brokers
+    states = write_every_state(old)
+    ids = sorted(states)
+    before = records(old, ids)
+    stats = counts(old)
+    assert {task_id: record.state for task_id, record in before.items() if record} == states
+    assert records(broker, ids) == before  # served in place: no entry in ids, so layout 4's slot
+    assert counts(broker) == stats
+    assert broker._upgrade is not None
+    moved = 0
+    for _ in range(100):
+        if not moving(broker):
+            break
+        step = broker._upgrade.step(NOW, budget=0.0, batch=3)  # one call of at most 3 tasks
+        assert step <= 3
+        moved += step
+        assert records(broker, ids) == before
+        assert counts(broker) == stats
+    assert moved == len(ids)
+    assert old_keys(broker) == []
+    assert records(broker, ids) == before
+    assert broker.client.hget(broker.keys.ids, "order-42") == "b " + repr(NOW)  # an entry for every id
+    assert broker.client.hget(broker.keys.uniq, "k") == "u1 " + repr(NOW)
+    settings = {info.name: info.settings for info in broker.queues(NOW)}
+    assert (settings["a"].max_size, settings["a"].aging, settings["idle"].concurrency) == (100, 1.0, 3)
+
+
+def test_the_moved_tasks_are_claimed_settled_and_unique_as_before(brokers: tuple[RedisBroker, RedisBroker]) -> None:
+    old, broker = brokers
+    write_every_state(old)
+    assert broker._upgrade is not None
+    broker._upgrade.step(NOW, budget=0.0, batch=4)  # part moved, the rest still in layout 4's slot
+    assert moving(broker)
+    # a unique key and a custom id held in either layout refuse a new task
+    assert broker.enqueue([new("u2~b", "b", unique_key="k", unique_until=NOW + 10**6)], NOW) == ["u1"]
+    assert broker.enqueue([new("order-42", "b")], NOW) == ["order-42"]
+    # pending tasks of both layouts claimed, in order (priority first in a), then settled by id alone
+    claimed = broker.claim(["a", "b"], NOW + 1, 30.0, limit=10)
+    assert sorted(record.id for record in claimed) == ["order-42", "p1", "p2", "p3", "p4", "u1"]
+    outcomes = [Outcome(record.id, record.lease_token or "", "complete") for record in claimed]
+    broker._upgrade.step(NOW, budget=0.0, batch=2)  # the move goes on between the claim and the settle
+    assert broker.settle(outcomes, NOW + 2) == [True] * 6
+    assert broker.promote(NOW + 1000) == 2  # s1 and the retry, wherever each is
+    for _ in range(100):
+        if not moving(broker):
+            break
+        broker._upgrade.step(NOW, budget=0.0, batch=2)
+    assert old_keys(broker) == []
+    again = broker.claim(["a", "c"], NOW + 1001, 30.0, limit=10)  # busy's lease from layout 4 reaped first
+    assert sorted(record.id for record in again) == ["again", "busy", "s1"]
+    assert broker.reap(NOW + 10**5) == 3
+    assert {name: info["completed"] for name, info in counts(broker).items()} == {"a": 3, "b": 3, "c": 1, "idle": 0}
+
+
+def test_a_unique_key_or_custom_id_layout_4_holds_refuses_new_tasks_until_free(
+    anywhere: tuple[RedisBroker, RedisBroker],
+) -> None:
+    """Before their tasks move, layout 4's entries are not in layout 5's indexes: ``take`` reads them
+    there (the namespace slot's, layout 4's one), so the key and the id stay their task's; the key is
+    free once its task finished."""
+    old, broker = anywhere
+    write_every_state(old)
+    assert broker.enqueue([new("u2~b", "b", unique_key="k", unique_until=NOW + 10**6)], NOW) == ["u1"]
+    assert broker.enqueue([new("order-42", "a")], NOW) == ["order-42"]
+    assert broker.enqueue([new("order-43", "a")], NOW) == [None]
+    [u1] = [record for record in broker.claim(["b"], NOW, 30.0, limit=3) if record.id == "u1"]
+    assert broker.settle([Outcome("u1", u1.lease_token or "", "complete")], NOW) == [True]
+    assert broker.enqueue([new("u3~b", "b", unique_key="k", unique_until=NOW + 10**6)], NOW) == [None]
+    assert moving(broker)
+
+
+def test_the_janitors_clean_moves_layout_4_until_it_is_empty(brokers: tuple[RedisBroker, RedisBroker]) -> None:
+    old, broker = brokers
+    ids = sorted(write_every_state(old))
+    before = records(old, ids)
+    broker.clean(NOW)
+    assert not moving(broker) and old_keys(broker) == []
+    assert records(broker, ids) == before
+    assert broker.enqueue([new("u2~b", "b", unique_key="k", unique_until=NOW + 10**6)], NOW) == ["u1"]
+
+
+def test_layout_4_is_served_in_place_where_it_is_not_moved(anywhere: tuple[RedisBroker, RedisBroker]) -> None:
+    """Every task the same record by id, stats the same, pending tasks claimed and settled, due ones
+    promoted; the janitor's call moves nothing on the cluster (its move is not built)."""
+    old, broker = anywhere
+    states = write_every_state(old)
+    ids = sorted(states)
+    before, stats = records(old, ids), counts(old)
+    assert records(broker, ids) == before
+    assert counts(broker) == stats
+    if broker.cluster:
+        broker.clean(NOW)
+        assert moving(broker)
+    claimed = broker.claim(["a", "b", "c"], NOW + 1, 30.0, limit=10)  # busy's lease (30 s) not expired
+    assert sorted(record.id for record in claimed) == ["order-42", "p1", "p2", "p3", "p4", "u1"]
+    outcomes = [Outcome(record.id, record.lease_token or "", "complete") for record in claimed]
+    assert broker.settle(outcomes, NOW + 2) == [True] * 6
+    assert broker.promote(NOW + 1000) == 2
+    assert {name: info["completed"] for name, info in counts(broker).items()} == {"a": 3, "b": 3, "c": 1, "idle": 0}
+    assert records(old, ids) == records(broker, ids)
