@@ -2,20 +2,23 @@
 
 Layout 4's broker writes tasks in every state (plain ids, as it makes them: none carries a label);
 then a broker on layout 5's keys serves them where they are, on one server and on the 3-master
-cluster (by id, by claim, in stats, by unique key and custom id), and on one server moves them,
-between its batches and after it serving them the same: a task read by id is the same record
-throughout. The cluster's copy-then-drop move is not built: there the data stays served in place.
+cluster (by id, by claim, in stats, by unique key and custom id), and moves them (on one server a
+call per batch; on the cluster, or on one server made to, copy then drop), between its batches and
+after it serving them the same: a task read by id is the same record throughout, and a mover killed
+between its steps loses nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys5
+from conveyor.brokers.redis.scripts import Arg
 from conveyor.model import NewTask, Outcome, QueueSettings, TaskRecord, TaskState
 from conveyor.testing.redis_server import RedisServer
 
@@ -188,18 +191,15 @@ def test_the_janitors_clean_moves_layout_4_until_it_is_empty(brokers: tuple[Redi
     assert broker.enqueue([new("u2~b", "b", unique_key="k", unique_until=NOW + 10**6)], NOW) == ["u1"]
 
 
-def test_layout_4_is_served_in_place_where_it_is_not_moved(anywhere: tuple[RedisBroker, RedisBroker]) -> None:
+def test_layout_4_is_served_in_place_before_the_move(anywhere: tuple[RedisBroker, RedisBroker]) -> None:
     """Every task the same record by id, stats the same, pending tasks claimed and settled, due ones
-    promoted; the janitor's call moves nothing on the cluster (its move is not built)."""
+    promoted, all in layout 4's slot."""
     old, broker = anywhere
     states = write_every_state(old)
     ids = sorted(states)
     before, stats = records(old, ids), counts(old)
     assert records(broker, ids) == before
     assert counts(broker) == stats
-    if broker.cluster:
-        broker.clean(NOW)
-        assert moving(broker)
     claimed = broker.claim(["a", "b", "c"], NOW + 1, 30.0, limit=10)  # busy's lease (30 s) not expired
     assert sorted(record.id for record in claimed) == ["order-42", "p1", "p2", "p3", "p4", "u1"]
     outcomes = [Outcome(record.id, record.lease_token or "", "complete") for record in claimed]
@@ -207,3 +207,103 @@ def test_layout_4_is_served_in_place_where_it_is_not_moved(anywhere: tuple[Redis
     assert broker.promote(NOW + 1000) == 2
     assert {name: info["completed"] for name, info in counts(broker).items()} == {"a": 3, "b": 3, "c": 1, "idle": 0}
     assert records(old, ids) == records(broker, ids)
+
+
+class Crash(Exception):
+    """A mover dying between two steps of its round."""
+
+
+class ApartBroker(RedisBroker):
+    """A layout-5 broker that moves as on a cluster (copy, then drop) even on one server, and dies at
+    the step named ``crash_at`` ("upgrade_drop": after staging; "index": after the drop)."""
+
+    crash_at = ""
+
+    @property
+    def joins_slots(self) -> bool:
+        return False
+
+    def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
+        if self.crash_at and self.crash_at in (name, args[0] if args else None):
+            raise Crash(self.crash_at)
+        return super()._call(name, prefix, now, *args)
+
+
+@pytest.fixture(params=["server, as on a cluster", pytest.param("cluster", marks=pytest.mark.slow)])
+def apart_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster_url"))
+    return str(request.getfixturevalue("server").url)
+
+
+def apart(url: str, crash_at: str = "") -> ApartBroker:
+    config = RedisConfig.from_url(url)
+    broker = ApartBroker(config, keys=Keys5(config.namespace))
+    broker.crash_at = crash_at
+    return broker
+
+
+def test_the_copy_then_drop_move_keeps_every_record(apart_url: str) -> None:
+    config = RedisConfig.from_url(apart_url)
+    old, broker = RedisBroker(config), apart(apart_url)
+    try:
+        ids = sorted(write_every_state(old))
+        before, stats = records(old, ids), counts(old)
+        assert broker._upgrade is not None
+        for _ in range(100):
+            if not moving(broker):
+                break
+            assert broker._upgrade.step(NOW, budget=0.0, batch=3) <= 3
+            assert records(broker, ids) == before
+            assert counts(broker) == stats
+        assert old_keys(broker) == []
+        assert records(broker, ids) == before
+        assert broker.client.hget(broker.keys.ids, "order-42") == "b " + repr(NOW)
+        assert broker.client.hget(broker.keys.uniq, "k") == "u1 " + repr(NOW)
+        claimed = broker.claim(["a", "b", "c"], NOW + 1, 30.0, limit=10)
+        assert sorted(record.id for record in claimed) == ["order-42", "p1", "p2", "p3", "p4", "u1"]
+    finally:
+        old.close()
+        broker.close()
+
+
+@pytest.mark.parametrize("crash_at", ["upgrade_drop", "index"])
+def test_a_mover_killed_between_copy_and_drop_loses_nothing(apart_url: str, crash_at: str) -> None:
+    """``upgrade_drop``: killed with copies staged, before the drop; ``index``: after the drop, before
+    the copies are indexed. Every task stays found by id, and the next mover (its lock expired)
+    recovers the staged copies and finishes the move: every record as it was, every task claimable."""
+    config = RedisConfig.from_url(apart_url)
+    old, dying = RedisBroker(config), apart(apart_url, crash_at)
+    ids = sorted(write_every_state(old))
+    before, stats = records(old, ids), counts(old)
+    try:
+        assert dying._upgrade is not None
+        with pytest.raises(Crash):
+            dying._upgrade.step(NOW, budget=0.0, batch=5)
+    finally:
+        dying.close()
+    staged = [
+        task_id
+        for queue in ("a", "b", "c")
+        for task_id in map(str, old.client.smembers(Keys5(config.namespace).queue_prefix(queue) + "staged"))
+    ]
+    assert len(staged) == 5  # the copies of the dead round
+    broker = apart(apart_url)
+    try:
+        assert records(broker, ids) == before
+        if crash_at == "upgrade_drop":  # nothing dropped: everything still served where it was
+            assert counts(broker) == stats
+        broker.client.delete(broker.keys.prefix + "moving")  # the dead mover's lock, as its expiry would
+        assert broker._upgrade is not None
+        for _ in range(100):
+            if not moving(broker):
+                break
+            broker._upgrade.step(NOW, budget=0.0, batch=5)
+        assert old_keys(broker) == []
+        assert records(broker, ids) == before
+        assert counts(broker) == stats
+        claimed = broker.claim(["a", "b", "c"], NOW + 1, 30.0, limit=10)
+        assert sorted(record.id for record in claimed) == ["order-42", "p1", "p2", "p3", "p4", "u1"]
+    finally:
+        old.close()
+        broker.close()

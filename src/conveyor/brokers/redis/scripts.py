@@ -59,6 +59,8 @@ OPERATIONS = (
     "stats",
     "take",
     "upgrade",
+    "upgrade_drop",
+    "upgrade_slot",
     "withdraw",
 )
 

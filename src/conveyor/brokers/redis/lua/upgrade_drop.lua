@@ -1,0 +1,33 @@
+-- upgrade_drop.lua: layout 4's step of the cluster's move (upgrade.py, after upgrade_slot.lua's stage):
+-- each task whose row is still the one copied leaves layout 4 (its indexes, row and side data), and
+-- the namespace slot, which is layout 4's slot too, names its queue slot in `ids` and gives its unique
+-- key's entry to it in `uniq`, in the same step: from here on by-id calls go to the copy.
+-- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _lib.lua).
+-- ARGV: head (_lib.lua), then A(1) the namespace, then per task: id, the row as copied, its label.
+-- Returns: the ids taken out of layout 4, one per line ("" none).
+-- Transition: none.
+
+-- each call:
+local np = '{' .. A(1) .. '}:v5:'
+local out, i = {}, 2
+while A(i) do
+  local id, copied, label = A(i), A(i + 1), A(i + 2)
+  local t = redis.call('HGET', ROWS, id) == copied and parse(id, copied)
+  if t then -- (a row no version can read was not staged either: it stays)
+    unindex(t)
+    redis.call('HDEL', ROWS, id)
+    redis.call('HDEL', RESULTS, id)
+    redis.call('HDEL', LASTERR, id)
+    redis.call('HDEL', LIMITS, id)
+    redis.call('HDEL', TRACEBACKS, id)
+    redis.call('DEL', ekey(id))
+    if t.uk and redis.call('HGET', P .. 'uniq', t.uk) == id then
+      redis.call('HDEL', P .. 'uniq', t.uk)
+      redis.call('HSETNX', np .. 'uniq', t.uk, id .. ' ' .. NOWS)
+    end
+    redis.call('HSETNX', np .. 'ids', id, label .. ' ' .. NOWS)
+    out[#out + 1] = id
+  end
+  i = i + 3
+end
+return finish(table.concat(out, '\n'))
