@@ -262,6 +262,23 @@ class RedisCalls:
                 prefixes[place] = unlisted if entry is None else keys.label_prefix(entry.split(" ")[0])
         return prefixes
 
+    def _by_task_slot(self, task_ids: Sequence[str], run: Callable[[str, list[int]], list[bool]]) -> list[bool]:
+        """``run(prefix, places)`` for the places of ``task_ids`` in each slot (:meth:`_task_prefixes`):
+        its flag per place. Places sent to layout 4's slot and not applied go once more, by their entry:
+        the move (``upgrade.py``) may have taken their tasks meanwhile."""
+        applied = [False] * len(task_ids)
+        places = list(range(len(task_ids)))
+        for _ in range(2):
+            prefixes = self._task_prefixes([task_ids[i] for i in places])
+            for prefix, group in self._by_slot(places, dict(zip(places, prefixes, strict=True)).__getitem__):
+                for i, flag in zip(group, run(prefix, [places[i] for i in group]), strict=True):
+                    applied[places[i]] = flag
+            old = None if all(applied[i] for i in places) else self._old()
+            places = [i for i, prefix in zip(places, prefixes, strict=True) if prefix == old and not applied[i]]
+            if not places:
+                break
+        return applied
+
     def _old(self) -> str | None:
         """:meth:`_old_prefix`, its errors as ``conveyor.errors``."""
         if self._upgrade is None:

@@ -206,19 +206,10 @@ class RedisBroker(Spreading):
         keys = self.keys
         if keys.one_slot:
             return self._settle(keys.prefix, outcomes, now)
-        applied = [False] * len(outcomes)
-        places = list(range(len(outcomes)))
-        for _ in range(2):  # again for those sent to layout 4's slot that the move took meanwhile
-            prefixes = self._task_prefixes([outcomes[i].task_id for i in places])
-            for prefix, group in self._by_slot(places, dict(zip(places, prefixes, strict=True)).__getitem__):
-                flags = self._settle(prefix, [outcomes[places[i]] for i in group], now)
-                for i, flag in zip(group, flags, strict=True):
-                    applied[places[i]] = flag
-            old = None if all(applied[i] for i in places) else self._old()
-            places = [i for i, prefix in zip(places, prefixes, strict=True) if prefix == old and not applied[i]]
-            if not places:
-                break
-        return applied
+        return self._by_task_slot(
+            [outcome.task_id for outcome in outcomes],
+            lambda prefix, places: self._settle(prefix, [outcomes[i] for i in places], now),
+        )
 
     def _settle(self, prefix: str, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         applied: list[bool] = []

@@ -29,14 +29,29 @@ import logging
 import secrets
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
+
+import redis
 
 from conveyor.brokers.redis.keys import Keys, queue_label
+from conveyor.brokers.redis.scripts import Arg
 
-if TYPE_CHECKING:
-    from conveyor.brokers.redis.addressing import RedisCalls
+__all__ = ["BATCH", "LOCK_FOR", "RECHECK", "TICK_BUDGET", "Calls", "Upgrade", "merged_stats"]
 
-__all__ = ["BATCH", "RECHECK", "TICK_BUDGET", "Upgrade", "merged_stats"]
+
+class Calls(Protocol):
+    """What the mover needs of the broker (``addressing.RedisCalls``, which holds an :class:`Upgrade`)."""
+
+    keys: Keys
+
+    @property
+    def client(self) -> redis.Redis: ...
+
+    @property
+    def joins_slots(self) -> bool: ...
+
+    def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any: ...
+
 
 log = logging.getLogger("conveyor.brokers.redis")
 
@@ -59,7 +74,7 @@ _SETTINGS = ("ms", "cc", "ag", "pa")
 class Upgrade:
     """Whether layout 4 still holds data in the namespace, and the mover that empties it."""
 
-    def __init__(self, calls: RedisCalls) -> None:
+    def __init__(self, calls: Calls) -> None:
         self._calls = calls
         self.old = Keys(calls.keys.namespace)
         self._present = False

@@ -493,6 +493,16 @@ local function entry_names(entry, id)
   return entry == id or (entry and string.sub(entry, 1, #id + 1) == id .. ' ')
 end
 
+-- a task's row, side hashes and failures deleted (the move from layout 4: upgrade*.lua)
+local function drop_data(id)
+  redis.call('HDEL', ROWS, id)
+  redis.call('HDEL', RESULTS, id)
+  redis.call('HDEL', LASTERR, id)
+  redis.call('HDEL', LIMITS, id)
+  redis.call('HDEL', TRACEBACKS, id)
+  redis.call('DEL', ekey(id))
+end
+
 -- remove task t; `kept`: the unique key of a task that replaces it under its id ("" none), whose
 -- entries (the key, the id) may be the ones t had. Freeing t's entries in the namespace slot: where
 -- the call declares it (layout 4), its unique key here; else the caller frees the lines of FREED

@@ -56,12 +56,7 @@ for j = 1, #found, 2 do
     local failures = redis.call('LRANGE', ekey(id), 0, -1)
     local holds = t.uk and redis.call('HGET', old .. 'uniq', t.uk) == id
     unindex(t)
-    redis.call('HDEL', ROWS, id)
-    redis.call('HDEL', RESULTS, id)
-    redis.call('HDEL', LASTERR, id)
-    redis.call('HDEL', LIMITS, id)
-    redis.call('HDEL', TRACEBACKS, id)
-    redis.call('DEL', ekey(id))
+    drop_data(id)
     if holds then redis.call('HDEL', old .. 'uniq', t.uk) end
     switch(dest .. 'seq')
     carry_queue(t.q)

@@ -15,12 +15,7 @@ while A(i) do
   local t = redis.call('HGET', ROWS, id) == copied and parse(id, copied)
   if t then -- (a row no version can read was not staged either: it stays)
     unindex(t)
-    redis.call('HDEL', ROWS, id)
-    redis.call('HDEL', RESULTS, id)
-    redis.call('HDEL', LASTERR, id)
-    redis.call('HDEL', LIMITS, id)
-    redis.call('HDEL', TRACEBACKS, id)
-    redis.call('DEL', ekey(id))
+    drop_data(id)
     if t.uk and redis.call('HGET', P .. 'uniq', t.uk) == id then
       redis.call('HDEL', P .. 'uniq', t.uk)
       redis.call('HSETNX', np .. 'uniq', t.uk, id .. ' ' .. NOWS)

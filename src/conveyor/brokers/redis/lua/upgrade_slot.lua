@@ -58,12 +58,7 @@ local function place(keep)
       if t then
         index(t)
       else
-        redis.call('HDEL', ROWS, id)
-        redis.call('HDEL', RESULTS, id)
-        redis.call('HDEL', LASTERR, id)
-        redis.call('HDEL', LIMITS, id)
-        redis.call('HDEL', TRACEBACKS, id)
-        redis.call('DEL', ekey(id))
+        drop_data(id)
       end
       done = done + 1
     end
