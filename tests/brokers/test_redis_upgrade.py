@@ -118,6 +118,7 @@ def test_every_task_of_layout_4_is_the_same_record_before_during_and_after_the_m
     assert {task_id: record.state for task_id, record in before.items() if record} == states
     assert records(broker, ids) == before  # served in place: no entry in ids, so layout 4's slot
     assert counts(broker) == stats
+    pending = [record.id for record in old.list_tasks("a", TaskState.PENDING, NOW)]
     assert broker._upgrade is not None
     moved = 0
     for _ in range(100):
@@ -128,6 +129,10 @@ def test_every_task_of_layout_4_is_the_same_record_before_during_and_after_the_m
         moved += step
         assert records(broker, ids) == before
         assert counts(broker) == stats
+        listed = [record.id for record in broker.list_tasks("a", TaskState.PENDING, NOW)]
+        assert sorted(listed) == sorted(pending)  # layout 5's first, then layout 4's
+        pages = [broker.list_tasks("a", TaskState.PENDING, NOW, offset=n, limit=1) for n in range(len(pending))]
+        assert [page[0].id for page in pages] == listed
     assert moved == len(ids)
     assert old_keys(broker) == []
     assert records(broker, ids) == before

@@ -159,8 +159,12 @@ class Spreading(RedisCalls):
 
     def _list(self, queue: str, state: str, now: float, offset: int, limit: int) -> list[Any]:
         """``list.lua``'s items for ``list_tasks``: a partitioned queue's partition after partition,
-        each read from its start up to ``offset + limit``."""
+        each read from its start up to ``offset + limit``; layout 4's tasks last while a layout-5
+        broker serves them in place (``upgrade.py``)."""
         prefixes = self._queue_prefixes(queue)
+        old = self._old()
+        if old:
+            prefixes = [*prefixes, old]
         if len(prefixes) == 1:
             return cast("list[Any]", self._call("list", prefixes[0], now, queue, state, offset, limit))
         items: list[Any] = []
