@@ -17,7 +17,7 @@ import pytest
 
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.keys import Keys5
+from conveyor.brokers.redis.keys import Keys, Keys5, queue_label
 from conveyor.brokers.redis.scripts import Arg
 from conveyor.model import NewTask, Outcome, QueueSettings, TaskRecord, TaskState
 from conveyor.testing.redis_server import RedisServer
@@ -312,3 +312,42 @@ def test_a_mover_killed_between_copy_and_drop_loses_nothing(apart_url: str, cras
     finally:
         old.close()
         broker.close()
+
+
+def test_a_mover_that_lost_its_lock_drops_nothing(apart_url: str) -> None:
+    """A mover stalled between its stage and its drop past its lock's expiry: the next mover takes
+    the lock and its recovery deletes the stalled one's copies; the stalled mover's drop, sent late,
+    is refused, so every task keeps a copy found by id, and the next mover moves them all."""
+    config = RedisConfig.from_url(apart_url)
+    old, late, later = RedisBroker(config), apart(apart_url, "upgrade_drop"), apart(apart_url)
+    ids = sorted(write_every_state(old))
+    before, stats = records(old, ids), counts(old)
+    try:
+        assert late._upgrade is not None and later._upgrade is not None
+        with pytest.raises(Crash):
+            late._upgrade.step(NOW, budget=0.0, batch=5)
+        keys, lock = Keys5(config.namespace), Keys5(config.namespace).prefix + "moving"
+        staged = {
+            queue_label(queue): sorted(map(str, old.client.smembers(keys.queue_prefix(queue) + "staged")))
+            for queue in ("a", "b", "c")
+        }
+        rows = old.client.hgetall(Keys(config.namespace).rows)
+        by_label = {
+            label: [(task_id, str(rows[task_id])) for task_id in group] for label, group in staged.items() if group
+        }
+        assert sum(map(len, by_label.values())) == 5
+        old.client.set(lock, later._upgrade._token)  # the stalled mover's lock expired; another took it
+        later._upgrade._recover(NOW)
+        late.crash_at = ""
+        assert late._upgrade._drop(NOW, by_label) == -1
+        assert records(later, ids) == before
+        for _ in range(100):
+            if not moving(later):
+                break
+            later._upgrade.step(NOW, budget=0.0, batch=5)
+        assert records(later, ids) == before
+        assert counts(later) == stats
+    finally:
+        old.close()
+        late.close()
+        later.close()

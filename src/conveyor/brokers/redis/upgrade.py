@@ -20,7 +20,9 @@ copies dropped, *unstage* the others (copied again in a later round). A crash af
 no call sees; after (3), copies found by id but not by claims: the next mover's first round
 *recovers* every queue slot's ``staged`` ids, indexing those ``ids`` names the slot for and deleting
 the others. Movers take turns by a lock in the namespace slot (:data:`LOCK_FOR`), so one never
-unstages another's copies between its steps.
+unstages another's copies between its steps; the drop checks the lock in the same script (it is in
+that slot), so a mover that stalled past its lock drops nothing, and a stage never overwrites a task
+already moved.
 """
 
 from __future__ import annotations
@@ -157,39 +159,51 @@ class Upgrade:
             self._place(prefix, now, named, set(ids) - set(named))
 
     def _round(self, now: float, batch: int) -> tuple[int, bool]:
-        """Read a batch of layout 4, stage it, drop it, index it: (tasks moved, layout 4 empty)."""
-        keys, old, client = self._calls.keys, self.old, self._calls.client
-        cursor, rows = client.hscan(old.rows, int(self._cursor), count=batch)
+        """Read a batch of layout 4, stage it, drop it, index it: (tasks moved, layout 4 empty);
+        (-1, False) when the lock passed to another mover meanwhile."""
+        client = self._calls.client
+        cursor, rows = client.hscan(self.old.rows, int(self._cursor), count=batch)
         self._cursor = str(cursor)
         tasks = [(str(task_id), str(row)) for task_id, row in list(cast("dict[str, str]", rows).items())[:batch]]
-        if tasks:
-            queues = {task_id: row.split(" ", 3)[2] for task_id, row in tasks}
-            by_label: dict[str, list[tuple[str, str]]] = {}
-            for task_id, row in tasks:
-                by_label.setdefault(queue_label(queues[task_id]), []).append((task_id, row))
-            client.sadd(keys.queues, *set(queues.values()))  # first, so that a recovery finds the slots
-            sides = self._sides([task_id for task_id, _ in tasks], set(queues.values()))
-            for label, group in by_label.items():
-                self._stage(keys.label_prefix(label), now, group, sides)
-            args = [old.namespace]
-            for task_id, row in tasks:
-                args += [task_id, row, queue_label(queues[task_id])]
-            dropped = set(filter(None, str(self._calls._call("upgrade_drop", old.prefix, now, *args)).split("\n")))
-            for label, group in by_label.items():
-                ids = [task_id for task_id, _ in group]
-                self._place(
-                    keys.label_prefix(label),
-                    now,
-                    [i for i in ids if i in dropped],
-                    [i for i in ids if i not in dropped],
-                )
-            moved = len(dropped)
-        else:
-            moved = 0
-        if client.hlen(old.rows):
+        moved = self._drop(now, self._copy(now, tasks)) if tasks else 0
+        if moved < 0:
+            return moved, False
+        if client.hlen(self.old.rows):
             return moved, False
         self._finish()
         return moved, True
+
+    def _copy(self, now: float, tasks: list[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
+        """``tasks`` (id, row) of layout 4 staged in their queue slots: them by label."""
+        keys, client = self._calls.keys, self._calls.client
+        queues = {task_id: row.split(" ", 3)[2] for task_id, row in tasks}
+        by_label: dict[str, list[tuple[str, str]]] = {}
+        for task_id, row in tasks:
+            by_label.setdefault(queue_label(queues[task_id]), []).append((task_id, row))
+        client.sadd(keys.queues, *set(queues.values()))  # first, so that a recovery finds the slots
+        sides = self._sides([task_id for task_id, _ in tasks], set(queues.values()))
+        for label, group in by_label.items():
+            self._stage(keys.label_prefix(label), now, group, sides)
+        return by_label
+
+    def _drop(self, now: float, by_label: dict[str, list[tuple[str, str]]]) -> int:
+        """The staged tasks dropped from layout 4 if this mover still holds the lock (checked in the
+        same script: a mover that lost it leaves its copies to the holder's recovery), then indexed, or
+        unstaged where layout 4 changed them: how many moved, -1 without the lock."""
+        keys = self._calls.keys
+        args = [self.old.namespace, self._token]
+        for label, group in by_label.items():
+            for task_id, row in group:
+                args += [task_id, row, label]
+        reply = str(self._calls._call("upgrade_drop", self.prefix, now, *args))
+        if reply == "lost":
+            return -1
+        dropped = set(reply.split("\n")[1:])
+        for label, group in by_label.items():
+            ids = [task_id for task_id, _ in group]
+            index = [task_id for task_id in ids if task_id in dropped]
+            self._place(keys.label_prefix(label), now, index, [task_id for task_id in ids if task_id not in dropped])
+        return len(dropped)
 
     def _sides(self, ids: list[str], queues: Iterable[str]) -> dict[str, Any]:
         """Layout 4's side data of ``ids`` (result, last error, limit, traceback, failures), its enqueue

@@ -3,13 +3,17 @@
 -- the namespace slot, which is layout 4's slot too, names its queue slot in `ids` and gives its unique
 -- key's entry to it in `uniq`, in the same step: from here on by-id calls go to the copy.
 -- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _lib.lua).
--- ARGV: head (_lib.lua), then A(1) the namespace, then per task: id, the row as copied, its label.
--- Returns: the ids taken out of layout 4, one per line ("" none).
+-- ARGV: head (_lib.lua), then A(1) the namespace, A(2) the mover's lock token, then per task: id, the
+--       row as copied, its label.
+-- Returns: "lost" when the lock ({ns}:v5:moving, this slot's) is not the mover's any more: nothing
+--          dropped (the holder's recovery settles the copies); else "ok", then the ids taken out of
+--          layout 4, one per line.
 -- Transition: none.
 
 -- each call:
 local np = '{' .. A(1) .. '}:v5:'
-local out, i = {}, 2
+if redis.call('GET', np .. 'moving') ~= A(2) then return finish('lost') end
+local out, i = {'ok'}, 3
 while A(i) do
   local id, copied, label = A(i), A(i + 1), A(i + 2)
   local t = redis.call('HGET', ROWS, id) == copied and parse(id, copied)

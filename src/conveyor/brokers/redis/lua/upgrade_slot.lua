@@ -9,7 +9,8 @@
 --            result, last error, limit, traceback ("" none, else "=" .. value), n, its n failures;
 --   "index": the ids the drop took out of layout 4: indexed as their rows say, out of `staged`;
 --   "unstage": ids whose copies are void (layout 4 changed or lost the task): deleted.
--- Returns: how many tasks the step wrote.
+-- Returns: how many tasks the step wrote (a stage leaves a task already in the slot and out of
+--          `staged`, i.e. moved, as it is).
 -- Transition: none (a staged task keeps its state, member and scores; a pending task that waited in its
 -- enqueue call's group waits on its own).
 
@@ -32,7 +33,9 @@ local function stage()
   while A(i) do
     local id, n = A(i), tonumber(A(i + 6))
     local t = parse(id, A(i + 1))
-    if t then -- (the broker sends parsed rows only; a row no version can read is left where it is)
+    -- a row no version can read stays where it is; a task already moved (a late mover's copy) is kept
+    local moved = redis.call('HEXISTS', ROWS, id) == 1 and redis.call('SISMEMBER', P .. 'staged', id) == 0
+    if t and not moved then
       redis.call('DEL', ekey(id))
       if n > 0 then redis.call('RPUSH', ekey(id), unpack(ARGV, 4 + i + 7, 4 + i + 6 + n)) end
       t.g = nil
