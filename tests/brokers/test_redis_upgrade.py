@@ -10,11 +10,13 @@ between its steps loses nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from conveyor import Conveyor, FakeClock
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys, Keys5, queue_label
@@ -351,3 +353,40 @@ def test_a_mover_that_lost_its_lock_drops_nothing(apart_url: str) -> None:
         old.close()
         late.close()
         later.close()
+
+
+@pytest.mark.parametrize("where", ["server", pytest.param("cluster", marks=pytest.mark.slow)])
+def test_an_app_on_layout_5_runs_what_an_app_on_layout_4_left(
+    request: pytest.FixtureRequest, clock: FakeClock, where: str
+) -> None:
+    """End to end: today's app (layout 4) enqueues; the new version's worker runs every task while its
+    janitor's call moves them, the delayed one too, and finds each result by id."""
+    url = (
+        str(request.getfixturevalue("redis_cluster_url"))
+        if where == "cluster"
+        else request.getfixturevalue("server").url
+    )
+    config = RedisConfig.from_url(url)
+    before = Conveyor(broker=RedisBroker(config), clock=clock)
+    after = Conveyor(broker=RedisBroker(config, keys=Keys5(config.namespace)), clock=clock)
+    try:
+        for app in (before, after):
+            app.task(name="job")(lambda n: n * 2)
+        handles = [before.enqueue("job", [n], queue="abc"[n % 3]) for n in range(30)]
+        later = before.enqueue("job", [100], queue="a", delay=30.0)
+        custom = before.enqueue("job", [7], queue="b", task_id="order-7")
+        broker = cast("RedisBroker", after.broker)
+        worker = after.worker(queues=["a", "b", "c"])
+        for step in itertools.count():
+            if step % 5 == 0:
+                broker.clean(clock(), 0)  # the janitor's call: it moves, up to 1 s
+            if not worker.process_next():
+                break
+        clock.advance(31.0)
+        assert worker.process_next() and not worker.process_next()
+        assert [after.get(handle.id).result for handle in handles] == [2 * n for n in range(30)]
+        assert after.get(later.id).result == 200 and after.get(custom.id).result == 14
+        assert not moving(broker)
+    finally:
+        before.close()
+        after.close()
