@@ -312,7 +312,11 @@ class RedisCalls:
             return [self.keys.prefix]
         queues = cast("set[str]", self._client.smembers(self.keys.queues))
         old = self._old_prefix()
-        return sorted({self.keys.queue_prefix(queue) for queue in queues}) + ([old] if old else [])
+        return self._slots_of(queues) + ([old] if old else [])
+
+    def _slots_of(self, queues: Iterable[str]) -> list[str]:
+        """The prefixes of the slots that hold the tasks of ``queues``, sorted."""
+        return sorted({self.keys.queue_prefix(queue) for queue in queues})
 
     def _listened(self) -> list[Slot]:
         """The queue slots whose channels the event and cancel listeners follow (``listener.py``)."""

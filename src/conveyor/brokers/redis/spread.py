@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -88,10 +88,7 @@ class Spreading(RedisCalls):
 
     # -- hooks of RedisCalls ---------------------------------------------------------------------
 
-    def _slots_now(self) -> list[str]:
-        if self.keys.one_slot:
-            return [self.keys.prefix]
-        queues = cast("set[str]", self._client.smembers(self.keys.queues))
+    def _slots_of(self, queues: Iterable[str]) -> list[str]:
         spreads = self._spreads_now()
         return sorted({prefix for queue in queues for prefix in self._queue_prefixes(queue, spreads)})
 

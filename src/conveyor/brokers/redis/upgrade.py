@@ -38,7 +38,7 @@ import redis
 from conveyor.brokers.redis.keys import Keys, queue_label
 from conveyor.brokers.redis.scripts import Arg
 
-__all__ = ["BATCH", "LOCK_FOR", "RECHECK", "TICK_BUDGET", "Calls", "Upgrade", "merged_stats"]
+__all__ = ["BATCH", "LOCK_FOR", "RECHECK", "TICK_BUDGET", "Calls", "Upgrade"]
 
 
 class Calls(Protocol):
@@ -262,20 +262,3 @@ class Upgrade:
         client.delete(*(old.settings(queue) for queue in queues), old.declared, old.uniq, old.wake, old.listening)
         client.delete(old.due, old.leases, old.expiring)
         client.delete(old.seq, old.queues)
-
-
-def merged_stats(rows: Sequence[Any]) -> list[Any]:
-    """``stats.lua``'s rows with a queue's rows of both layouts made one: settings of the first (layout
-    5's), counts summed, the oldest pending's ``ready_at`` the earlier."""
-    merged: dict[str, list[Any]] = {}
-    for row in rows:
-        name = row[0]
-        if name not in merged:
-            merged[name] = list(row)
-            continue
-        into = merged[name]
-        for place in range(5, 11):
-            into[place] = int(into[place]) + int(row[place])
-        oldest = [float(value) for value in (into[11], row[11]) if value]
-        into[11] = repr(min(oldest)) if oldest else ""
-    return list(merged.values())
