@@ -25,7 +25,7 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.brokers.redis.keys import Keys5
-from conveyor.errors import BrokerError, BrokerUnavailable
+from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
 from conveyor.model import Outcome
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
@@ -377,3 +377,11 @@ def test_an_acl_user_with_the_documented_permissions_runs_layout_5(guarded: Redi
     finally:
         broker.close()
         remove()
+
+
+@pytest.mark.parametrize("bad", ["a|b", "a}b", "{a}"])
+def test_a_namespace_that_would_reach_past_its_acl_patterns_is_refused_when_the_url_is_read(bad: str) -> None:
+    """``|`` or ``}`` in a namespace would end its hash tag early, so ``~{NS|*`` could match another
+    namespace's queue slots: refused as a ``ConfigurationError`` before any connection."""
+    with pytest.raises(ConfigurationError, match="namespace must match"):
+        RedisConfig.from_url(f"redis://127.0.0.1:1/0?namespace={quote(bad)}")
