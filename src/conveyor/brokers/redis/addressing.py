@@ -24,6 +24,7 @@ from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.codec import decode_events, decode_record
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command, Connections
+from conveyor.brokers.redis.dues import DueTimes
 from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys, Keys5, Slot
@@ -72,6 +73,7 @@ class RedisCalls:
         self._events = EventHub(lambda: self._client, self._listened, self._origin, config.socket_connect_timeout)
         self._cancels = CancelWatch(lambda: self._client, self._listened, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
+        self._dues = DueTimes()  # when this thread's next wait ends at the latest (dues.py)
         self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
         # layout 5: layout 4's data served where it is until moved (upgrade.py)
         self._upgrade = Upgrade(self) if isinstance(self.keys, Keys5) else None

@@ -20,6 +20,7 @@ the server runs the one before (``Connections.execute_each``). Faults become ``c
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -34,7 +35,7 @@ from conveyor.brokers.redis.calls import (
     one_task_args,
     settle_args,
 )
-from conveyor.brokers.redis.codec import decode_claimed
+from conveyor.brokers.redis.codec import decode_claimed, split_due
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command
 from conveyor.brokers.redis.faults import Refused, translate_errors
@@ -159,27 +160,36 @@ class RedisBroker(Spreading):
         self, queues: Sequence[str], now: str, lease_for: float, limit: int, before: Sequence[Command] = ()
     ) -> list[TaskRecord]:
         if self.keys.one_slot:
-            return self._claim_in(self.keys.prefix, queues, now, lease_for, limit, before)
-        claimed: list[TaskRecord] = []
-        runs: list[tuple[str, Sequence[str]]] = list(self._runs(queues))
-        old = self._old()
-        if old:  # layout 4's tasks not moved yet, after layout 5's (upgrade.py)
-            runs.append((old, queues))
-        for prefix, run in self._joined(runs):  # in the queues' order, until `limit`
-            if len(claimed) >= limit:
-                break
-            claimed += self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
-            before = ()
+            claimed, due, ran_at = self._claim_in(self.keys.prefix, queues, now, lease_for, limit, before)
+        else:
+            claimed, due, ran_at = [], None, 0.0
+            runs: list[tuple[str, Sequence[str]]] = list(self._runs(queues))
+            old = self._old()
+            if old:  # layout 4's tasks not moved yet, after layout 5's (upgrade.py)
+                runs.append((old, queues))
+            for prefix, run in self._joined(runs):  # in the queues' order, until `limit`
+                if len(claimed) >= limit:
+                    due = None  # a full claim waits for nothing
+                    break
+                records, first, at = self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
+                claimed += records
+                if first is not None and (due is None or first - at < due - ran_at):
+                    due, ran_at = first, at
+                before = ()
+        self._dues.claimed(due, ran_at, None if now == "" else self._clock or time.time)
         return claimed
 
     def _claim_in(
         self, prefix: str, queues: Sequence[Arg], now: str, lease_for: float, limit: int, before: Sequence[Command]
-    ) -> list[TaskRecord]:
+    ) -> tuple[list[TaskRecord], float | None, float]:
+        """The tasks claimed in slot ``prefix``, and, if fewer than ``limit``, when its first scheduled
+        or retry task falls due (None: none), and the ``now`` the claim ran at."""
         base = secrets.token_hex(12)
         lease_for = float(lease_for)
         args: tuple[Arg, ...] = (repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
         _, reply, ran_at = self._invoke("claim", prefix, now, args, before)
-        return decode_claimed(reply, ran_at, lease_for, base)  # rows, then one string (see claim.lua)
+        reply, due = split_due(reply)
+        return decode_claimed(reply, ran_at, lease_for, base), due, ran_at  # rows, then one string (claim.lua)
 
     def claim_after_wait(
         self, queues: Sequence[str], clock: Clock, lease_for: float, limit: int, timeout: float
@@ -190,10 +200,15 @@ class RedisBroker(Spreading):
         the claim go in one write on one connection: the server runs the claim the moment the pop
         returns, at its own TIME, with no round trip in between (an idle worker starts a new task one
         round trip sooner). With any other clock (a ``FakeClock`` in tests) it waits, then claims at
-        ``clock()``: the claim must see the caller's time.
+        ``clock()``: the claim must see the caller's time. Either way the wait ends at the latest when
+        the first scheduled or retry task of the queues' slots falls due, as the last claim read it
+        (``dues.py``): the claim then promotes and takes it.
         """
         if self._clock is not None and clock is self._clock:
             wakes = self._wake_keys(queues)
+            timeout, _ = self._dues.cap(timeout)
+            if timeout <= 0:  # due already: no wait
+                return self._claim(queues, "", lease_for, limit)
             if len(wakes) == 1 or self.joins_slots:
                 blpop = ("BLPOP", *wakes, repr(self._block_for(timeout)))
                 return self._claim(queues, "", lease_for, limit, before=[blpop])
@@ -416,16 +431,22 @@ class RedisBroker(Spreading):
         For idle workers: wake at once instead of polling ``claim``. A True answer is a hint, not a
         promise (another worker may claim first; the token is per queue slot: per namespace in
         layout 4, so ``queues`` does not narrow it there); False means the timeout passed. One token
-        wakes one waiter; delayed tasks becoming due wake nobody until someone runs
-        ``promote``/``claim``. ``timeout`` is capped at ``socket_timeout - 1`` so the blocking pop
-        never trips the socket timeout. On a cluster, queues of several slots are waited on one slot
-        after another, a slice of ``timeout`` each (one ``BLPOP`` may not name keys of two slots).
+        wakes one waiter. The wait also ends (True) when the first scheduled or retry task of the
+        queues' slots falls due, as this thread's last claim read it (``dues.py``), once per claim;
+        a call that schedules or retries a task due within a minute pushes the token, so a waiter
+        claims and reads the new due time. ``timeout`` is capped at ``socket_timeout - 1`` so the
+        blocking pop never trips the socket timeout. On a cluster, queues of several slots are
+        waited on one slot after another, a slice of ``timeout`` each (one ``BLPOP`` may not name
+        keys of two slots).
         """
         wakes = self._wake_keys(queues)
+        timeout, due = self._dues.cap(timeout)
+        if timeout <= 0:
+            return True
         if len(wakes) > 1 and not self.joins_slots:
-            return self._wait_each(wakes, timeout)
+            return self._wait_each(wakes, timeout) or due
         with translate_errors():
-            return self._client.blpop(wakes, timeout=self._block_for(timeout)) is not None
+            return self._client.blpop(wakes, timeout=self._block_for(timeout)) is not None or due
 
     def preflight(self) -> list[Finding]:
         """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead; on a

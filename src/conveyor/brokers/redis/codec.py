@@ -63,6 +63,7 @@ __all__ = [
     "encode_worker",
     "escape_key",
     "opt",
+    "split_due",
     "unescape_key",
 ]
 
@@ -232,6 +233,16 @@ def _present(value: Any) -> bool:
 
 
 _NO_EXTRAS = (None, None, None)
+
+
+def split_due(values: str | Sequence[Any]) -> tuple[str | Sequence[Any], float | None]:
+    """``claim.lua``'s reply without the due time it may end with (a claim that took fewer tasks than
+    its limit: "@<due>" starts its last string, see the script's header), and that time (None: none)."""
+    tail = values if isinstance(values, str) else values[-1] if values else ""
+    if not tail.startswith("@"):  # a row starts with its state, the JSON array with "["
+        return values, None
+    due, _, extras = tail[1:].partition("\n")
+    return (extras if isinstance(values, str) else [*values[:-1], extras]), float(due)
 
 
 def decode_claimed(values: str | Sequence[Any], now: float, lease_for: float, base: str) -> list[TaskRecord]:

@@ -21,7 +21,8 @@
 --   EXPIRING  pending/scheduled/retry by expires_at      SEQ       enqueue counter
 --   QUEUES    known queue names (namespace slot)         UNIQ      unique_key -> holder task id (namespace slot)
 --   CHANNEL   pub/sub channel of transitions             WAKE      one token, pushed when a call made
---                                                                  tasks pending (idle workers BLPOP it)
+--                                                                  tasks pending or due within DUE_SOON
+--                                                                  (idle workers BLPOP it)
 --   LISTENING exists while some process listens on the events channel (a TTL its listener keeps
 --             refreshing); without it and without ARGV[3], no event is made
 --   ROWS      task id -> row (its fields, then its body) RESULTS   task id -> result
@@ -58,6 +59,7 @@ local P, NOW, ORIGIN, WANT, NOWS, POLICY
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, IDS, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one slot, "{ns}:...")
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
+local DUE_SOON = 60 -- seconds: a task scheduled or retried to fall due sooner pushes WAKE (index())
 local SENT -- events of the slots a call over several left already (switch()), nil in a call of one slot
 
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
@@ -440,6 +442,9 @@ local function index(t)
     zop('ZADD', qkey(q, s), nr, m)
     zop('ZADD', DUE, nr, m)
     if t.x then zop('ZADD', EXPIRING, f(t.x), m) end
+    -- due soon: an idle waiter claims and reads the new first due time (claim.lua), later ones it
+    -- reads at its claims meanwhile (at least one per poll_interval); a task due later wakes nobody
+    if t.nr - NOW < DUE_SOON then WOKEN = true end
   elseif s == 'active' then
     zop('ZADD', qkey(q, 'active'), t.sa == NOW and NOWS or f(t.sa), m)
     zop('ZADD', LEASES, f(t.lx), m)

@@ -11,6 +11,11 @@
 --          value. Rows go as elements of the array, not as JSON: the server copies an element as it
 --          is, while cjson.encode reads every byte to escape it (docs/performance-notes.md).
 --          Nothing claimed: "". One task with neither: its row alone (a string reply costs less).
+--          A claim that took fewer than `limit` tasks, while its slots hold scheduled or retry tasks,
+--          also says when the first of them falls due: its last string is then "@<due>", followed by
+--          "\n" and the JSON array if there is one (a reply that would be "" or a row alone is a table
+--          {row, "@<due>"} or the string "@<due>"). Its idle waiter sleeps until then at most
+--          (broker.py: claim_after_wait); a claim that fills `limit` reads nothing more.
 --          The caller knows the claim's own writes (s = active, a + 1, sa = now, lx = now + lease_for,
 --          tk = "<base>-<position>", c = 0), which keeps the reply short.
 -- Costs: per batch popped, one HMGET of the rows and one HSET of the new rows (plus
@@ -23,6 +28,14 @@
 local POP = 1000
 local BRACE = 123 -- "{": starts a slot's key, never a queue name
 
+-- the earlier of `due` (nil: none) and the first due time of the current slot's scheduled and retry
+-- tasks, any queue's (one ZRANGE: the slot's `due` index knows no queue)
+local function first_due(due)
+  local d = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2]
+  if d and (not due or tonumber(d) < tonumber(due)) then return d end
+  return due
+end
+
 -- each call:
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
 promote(budget)
@@ -32,11 +45,13 @@ local out, extras = {}, {}
 local claimed = 0
 local lxs = f(NOW + lease_for)
 local i = 5
+local due -- the first due time of the slots left behind with room to spare (see first_due)
 while A(i) and claimed < limit do
   local q = A(i)
   flush_z() -- the ZCARD below must see this call's own claims
   local s = string.byte(q) ~= BRACE and settings(q)
   if not s then -- the next queues are another slot's: its maintenance first, as in the first
+    due = first_due(due) -- (claimed < limit here: the loop ends once the claim is full)
     switch(q)
     DEFER = false
     promote(budget)
@@ -120,7 +135,10 @@ while A(i) and claimed < limit do
   i = i + 1
 end
 -- a string result goes back as one string, a table as a nested array (see finish())
-if claimed == 0 then return finish('') end
-if claimed == 1 and #extras == 0 then return finish(out[1]) end
-out[claimed + 1] = #extras > 0 and cjson.encode(extras) or ''
+if claimed < limit then due = first_due(due) end
+local tail = #extras > 0 and cjson.encode(extras) or ''
+if due then tail = '@' .. due .. (tail ~= '' and ('\n' .. tail) or '') end
+if claimed == 0 then return finish(tail) end
+if claimed == 1 and tail == '' then return finish(out[1]) end
+out[claimed + 1] = tail
 return finish(out)
