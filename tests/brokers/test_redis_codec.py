@@ -17,6 +17,7 @@ from conveyor.brokers.redis.codec import (
     encode_one_task,
     encode_task,
     escape_key,
+    split_due,
     unescape_key,
 )
 from conveyor.brokers.redis.scripts import read_source
@@ -185,6 +186,17 @@ def test_a_one_task_claim_reply_is_its_row_alone() -> None:
     (first,) = decode_claimed(row(m=MEMBER + "first", b=encode_body("job", "{}", "[]")), NOW, 30.0, "base")
     assert (first.id, first.name, first.lease_token, first.last_error) == ("first", "job", "base-1", None)
     assert decode_claimed("", NOW, 30.0, "base") == []
+
+
+def test_a_short_claim_reply_ends_with_the_first_due_time() -> None:
+    """claim.lua's "@<due>" tail: alone, after rows, and before the JSON array of errors."""
+    one = row(m=MEMBER + "first", b=BODY)
+    assert split_due("") == ("", None)
+    assert split_due(one) == (one, None)
+    assert split_due([one, "[]"]) == ([one, "[]"], None)
+    assert split_due(f"@{NOW!r}") == ("", NOW)
+    assert split_due([one, f"@{NOW!r}"]) == ([one, ""], NOW)
+    assert split_due([one, one, f"@{NOW!r}\n[2, false]"]) == ([one, one, "[2, false]"], NOW)
 
 
 def test_the_lua_row_layout_is_the_codecs() -> None:
