@@ -8,7 +8,8 @@ executes, whatever else the machine is doing), drives the broker through a fixed
 operations and has callgrind dump its counters after each (``callgrind_control --dump``), so each
 phase's count is that phase's alone: server instructions per task for a one-task enqueue, a batch
 enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, then
-one-task and batch enqueues whose tasks hold unique keys, with PING as the floor. Kernel time (the
+one-task and batch enqueues whose tasks hold unique keys, then an idle worker's claim (nothing
+pending, a scheduled task in the slot: it reads the first due time), with PING as the floor. Kernel time (the
 socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
 counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
 from run to run).
@@ -48,6 +49,7 @@ PHASES = (
     ("settle_one", "one-outcome settle"),
     ("enqueue_one_unique", "one-task enqueue with a unique key"),
     ("enqueue_batch_unique", "task of a batch enqueue, each with a unique key"),
+    ("claim_idle", "one-task claim finding nothing, a task due later in its slot"),
 )
 CLAIM_BATCH = 500
 
@@ -173,6 +175,11 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
     each("enqueue_one_unique", singles, lambda i: broker.enqueue([_unique(task(i, "uone"))], time.time()))
     broker.enqueue([_unique(task(i, "ubatch")) for i in range(tasks)], time.time())
     dump("enqueue_batch_unique")
+    broker.enqueue([replace(task(-3, "idle"), run_at=time.time() + 3600)], time.time())  # due in an hour
+    idle: list[TaskRecord] = []
+    each("claim_idle", singles, lambda _: idle.extend(broker.claim(["idle"], time.time(), 60.0, limit=1)))
+    if idle:
+        raise RuntimeError("the idle claim took a task")
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -183,6 +190,7 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         "settle_one": singles,
         "enqueue_one_unique": singles,
         "enqueue_batch_unique": tasks,
+        "claim_idle": singles,
     }
 
 
