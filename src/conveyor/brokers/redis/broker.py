@@ -169,14 +169,14 @@ class RedisBroker(Spreading):
                 runs.append((old, queues))
             for prefix, run in self._joined(runs):  # in the queues' order, until `limit`
                 if len(claimed) >= limit:
-                    due = None  # a full claim waits for nothing
                     break
                 records, first, at = self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
                 claimed += records
                 if first is not None and (due is None or first - at < due - ran_at):
                     due, ran_at = first, at
                 before = ()
-        self._dues.claimed(due, ran_at, None if now == "" else self._clock or time.time)
+        if len(claimed) < limit:  # a full claim leaves the noted due time alone: it read none
+            self._dues.claimed(due, ran_at, None if now == "" else self._clock or time.time)
         return claimed
 
     def _claim_in(
@@ -432,9 +432,9 @@ class RedisBroker(Spreading):
         promise (another worker may claim first; the token is per queue slot: per namespace in
         layout 4, so ``queues`` does not narrow it there); False means the timeout passed. One token
         wakes one waiter. The wait also ends (True) when the first scheduled or retry task of the
-        queues' slots falls due, as this thread's last claim read it (``dues.py``), once per claim;
-        a call that schedules or retries a task due within a minute pushes the token, so a waiter
-        claims and reads the new due time. ``timeout`` is capped at ``socket_timeout - 1`` so the
+        queues' slots falls due, as the last claim read it (``dues.py``: once, up to a server tick
+        early); a call that schedules or retries a task due within a minute pushes the token, so a
+        waiter claims and reads the new due time. ``timeout`` is capped at ``socket_timeout - 1`` so the
         blocking pop never trips the socket timeout. On a cluster, queues of several slots are
         waited on one slot after another, a slice of ``timeout`` each (one ``BLPOP`` may not name
         keys of two slots).
