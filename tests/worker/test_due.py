@@ -1,4 +1,4 @@
-"""A worker on a SQLite file or a real Redis server runs a delayed task, and a retry, when it falls due.
+"""A worker on a SQLite file, a real Redis server or a cluster runs a delayed task, and a retry, when it falls due.
 
 Its poll, promoter and reaper (which also promote due tasks) are set to 3 s here, so only the idle
 wait's end at the due time its last claim read (``SQLiteBroker.wait_for_work``; on Redis ``dues.py``)
@@ -26,12 +26,12 @@ SLOW = {"poll_interval": 3.0, "promoter_interval": 3.0, "reaper_interval": 3.0}
 BOUND = 0.3
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis cluster"])
 def due_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'conveyor.db'}"
-    else:
-        url = str(request.getfixturevalue("redis_url"))  # no clock given: the server's (ServerClock)
+    else:  # no clock given: the server's (ServerClock)
+        url = str(request.getfixturevalue("redis_cluster_url" if request.param.endswith("cluster") else "redis_url"))
     app = Conveyor(url)
     yield app
     app.close()
