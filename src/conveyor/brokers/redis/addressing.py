@@ -73,7 +73,7 @@ class RedisCalls:
         self._events = EventHub(lambda: self._client, self._listened, self._origin, config.socket_connect_timeout)
         self._cancels = CancelWatch(lambda: self._client, self._listened, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
-        self._dues = DueTimes()  # when this thread's next wait ends at the latest (dues.py)
+        self._dues = DueTimes()  # when the next idle wait ends at the latest (dues.py)
         self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
         # layout 5: layout 4's data served where it is until moved (upgrade.py)
         self._upgrade = Upgrade(self) if isinstance(self.keys, Keys5) else None
@@ -323,33 +323,6 @@ class RedisCalls:
     def _listened(self) -> list[Slot]:
         """The queue slots whose channels the event and cancel listeners follow (``listener.py``)."""
         return [self.keys.slot(prefix) for prefix in self._slots_now()]
-
-    def _wake_keys(self, queues: Sequence[str]) -> list[str]:
-        """The ``wake`` lists of the slots of ``queues``."""
-        if self.keys.one_slot:
-            return [self.keys.wake]
-        return list(dict.fromkeys(self.keys.slot(self.keys.queue_prefix(queue)).wake for queue in queues))
-
-    def _wait_each(self, wakes: Sequence[str], timeout: float) -> bool:
-        """Block on each ``wake`` list in turn, a slice of ``timeout`` each, until one has a token: a
-        cluster refuses one ``BLPOP`` over keys of several slots (one server takes them in one). A
-        token already there is taken first, by an ``LPOP`` of each (one round trip per master), so it
-        is not left waiting behind the other slots' slices."""
-        share = timeout / len(wakes)
-        with translate_errors():
-            pipe = self._client.pipeline(transaction=False)
-            for wake in wakes:
-                pipe.lpop(wake)
-            if any(token is not None for token in pipe.execute()):
-                return True
-            for wake in wakes:
-                if self._client.blpop([wake], timeout=self._block_for(share)) is not None:
-                    return True
-        return False
-
-    def _block_for(self, timeout: float) -> float:
-        """A blocking pop's timeout: at least 10 ms, and short enough never to trip the socket timeout."""
-        return min(max(0.01, timeout), max(0.01, self.config.socket_timeout - 1.0))
 
     # -- the registry, written around the queue slot's calls ------------------------------------
 

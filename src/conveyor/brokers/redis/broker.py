@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from conveyor.brokers.base import EventCallback, Finding
-from conveyor.brokers.redis import admin, claims, preflight
+from conveyor.brokers.redis import admin, claims, preflight, waits
 from conveyor.brokers.redis.calls import (
     ENQUEUE_CHUNK,
     SETTLE_CHUNK,
@@ -204,18 +204,7 @@ class RedisBroker(Spreading):
         the first scheduled or retry task of the queues' slots falls due, as the last claim read it
         (``dues.py``): the claim then promotes and takes it.
         """
-        if self._clock is not None and clock is self._clock:
-            wakes = self._wake_keys(queues)
-            timeout, _ = self._dues.cap(timeout)
-            if timeout <= 0:  # due already: no wait
-                return self._claim(queues, "", lease_for, limit)
-            if len(wakes) == 1 or self.joins_slots:
-                blpop = ("BLPOP", *wakes, repr(self._block_for(timeout)))
-                return self._claim(queues, "", lease_for, limit, before=[blpop])
-            self._wait_each(wakes, timeout)  # one slot after another, then the claims at the server's TIME
-            return self._claim(queues, "", lease_for, limit)
-        self.wait_for_work(queues, timeout)
-        return self.claim(queues, clock(), lease_for, limit)
+        return waits.claim_after_wait(self, self._claim, queues, clock, lease_for, limit, timeout)
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         keys = self.keys
@@ -439,14 +428,7 @@ class RedisBroker(Spreading):
         waited on one slot after another, a slice of ``timeout`` each (one ``BLPOP`` may not name
         keys of two slots).
         """
-        wakes = self._wake_keys(queues)
-        timeout, due = self._dues.cap(timeout)
-        if timeout <= 0:
-            return True
-        if len(wakes) > 1 and not self.joins_slots:
-            return self._wait_each(wakes, timeout) or due
-        with translate_errors():
-            return self._client.blpop(wakes, timeout=self._block_for(timeout)) is not None or due
+        return waits.wait_for_work(self, queues, timeout)
 
     def preflight(self) -> list[Finding]:
         """``ChecksServer``: the eviction policy and persistence, each ok or what to set instead; on a
