@@ -59,7 +59,7 @@ class Registry(Periodic):
         self.counts = counts
         self.started_at = app.now()
         self.obey = obey
-        self.obeyed: str | None = None
+        self.obeyed: str | None = None  # the last command obeyed (set once its effect holds)
         self._checked = False
         self._declared = False
 
@@ -91,8 +91,10 @@ class Registry(Periodic):
         if self.obey is not None and isinstance(broker, CommandsWorkers):
             command = broker.worker_command(self.worker_id, self.app.now())
             if command is not None and command != self.obeyed:
-                self.obeyed = command
-                self.obey(command)
+                try:
+                    self.obey(command)
+                finally:  # set once obeyed: a quiet fetcher has stopped claiming by then
+                    self.obeyed = command
 
     def stop(self) -> None:
         super().stop()
