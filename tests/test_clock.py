@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, FakeClock, SystemClock
+from conveyor.clock import PRESENT_SLACK, is_present
 
 
 def test_fake_clock_starts_where_told_and_is_callable() -> None:
@@ -66,3 +67,10 @@ def test_app_without_a_clock_uses_the_wall_clock() -> None:
     before = time.time()
     app = Conveyor("memory://")
     assert before <= app.now() <= time.time()
+
+
+def test_is_present_tells_the_present_from_a_fake_clocks_time() -> None:
+    assert is_present(time.time())
+    assert not is_present(FakeClock(1000.0)())  # 1970: not now
+    assert is_present(5.0, FakeClock(5.0 + PRESENT_SLACK))
+    assert not is_present(5.0, FakeClock(5.0 + 2 * PRESENT_SLACK))

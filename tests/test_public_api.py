@@ -18,6 +18,7 @@ INTERNAL = {
     "TaskRecord",
     "backoff_from_dict",
     "check_clock",
+    "is_present",
     "parse_queues",
     "wants_context",
 }

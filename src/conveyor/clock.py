@@ -12,9 +12,19 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "check_clock"]
+__all__ = ["PRESENT_SLACK", "Clock", "FakeClock", "SystemClock", "check_clock", "is_present"]
 
 Clock = Callable[[], float]
+
+#: A ``now`` within this many seconds of a real clock's reading is the present (the slack covers a
+#: thread paused between reading its clock and using the time).
+PRESENT_SLACK = 1.0
+
+
+def is_present(now: float, present: Clock = time.time) -> bool:
+    """``now`` is the present by ``present`` (a FakeClock's time is not: it does not pass with real
+    time, so a due time by it must not become a real deadline)."""
+    return abs(now - present()) <= PRESENT_SLACK
 
 
 class SystemClock:

@@ -10,10 +10,10 @@ A scheduled or retry task falls due with no call at all: the wait also ends when
 of its queues does, so the next claim promotes and takes it then. The broker has no clock of its own,
 only the ``now`` its callers pass: a due time becomes a real deadline through this thread's last
 claim (its ``now`` and the monotonic time it ran), when that ``now`` was the wall clock (within
-:data:`WALL_SLACK` of ``time.time()``). A FakeClock's time does not pass with real time: on one, only a
-due time the claim's ``now`` had reached (a retry without backoff settled after the claim) ends the
-wait, at once; a later one ends none (the wait ends on a ring or at its timeout, and a test moves the
-clock and claims).
+:data:`conveyor.clock.PRESENT_SLACK` of ``time.time()``: ``is_present``). A FakeClock's time does
+not pass with real time: on one, only a due time the claim's ``now`` had reached (a retry without
+backoff settled after the claim) ends the wait, at once; a later one ends none (the wait ends on a
+ring or at its timeout, and a test moves the clock and claims).
 
 A stopping worker interrupts the waits (``InterruptsWaits``): a ring of every queue, so its fetcher
 returns at once instead of at its timeout, up to ``poll_interval`` later.
@@ -26,11 +26,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-__all__ = ["WALL_SLACK", "Wakes"]
+from conveyor.clock import is_present
 
-#: A claim whose ``now`` is within this many seconds of ``time.time()`` was timed by the wall clock (the
-#: system clock reads it to the microsecond; the slack covers a thread paused between reading and claiming).
-WALL_SLACK = 1.0
+__all__ = ["Wakes"]
 
 
 class Wakes:
@@ -69,7 +67,7 @@ class Wakes:
         mine.seen = self._rings
         mine.at = time.monotonic()
         mine.now = now
-        mine.wall = abs(now - time.time()) <= WALL_SLACK
+        mine.wall = is_present(now)
 
     def wait(self, queues: Sequence[str], timeout: float, next_due: Callable[[Sequence[str]], float | None]) -> bool:
         """Block up to ``timeout`` s until one of ``queues`` rang since this thread's last claim (True), or

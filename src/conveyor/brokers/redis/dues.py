@@ -5,14 +5,13 @@ claim that took fewer tasks than it asked for also reads the first due time of i
 and retry tasks (``claim.lua``); the broker's next blocking pop is cut short there, and the claim
 queued behind it promotes and takes the task (docs/architecture.md, "How an idle worker wakes, per
 broker"). The due time is kept for the broker, not per thread: a worker's claimers take turns at
-waiting (measured with a thread-local one: the waiter's own last claim had often not read it, and
-delayed tasks started up to ``poll_interval`` late). It is counted from the ``now`` its claim ran at
+waiting, so the waiter's own last claim has often not read it. It is counted from the ``now`` its claim ran at
 (the server's TIME, or the caller's), turned into a monotonic deadline when the reply arrives, so
 the clocks of the host and the server never meet. A claim at a ``now`` that is not the present (a
 FakeClock's, in tests) notes nothing: its time does not pass with real time.
 
 The server ends a blocking pop only at its next tick (``1/hz``: up to 100 ms late at the default
-``hz 10``; measured 70 ms late on a 130 ms pop), so a pop cut by a due time ends :data:`TICK` early
+``hz 10``), so a pop cut by a due time ends :data:`TICK` early
 (its claim finds nothing and reads the due time again) and the last stretch is slept here.
 
 A due time ends one wait, not every wait until the next claim: a caller that waits again first sleeps.
@@ -23,11 +22,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["TICK", "WALL_SLACK", "DueTimes"]
+from conveyor.clock import is_present
 
-#: A claim's ``now`` within this many seconds of the present (the server's clock, else the host's)
-#: is the present: its due time becomes a deadline in real time.
-WALL_SLACK = 1.0
+__all__ = ["TICK", "DueTimes"]
+
 #: The server's tick at the default ``hz 10``: how late it may end a blocking pop.
 TICK = 0.1
 
@@ -41,7 +39,7 @@ class DueTimes:
     def claimed(self, due: float | None, ran_at: float, present: Callable[[], float] | None) -> None:
         """A claim short of its limit ran at ``ran_at`` and read ``due`` (None: nothing due).
         ``present``: a clock to compare ``ran_at`` with (None: it is the server's TIME, the present)."""
-        if due is None or (present is not None and abs(ran_at - present()) > WALL_SLACK):
+        if due is None or (present is not None and not is_present(ran_at, present)):
             self._deadline = None
         else:
             self._deadline = time.monotonic() + (due - ran_at)
