@@ -3,9 +3,9 @@
     .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3] [--partitions 6]
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
-``conveyor.testing``; with ``--partitions N``, also both with a slot per queue, ``SplitKeys`` of the
-tests (``PYTHONPATH=.``) until layout 5 is the real layout, and the queue in N partitions, ids made as
-an app makes them, ``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (500 a
+``conveyor.testing``, on layout 4's keys, the namespace in one slot; with ``--partitions N``, also both
+on layout 5's, a slot per queue, and the queue in N partitions, ids made as an app makes them,
+``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (500 a
 call) and a drain (claim 500, settle them), each timed on the client (wall and CPU of this process) and
 on the servers (``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part
 of it spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the
@@ -17,7 +17,6 @@ a master's capacity is 1 / its CPU per task. Each run uses a namespace of its ow
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import time
 import uuid
@@ -25,20 +24,12 @@ from collections.abc import Callable, Sequence
 
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.keys import Keys, Keys5
 from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 NOW = 1_000_000.0
-
-
-def _split_keys(namespace: str) -> Keys:
-    """The tests' ``SplitKeys`` (a slot per queue) until layout 5 is the real layout; imported by name
-    so that mypy does not meet ``tests/brokers/split.py`` under two module names (run with
-    ``PYTHONPATH=.``)."""
-    split: type[Keys] = importlib.import_module("tests.brokers.split").SplitKeys
-    return split(namespace)
 
 
 def _cpu(server: RedisServer) -> float:
@@ -83,7 +74,8 @@ def run(
     url: str, servers: Sequence[RedisServer], tasks: int, singles: int, partitions: int = 0
 ) -> dict[str, dict[str, object]]:
     config = RedisConfig.from_url(url)
-    broker = RedisBroker(config, BrokerPolicy(), _split_keys(config.namespace) if partitions else None)
+    keys = Keys5(config.namespace) if partitions else Keys(config.namespace)
+    broker = RedisBroker(config, BrokerPolicy(), keys)
     try:
         if partitions:
             broker.configure_queue(QueueSettings("q", partitions=partitions))

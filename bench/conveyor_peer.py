@@ -20,7 +20,7 @@ from bench.workload import IO, TUNED, noop_kwargs
 from conveyor import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.keys import Keys5
+from conveyor.brokers.redis.keys import Keys
 from conveyor.retry import Fixed
 
 __all__ = ["BULK", "MIXED", "SETTINGS", "Producer", "run_worker"]
@@ -36,12 +36,12 @@ MIXED = None
 
 
 def _app() -> Conveyor:
-    """The app on ``BENCH_URL``; with ``BENCH_REDIS_LAYOUT=5`` (``drain_ratio --backends redis5``) its
-    Redis broker uses layout 5's keys, a slot per queue."""
+    """The app on ``BENCH_URL``; with ``BENCH_REDIS_LAYOUT=4`` (``drain_ratio --backends redis4``) its
+    Redis broker uses layout 4's keys, the namespace in one slot (the default: layout 5's)."""
     url = os.environ.get("BENCH_URL", "memory://")
-    if os.environ.get("BENCH_REDIS_LAYOUT") == "5":
+    if os.environ.get("BENCH_REDIS_LAYOUT") == "4":
         config = RedisConfig.from_url(url)
-        return Conveyor(broker=RedisBroker(config, keys=Keys5(config.namespace)))
+        return Conveyor(broker=RedisBroker(config, keys=Keys(config.namespace)))
     return Conveyor(url)
 
 

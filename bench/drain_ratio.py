@@ -15,8 +15,9 @@ default row of the same pass (issue 42: at least 0.8x).
     python -m bench.drain_ratio [--n 20000] [--reps 3] [--peers dramatiq,huey,huey_sqlite] [--conveyor default,tuned]
         [--backends redis,sqlite] [--env "NAME=VALUE;NAME=VALUE" ...]
 
-``--backends redis5`` adds Conveyor's Redis rows with layout 5's keys (a slot per queue, ``Keys5``) on
-the same server: ``--backends redis,redis5`` compares the layout that runs with it in one run.
+``--backends redis4`` adds Conveyor's Redis rows with layout 4's keys (the namespace in one slot,
+``Keys``, what the version before stored) on the same server: ``--backends redis,redis4`` compares the
+layout that runs (layout 5, a slot per queue) with it in one run.
 
 Each ``--env`` adds a row: the default ``conveyor worker`` with those ``CONVEYOR_WORKER_*`` settings.
 """
@@ -133,7 +134,7 @@ def main(argv: list[str]) -> int:
         rows: list[Row] = []
         for backend in backends:
             url = server.url if backend.startswith("redis") else f"sqlite:///{sqlite_dir / 'bench.db'}"
-            layout = (("BENCH_REDIS_LAYOUT", "5"),) if backend == "redis5" else ()  # read by conveyor_peer.py
+            layout = (("BENCH_REDIS_LAYOUT", "4"),) if backend == "redis4" else ()  # read by conveyor_peer.py
             peer = Peer(f"Conveyor ({backend})", "conveyor", (("BENCH_URL", url), *layout))
             trials: list[tuple[str, str, dict[str, str]]] = [(v, v, {}) for v in args.conveyor.split(",") if v]
             trials += [("default", text, settings) for text, settings in extra]

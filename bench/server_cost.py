@@ -32,7 +32,7 @@ import redis
 from bench.bench_redis import task as bench_task
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.keys import Keys5
+from conveyor.brokers.redis.keys import Keys
 from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
 from conveyor.testing.redis_server import find_server_binary, free_port
 
@@ -99,9 +99,10 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0)
         client.close()
 
 
-def measure(tasks: int = 10_000, singles: int = 1_000, server: str | None = None, layout: int = 4) -> dict[str, float]:
+def measure(tasks: int = 10_000, singles: int = 1_000, server: str | None = None, layout: int = 5) -> dict[str, float]:
     """Server instructions per unit of each phase (see :data:`PHASES`), counted by callgrind, with the
-    keys of ``layout`` (4, what runs, or 5: :class:`~conveyor.brokers.redis.keys.Keys5`)."""
+    keys of ``layout`` (5, what runs, or 4, what the version before stored:
+    :class:`~conveyor.brokers.redis.keys.Keys`)."""
     if not available():
         raise RuntimeError("valgrind (with callgrind_control) is not installed")
     with tempfile.TemporaryDirectory(prefix="conveyor-cg-") as tmp:
@@ -116,7 +117,7 @@ def measure(tasks: int = 10_000, singles: int = 1_000, server: str | None = None
         try:
             _wait_ready(port, proc)
             config = RedisConfig.from_url(f"redis://127.0.0.1:{port}/0?namespace=cost")
-            broker = RedisBroker(config, BrokerPolicy(), keys=Keys5(config.namespace) if layout == 5 else None)
+            broker = RedisBroker(config, BrokerPolicy(), keys=Keys(config.namespace) if layout == 4 else None)
             try:
                 units = _run_phases(broker, proc.pid, tasks, singles)
             finally:
@@ -199,7 +200,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks of the batch phases")
     parser.add_argument("--singles", type=int, default=1_000, help="calls of the one-at-a-time phases")
     parser.add_argument("--server", default=None, help="valkey (default) or redis-server")
-    parser.add_argument("--layout", type=int, choices=(4, 5), default=4, help="the keys' layout (5: a slot per queue)")
+    parser.add_argument("--layout", type=int, choices=(4, 5), default=5, help="the keys' layout (4: one slot)")
     args = parser.parse_args()
     costs = measure(args.tasks, args.singles, args.server, args.layout)
     batches = f"{args.tasks} tasks in batches, {args.singles} one at a time"

@@ -60,12 +60,13 @@ def store_raw(app: Conveyor, task_id: str, *, options: str | None = None, payloa
         conn.close()
     else:
         assert isinstance(broker, RedisBroker)
-        row = broker.client.hget(broker.keys.rows, task_id)
+        slot = broker.keys.slot(broker._task_prefix(task_id))  # its queue's (layout 5), found by id
+        row = broker.client.hget(slot.rows, task_id)
         assert isinstance(row, (str, bytes))
         fields = (row.decode() if isinstance(row, bytes) else row).split(" ", ROW_FIELDS - 1)
         name, old_options, old_payload = decode_body(fields[-1])
         fields[-1] = encode_body(name, old_options if options is None else options, payload or old_payload)
-        broker.client.hset(broker.keys.rows, task_id, " ".join(fields))
+        broker.client.hset(slot.rows, task_id, " ".join(fields))
 
 
 def store_raw_errors(app: Conveyor, task_id: str, text: str) -> None:
@@ -79,8 +80,9 @@ def store_raw_errors(app: Conveyor, task_id: str, text: str) -> None:
         conn.close()
     else:
         assert isinstance(broker, RedisBroker)
-        broker.client.delete(broker.keys.errors(task_id))
-        broker.client.rpush(broker.keys.errors(task_id), text)
+        slot = broker.keys.slot(broker._task_prefix(task_id))  # its queue's (layout 5), found by id
+        broker.client.delete(slot.errors(task_id))
+        broker.client.rpush(slot.errors(task_id), text)
 
 
 @pytest.fixture

@@ -29,10 +29,10 @@ from conveyor.brokers.redis.codec import (
     encode_task,
 )
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.keys import Keys
+from conveyor.brokers.redis.keys import Keys5, Slot
 from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
-from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, TaskRecord, TaskState
+from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, QueueSettings, TaskRecord, TaskState
 from conveyor.testing import SpyBroker, poll_until
 from conveyor.testing.redis_server import RedisServer
 
@@ -61,9 +61,14 @@ def keyslot(key: str) -> int:
     return crc16(key.encode()) % 16384
 
 
-def stored_row(broker: RedisBroker, task_id: str) -> dict[str, str]:
-    """A task's row as stored, by field name."""
-    row = cast("str", broker.client.hget(broker.keys.rows, task_id)).split(" ", ROW_FIELDS - 1)
+def slot_of(broker: RedisBroker, queue: str = "q") -> Slot:
+    """The key names of ``queue``'s slot (layout 5: a slot per queue, ``{ns|queue}:v5:``)."""
+    return broker.keys.slot(broker.keys.queue_prefix(queue))
+
+
+def stored_row(broker: RedisBroker, task_id: str, queue: str = "emails") -> dict[str, str]:
+    """A task's row as stored in its queue's slot, by field name."""
+    row = cast("str", broker.client.hget(slot_of(broker, queue).rows, task_id)).split(" ", ROW_FIELDS - 1)
     return dict(zip(ROW_NAMES, row, strict=True))
 
 
@@ -102,21 +107,24 @@ def own_server() -> Iterator[RedisServer]:
 # -- keys and scripts ---------------------------------------------------------------------------
 
 
-def test_every_key_a_script_touches_shares_one_hash_slot() -> None:
-    keys = Keys("app")
-    touched = [
-        *(keys.due, keys.leases, keys.expiring, keys.seq, keys.queues, keys.uniq, keys.events, keys.wake),
-        keys.listening,
-        *(keys.rows, keys.results, keys.lasterr, keys.limits, keys.tracebacks),
-        keys.errors("t-1"),
-        keys.settings("emails"),
-        keys.history(29_000_000),
-        keys.workers,
-        keys.worker_ttl,
-        *(keys.queue(q, part) for q in ("emails", "q.2") for part in ("pending", "waiting", "groups", "archived:keep")),
-    ]
-    assert {keyslot(key) for key in touched} == {keyslot(keys.prefix)}
-    assert all(key.startswith("{app}:") for key in touched)
+def test_every_key_of_a_queue_shares_its_queue_slot_and_the_rest_the_namespace_slot() -> None:
+    """Layout 5: a script touches the keys of one slot, its queue's (or the namespace's alone)."""
+    keys = Keys5("app")
+    for queue in ("emails", "q.2", "a-queue-name-longer-than-sixteen"):
+        slot = keys.slot(keys.queue_prefix(queue))
+        touched = [
+            *(slot.due, slot.leases, slot.expiring, slot.seq, slot.events, slot.cancels, slot.wake, slot.listening),
+            *(slot.rows, slot.results, slot.lasterr, slot.limits, slot.tracebacks),
+            slot.errors("t-1"),
+            slot.settings(queue),
+            slot.history(29_000_000),
+            *(slot.queue(queue, part) for part in ("pending", "waiting", "groups", "archived:keep")),
+        ]
+        assert {keyslot(key) for key in touched} == {keyslot(slot.prefix)}
+        assert all(key.startswith("{app|") for key in touched)
+    shared = [keys.queues, keys.uniq, keys.ids, keys.workers, keys.worker_ttl, keys.worker_commands, keys.declared]
+    assert {keyslot(key) for key in shared} == {keyslot(keys.prefix)}
+    assert all(key.startswith("{app}:v5:") for key in shared)
 
 
 def test_a_task_is_stored_as_one_row_its_body_last_and_the_absent_values_read_as_their_defaults(
@@ -139,7 +147,7 @@ def test_a_task_is_stored_as_one_row_its_body_last_and_the_absent_values_read_as
     later = stored_row(broker, "special")
     assert (later["s"], int(float(later["pr"])), float(later["nr"])) == ("scheduled", 3, NOW + 5)
     assert stored_body(broker, "special") == ("job", '{"max_retries":1}', "[[], {}]")
-    assert not broker.client.exists(broker.keys.results, broker.keys.lasterr)
+    assert not broker.client.exists(slot_of(broker, "emails").results, slot_of(broker, "emails").lasterr)
     stored = broker.get("usual", NOW)
     assert stored is not None
     assert (stored.priority, stored.options, stored.enqueued_at, stored.first_due_at) == (0, "{}", NOW, NOW)
@@ -155,24 +163,27 @@ def test_a_task_is_stored_as_one_row_its_body_last_and_the_absent_values_read_as
 
 def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBroker) -> None:
     """Calls declare one key (``seq``) and the scripts build every other name from its prefix: each of
-    the namespace's shared keys, written by some operation, is found under the name ``keys.py`` gives."""
+    the queue slot's keys and the namespace slot's, written by some operation, is found under the name
+    ``keys.py`` gives."""
     later = NewTask(id="b", name="job", queue="emails", payload="[]", run_at=NOW + 60, expires_at=NOW + 600,
                     unique_key="u", unique_until=NOW + 600)  # fmt: skip
     broker.enqueue([task("a", "emails")], NOW)
     broker.enqueue([later], NOW)
     assert [r.id for r in broker.claim(["emails"], NOW, 30.0)] == ["a"]
-    client, keys = broker.client, broker.keys
-    per_task = {keys.rows}
-    per_queue = {keys.queue("emails", part) for part in ("scheduled", "active")} | {keys.settings("emails")}
-    shared = {keys.due, keys.expiring, keys.leases, keys.seq, keys.queues, keys.uniq, keys.wake}
-    assert set(client.keys(keys.prefix + "*")) == per_task | per_queue | shared
+    client, keys, slot = broker.client, broker.keys, slot_of(broker, "emails")
+    per_task = {slot.rows}
+    per_queue = {slot.queue("emails", part) for part in ("scheduled", "active")} | {slot.settings("emails")}
+    shared = {slot.due, slot.expiring, slot.leases, slot.seq, slot.wake}
+    assert set(client.keys(slot.prefix + "*")) == per_task | per_queue | shared
+    assert set(client.keys(keys.prefix + "*")) == {keys.queues, keys.uniq, keys.ids}  # custom ids, a unique key
     assert (
-        client.zrange(keys.due, 0, -1)
-        == client.zrange(keys.expiring, 0, -1)
-        == client.zrange(keys.queue("emails", "scheduled"), 0, -1)
+        client.zrange(slot.due, 0, -1)
+        == client.zrange(slot.expiring, 0, -1)
+        == client.zrange(slot.queue("emails", "scheduled"), 0, -1)
     )
-    assert client.hget(keys.uniq, "u") == "b"
-    assert client.lrange(keys.wake, 0, -1) == ["1"]
+    assert cast("str", client.hget(keys.uniq, "u")).split(" ")[0] == "b"  # "<id> <since>"
+    assert cast("str", client.hget(keys.ids, "b")).split(" ")[0] == "emails"  # "<label> <since>"
+    assert client.lrange(slot.wake, 0, -1) == ["1"]
 
 
 def test_lua_scripts_ship_as_package_data_with_a_header() -> None:
@@ -317,7 +328,7 @@ def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: Red
     broker = open_broker(f"{redis_server.url}?namespace=shop&socket_timeout=1.5&socket_connect_timeout=0.5")
     try:
         assert isinstance(broker, RedisBroker)
-        assert broker.keys.prefix == "{shop}:v4:"
+        assert (broker.keys.prefix, broker.keys.queue_prefix("q")) == ("{shop}:v5:", "{shop|q}:v5:")
         assert broker.config.socket_timeout == 1.5
         assert broker.config.socket_connect_timeout == 0.5
     finally:
@@ -359,8 +370,8 @@ def test_an_earlier_layouts_task_in_the_same_namespace_is_neither_read_nor_chang
 ) -> None:
     """Layout 1 kept a hash per task under ``{ns}:``, layout 2 a row and a body per task under ``{ns}:v2:``,
     layout 3 a row per task and a ``waiting`` member per pending task under ``{ns}:v3:``; this layout's
-    keys carry ``v4``, so during a side-by-side upgrade the earlier version's workers keep their tasks
-    and this version never pops or drops them."""
+    keys carry ``v5`` (the move from layout 4 reads ``{ns}:v4:`` alone), so during a side-by-side
+    upgrade the earlier version's workers keep their tasks and this version never pops or drops them."""
     client = broker.client
     old = "{" + broker.keys.namespace + "}:" + version
     legacy = layout(client, old)
@@ -388,9 +399,10 @@ def test_namespaces_are_isolated(redis_server: RedisServer) -> None:
         assert [r.id for r in one.claim(["q"], NOW, 30.0, limit=5)] == ["same-id"]
         assert two.get("same-id", NOW) is not None
         assert two.get("same-id", NOW).state is TaskState.PENDING  # type: ignore[union-attr]
-        stored: list[str] = one.client.keys(one.keys.prefix + "*")  # type: ignore[assignment]
-        assert stored
-        assert all(key.startswith(one.keys.prefix) for key in stored)
+        namespace = one.keys.namespace
+        stored: list[str] = one.client.keys("{" + namespace + "[}|]*")  # type: ignore[assignment]
+        assert one.keys.queues in stored and slot_of(one).rows in stored
+        assert not any(namespace in key for key in cast("list[str]", one.client.keys("{" + two.keys.namespace + "*")))
     finally:
         one.close()
         two.close()
@@ -432,7 +444,7 @@ def test_out_of_memory_is_a_clear_error_and_writes_nothing(own_server: RedisServ
         assert not isinstance(caught.value, BrokerUnavailable)
         client.config_set("maxmemory", "0")
         assert broker.get("second", NOW) is None
-        assert not client.hexists(broker.keys.rows, "second")
+        assert not client.hexists(slot_of(broker).rows, "second")
         assert [info.counts["pending"] for info in broker.queues(NOW)] == [1]
         client.close()
     finally:
@@ -492,12 +504,13 @@ def test_a_recorded_retry_limit_goes_with_its_task(broker: RedisBroker) -> None:
         Outcome("done", second.lease_token or "", "complete", result="1", keep_for=60),
     ]
     assert broker.settle(outcomes, NOW) == [True, True]
-    assert broker.client.hgetall(broker.keys.limits) == {"failed": "0"}
-    assert broker.client.hgetall(broker.keys.tracebacks) == {"failed": "Traceback:\n  boom\n"}
+    slot = slot_of(broker)
+    assert broker.client.hgetall(slot.limits) == {"failed": "0"}
+    assert broker.client.hgetall(slot.tracebacks) == {"failed": "Traceback:\n  boom\n"}
     assert broker.get("failed", NOW).traceback == "Traceback:\n  boom\n"  # type: ignore[union-attr]
     broker.delete("failed", NOW)
-    assert not broker.client.exists(broker.keys.limits)
-    assert not broker.client.exists(broker.keys.tracebacks)
+    assert not broker.client.exists(slot.limits)
+    assert not broker.client.exists(slot.tracebacks)
 
 
 def test_unique_keys_with_spaces_escapes_and_newlines_hold_their_tasks(broker: RedisBroker) -> None:
@@ -519,19 +532,19 @@ def test_unique_keys_with_spaces_escapes_and_newlines_hold_their_tasks(broker: R
 def test_a_task_row_deleted_under_a_live_lease_is_handled(broker: RedisBroker) -> None:
     broker.enqueue([task("gone"), task("kept")], NOW)
     gone, _kept = broker.claim(["q"], NOW, 30.0, limit=2)
-    broker.client.hdel(broker.keys.rows, "gone")
+    broker.client.hdel(slot_of(broker).rows, "gone")
     assert broker.get("gone", NOW) is None
     assert broker.extend("gone", gone.lease_token or "", NOW, 30.0) is None
     assert broker.settle([Outcome("gone", gone.lease_token or "", "complete")], NOW) == [False]
     assert broker.reap(NOW + 60, 100) == 1  # "kept" only; the orphan lease entry is dropped
     assert broker.get("kept", NOW + 60).state is TaskState.PENDING  # type: ignore[union-attr]
-    assert broker.client.zcard(broker.keys.leases) == 0
+    assert broker.client.zcard(slot_of(broker).leases) == 0
     assert [r.id for r in broker.claim(["q"], NOW + 60, 30.0, limit=5)] == ["kept"]
 
 
 def test_a_mangled_task_row_is_skipped_not_fatal(broker: RedisBroker) -> None:
     broker.enqueue([task("bad"), task("good")], NOW)
-    broker.client.hset(broker.keys.rows, "bad", "garbage")
+    broker.client.hset(slot_of(broker).rows, "bad", "garbage")
     claimed = broker.claim(["q"], NOW, 30.0, limit=5)
     assert "good" in [r.id for r in claimed]
 
@@ -593,6 +606,7 @@ def test_events_reach_other_broker_objects_through_pub_sub(redis_url: str) -> No
             seen.append(event)
 
     try:
+        producer.configure_queue(QueueSettings("q"))  # registered: a listener starting now follows its slot
         listener.subscribe(record)
         producer.enqueue([task("e1")], NOW)
         (claimed,) = producer.claim(["q"], NOW, 30.0)

@@ -170,9 +170,10 @@ def test_a_claim_and_a_settle_larger_than_luas_unpack_limit_are_served_whole(bro
     assert broker.get("t8999", NOW).result == "t8999"  # type: ignore[union-attr]
 
 
-def row_field(broker: RedisBroker, task_id: str, name: str) -> str:
-    """One field of a task's row as stored (see ``codec.py``)."""
-    row = cast("str", broker.client.hget(broker.keys.rows, task_id))
+def row_field(broker: RedisBroker, task_id: str, name: str, queue: str = "g") -> str:
+    """One field of a task's row as stored in its queue's slot (see ``codec.py``)."""
+    keys = broker.keys
+    row = cast("str", broker.client.hget(keys.slot(keys.queue_prefix(queue)).rows, task_id))
     return row.split(" ", ROW_FIELDS - 1)[ROW_NAMES.index(name)]
 
 
@@ -180,7 +181,8 @@ def test_tasks_of_one_call_wait_as_one_group_that_leaves_no_key_behind(broker: R
     """A batch's plain tasks take one ``waiting`` member per call and queue (see ``lua/_lib.lua``); each
     way out of ``pending`` counts the group down, and the last one removes it."""
     client, keys = broker.client, broker.keys
-    waiting, groups = keys.queue("g", "waiting"), keys.queue("g", "groups")
+    slot = keys.slot(keys.queue_prefix("g"))
+    waiting, groups = slot.queue("g", "waiting"), slot.queue("g", "groups")
     n = ENQUEUE_CHUNK + 3  # two calls: two groups, though both at NOW
     assert broker.enqueue([task(f"t{i}", "g") for i in range(n)], NOW) == [None] * n
     assert broker.enqueue([task("one", "g")], NOW) == [None]  # a one-task call waits on its own

@@ -167,11 +167,16 @@ def test_a_key_claimed_for_a_task_never_stored_is_refused_until_the_bound(server
         broker.close()
 
 
-def test_a_task_without_unique_until_claims_nothing(split: RedisBroker) -> None:
-    """A unique key without ``unique_until`` is checked within its call only (the app never makes one)."""
-    bare = replace(task("1~a", unique_key="u"), unique_until=None)
-    assert split.enqueue([bare, replace(bare, id="2~a")], NOW) == [None, "1~a"]
-    assert holder(split, "u") is None
+def test_a_task_without_unique_until_is_checked_and_holds_nothing(split: RedisBroker) -> None:
+    """A unique key without ``unique_until`` (the app never makes one) holds nothing, as in
+    ``memory://``, but a live holder of its key refuses it, in another slot too, and so does an
+    earlier task of its call."""
+    assert split.enqueue([task("1~a", unique_key="u")], NOW) == [None]
+    assert split.enqueue([replace(task("2~b", unique_key="u"), unique_until=None)], NOW) == ["1~a"]
+    loose = replace(task("3~a", unique_key="v"), unique_until=None)
+    assert split.enqueue([loose, replace(loose, id="4~a")], NOW) == [None, "3~a"]
+    assert split.enqueue([task("5~b", unique_key="v")], NOW) == [None]  # 3~a held nothing
+    assert holder(split, "v") == "5~b"
 
 
 def custom(task_id: str, queue: str, unique_key: str | None = None) -> NewTask:

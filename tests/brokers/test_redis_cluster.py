@@ -20,7 +20,7 @@ from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable, ConfigurationError
-from conveyor.model import BrokerPolicy, Event, NewTask, Outcome
+from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import free_port
@@ -164,9 +164,11 @@ def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalClus
             seen.append(event)
 
     try:
+        producer.configure_queue(QueueSettings("q"))  # registered: the listener follows its slot from the start
         listener.subscribe(record)
-        owner = redis_cluster.masters[owner_of(redis_cluster, namespace)]
-        channel = listener.keys.events
+        prefix = listener.keys.queue_prefix("q")
+        owner = redis_cluster.masters[owner_of_slot(redis_cluster, keyslot(prefix))]
+        channel = listener.keys.slot(prefix).events
         assert owner.call("PUBSUB", "SHARDNUMSUB", channel) == [channel, 1]  # sharded, on the slot's node
         drain_one(producer, "e1")
         poll_until(lambda: len(seen) == 3)
@@ -178,11 +180,6 @@ def test_events_reach_a_broker_seeded_with_another_node(redis_cluster: LocalClus
     finally:
         producer.close()
         listener.close()
-
-
-def owner_of(cluster: LocalCluster, namespace: str) -> int:
-    """The index of the master that owns the namespace's slot."""
-    return owner_of_slot(cluster, keyslot("{" + namespace + "}"))
 
 
 def test_a_cancel_of_a_running_task_is_announced_to_a_broker_seeded_with_another_node(
@@ -242,6 +239,7 @@ def test_an_acl_user_with_the_documented_permissions_runs_on_a_cluster(redis_clu
     listener = RedisBroker.from_url(url, BrokerPolicy())
     seen: list[Event] = []
     try:
+        producer.configure_queue(QueueSettings("q"))  # a queue slot apart from the namespace slot
         listener.subscribe(seen.append)
         drain_one(producer, "a")
         poll_until(lambda: len(seen) == 3)
@@ -261,7 +259,7 @@ def _blpops(cluster: LocalCluster) -> int:
 
 def test_a_running_worker_drains_and_wakes_on_a_cluster(redis_cluster: LocalCluster) -> None:
     """The runtime on the server clock: idle claims go as a blocking pop with the claim queued behind
-    it, on the connection of the master serving the namespace."""
+    it, on the connection of the master serving the queue's slot."""
     app = Conveyor(redis_cluster.namespace_url())
     blpops = _blpops(redis_cluster)
     done: list[int] = []

@@ -1,5 +1,6 @@
-"""The Redis broker through a cluster's faults: a master failing over to its replica, and the
-namespace's slot moved to another master under load. Each test builds a cluster of its own."""
+"""The Redis broker through a cluster's faults: a master failing over to its replica, and a busy
+queue's slot (or the namespace's, where custom ids are indexed) moved to another master under load.
+Each test builds a cluster of its own."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ import pytest
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.keys import keyslot
 from conveyor.errors import BrokerUnavailable
-from conveyor.model import BrokerPolicy, Event, Outcome
+from conveyor.model import BrokerPolicy, Event, Outcome, QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
 
-from .test_redis_cluster import NOW, owner_of, owner_of_slot, task
+from .test_redis_cluster import NOW, owner_of_slot, task
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
 def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> None:
-    """SIGKILL the master holding the namespace: calls fail as BrokerUnavailable (never another error)
+    """SIGKILL the master holding the queue's slot: calls fail as BrokerUnavailable (never another error)
     until the replica takes over, then succeed again through the same broker object, with what
     had reached the replica; a broker that only listens subscribes again on the new master."""
     with LocalCluster(masters=3, replicas=1, node_timeout=1.0) as cluster:
@@ -33,10 +34,11 @@ def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> N
         listener = RedisBroker.from_url(url, BrokerPolicy())  # only listens: nothing else refreshes its topology
         seen: list[Event] = []
         try:
+            broker.configure_queue(QueueSettings("q"))  # registered: the listener follows its slot from the start
             listener.subscribe(seen.append)
             broker.enqueue([task(f"before-{i}") for i in range(50)], NOW)
             poll_until(lambda: len(seen) == 50)
-            owner = owner_of(cluster, namespace)
+            owner = owner_of_slot(cluster, keyslot(broker.keys.queue_prefix("q")))
             (replica,) = cluster.replicas_of[owner]
             poll_until(
                 lambda: (
@@ -79,15 +81,16 @@ def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> N
             listener.close()
 
 
-@pytest.mark.parametrize("wait_replicas", [0, 1])
-def test_moving_the_namespaces_slot_under_load_loses_nothing_and_raises_nothing(wait_replicas: int) -> None:
-    """The slot moved as ``redis-cli --cluster reshard`` moves it (IMPORTING, MIGRATING, MIGRATE, then
-    SETSLOT NODE everywhere), all its keys in one MIGRATE, while a producer-consumer loop runs: every
-    task enqueued is completed once, and no call fails. With ``wait_replicas`` (each master with a
-    replica) the calls follow the ASK and MOVED replies themselves, their WAIT on the same connection."""
+@pytest.mark.parametrize(("moved_slot", "wait_replicas"), [("queue", 0), ("queue", 1), ("namespace", 0)])
+def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_slot: str, wait_replicas: int) -> None:
+    """The queue's slot (or the namespace's, which indexes the custom ids), moved as ``redis-cli
+    --cluster reshard`` moves it (IMPORTING, MIGRATING, MIGRATE, then SETSLOT NODE everywhere), all its
+    keys in one MIGRATE, while a producer-consumer loop runs: every task enqueued is completed once,
+    and no call fails. With ``wait_replicas`` (each master with a replica) the calls follow the ASK
+    and MOVED replies themselves, their WAIT on the same connection."""
     with LocalCluster(masters=3, replicas=wait_replicas) as cluster:
         namespace = "t" + uuid.uuid4().hex
-        slot = keyslot("{" + namespace + "}")
+        slot = keyslot("{" + namespace + ("|q}" if moved_slot == "queue" else "}"))
         source = cluster.masters[owner_of_slot(cluster, slot)]
         target = next(master for master in cluster.masters if master is not source)
         url = f"{cluster.namespace_url(namespace)}&wait_replicas={wait_replicas}"
@@ -132,7 +135,7 @@ def test_moving_the_namespaces_slot_under_load_loses_nothing_and_raises_nothing(
             thread.join()
         try:
             assert errors == []
-            assert moved > 5
+            assert moved >= {"queue": 6, "namespace": 2}[moved_slot]  # rows, indexes...; the registry and ids
             while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
                 counts["completed"] += sum(
                     broker.settle([Outcome(r.id, r.lease_token or "", "complete") for r in claimed], NOW)

@@ -13,7 +13,7 @@ import pytest
 from conveyor import Conveyor, FakeClock, QueueFull, Retry, TaskState
 from conveyor.brokers.redis import RedisBroker, spread
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
+from conveyor.brokers.redis.keys import SLOTS, Keys, keyslot, partition_labels
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
@@ -28,7 +28,7 @@ def server() -> Iterator[RedisServer]:
 
 def _app(url: str | RedisConfig, clock: FakeClock, split: bool = True) -> Conveyor:
     config = RedisConfig.from_url(url) if isinstance(url, str) else url
-    keys = SplitKeys(config.namespace) if split else None
+    keys = SplitKeys(config.namespace) if split else Keys(config.namespace)
     application = Conveyor(broker=RedisBroker(config, keys=keys), clock=clock)
 
     failed: set[int] = set()

@@ -153,6 +153,7 @@ def drain_through_a_worker(url: str) -> list[str]:
     event (heard by a second app on the same URL, through pub/sub); returns the states heard."""
     app, listener = Conveyor(url), Conveyor(url)
     states: list[str] = []
+    app.configure_queue("default")  # registered first: the listener follows its slot from the start
     listener.on_state_change(lambda _task_id, _old, new: states.append(new))
 
     @app.task

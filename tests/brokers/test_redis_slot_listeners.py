@@ -1,9 +1,10 @@
 """Events and cancel announcements with a slot per queue (issue 33, layout 5's listeners).
 
 The brokers use the key names of ``test_redis_slots.SplitKeys``: every queue in a slot of its own,
-``{ns|queue}:v4:``, so scripts publish on their queue slot's channels and read its ``listening`` key.
+``{ns|queue}:v5:``, so scripts publish on their queue slot's channels and read its ``listening`` key.
 A listener must subscribe to every registered queue's channels (on a cluster, on the master serving
-each) and pick up a queue registered later at its next refresh. The tests run on one server and on
+each) and pick up a queue another broker registered later at its next refresh (one the broker
+registers itself, at once). The tests run on one server and on
 the session's 3-master cluster, where the queues are chosen so their slots sit on different masters,
 none of them the namespace slot's; the failover test builds a cluster with replicas of its own.
 """
@@ -157,6 +158,30 @@ def test_a_queue_registered_after_the_listener_started_is_heard_after_its_refres
     poll_until(heard_later, timeout=3 * LISTENING_REFRESH, interval=0.05, message=f"an event of {later}")
     channel = listener.keys.slot(listener.keys.queue_prefix(later)).events
     assert target.subscribers(channel) == 1
+
+
+def test_a_queue_a_broker_registers_is_followed_by_its_own_listeners_before_the_enqueue_returns(
+    target: Target,
+) -> None:
+    """Its first enqueue registers the queue: the broker's own listeners subscribe to the queue slot's
+    channels (and the event listener sets its ``listening`` key) before the call returns, so another
+    process's transitions of its tasks are heard at once, not from the next refresh on."""
+    broker, worker = target.broker(), target.broker()
+    heard = Heard(broker)
+    cancels: list[str] = []
+    broker.watch_cancels(cancels.append)
+    (queue,) = target.queues_apart(1)
+    slot = broker.keys.slot(broker.keys.queue_prefix(queue))
+    assert broker.enqueue([task(f"1~{queue}")], NOW) == [None]
+    assert [target.subscribers(slot.events), target.subscribers(slot.cancels)] == [1, 1]
+    (claimed,) = worker.claim([queue], NOW, 30.0)  # another broker: its events come by pub/sub
+    worker.cancel(claimed.id, NOW)
+    expected = [(claimed.id, None, "pending"), (claimed.id, "pending", "active"), (claimed.id, "active", "archived")]
+    poll_until(
+        lambda: heard.of(queue) == expected and cancels == [claimed.id],
+        timeout=LISTENING_REFRESH / 2,  # well before a refresh
+        message=lambda: f"the worker's events and the cancel: {heard.of(queue)}, {cancels}",
+    )
 
 
 def test_the_channels_of_a_forgotten_queue_are_left_at_the_refresh(target: Target) -> None:

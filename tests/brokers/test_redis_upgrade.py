@@ -39,7 +39,10 @@ def server() -> Iterator[RedisServer]:
 
 def pair(url: str) -> Iterator[tuple[RedisBroker, RedisBroker]]:
     config = RedisConfig.from_url(url)
-    old, new_broker = RedisBroker(config), RedisBroker(config, keys=Keys5(config.namespace))
+    old, new_broker = (
+        RedisBroker(config, keys=Keys(config.namespace)),
+        RedisBroker(config, keys=Keys5(config.namespace)),
+    )
     try:
         yield old, new_broker
     finally:
@@ -252,7 +255,7 @@ def apart(url: str, crash_at: str = "") -> ApartBroker:
 
 def test_the_copy_then_drop_move_keeps_every_record(apart_url: str) -> None:
     config = RedisConfig.from_url(apart_url)
-    old, broker = RedisBroker(config), apart(apart_url)
+    old, broker = RedisBroker(config, keys=Keys(config.namespace)), apart(apart_url)
     try:
         ids = sorted(write_every_state(old))
         before, stats = records(old, ids), counts(old)
@@ -280,7 +283,7 @@ def test_a_mover_killed_between_copy_and_drop_loses_nothing(apart_url: str, cras
     the copies are indexed. Every task stays found by id, and the next mover (its lock expired)
     recovers the staged copies and finishes the move: every record as it was, every task claimable."""
     config = RedisConfig.from_url(apart_url)
-    old, dying = RedisBroker(config), apart(apart_url, crash_at)
+    old, dying = RedisBroker(config, keys=Keys(config.namespace)), apart(apart_url, crash_at)
     ids = sorted(write_every_state(old))
     before, stats = records(old, ids), counts(old)
     try:
@@ -321,7 +324,11 @@ def test_a_mover_that_lost_its_lock_drops_nothing(apart_url: str) -> None:
     the lock and its recovery deletes the stalled one's copies; the stalled mover's drop, sent late,
     is refused, so every task keeps a copy found by id, and the next mover moves them all."""
     config = RedisConfig.from_url(apart_url)
-    old, late, later = RedisBroker(config), apart(apart_url, "upgrade_drop"), apart(apart_url)
+    old, late, later = (
+        RedisBroker(config, keys=Keys(config.namespace)),
+        apart(apart_url, "upgrade_drop"),
+        apart(apart_url),
+    )
     ids = sorted(write_every_state(old))
     before, stats = records(old, ids), counts(old)
     try:
@@ -367,7 +374,7 @@ def test_an_app_on_layout_5_runs_what_an_app_on_layout_4_left(
         else request.getfixturevalue("server").url
     )
     config = RedisConfig.from_url(url)
-    before = Conveyor(broker=RedisBroker(config), clock=clock)
+    before = Conveyor(broker=RedisBroker(config, keys=Keys(config.namespace)), clock=clock)
     after = Conveyor(broker=RedisBroker(config, keys=Keys5(config.namespace)), clock=clock)
     try:
         for app in (before, after):

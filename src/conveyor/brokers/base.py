@@ -280,7 +280,11 @@ class Broker(Protocol):
         ...
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
-        """Call ``callback(event)`` for every transition; returns a function that unsubscribes."""
+        """Call ``callback(event)`` for every transition; returns a function that unsubscribes.
+
+        Events of one queue come in the order of its transitions; events of different queues may come
+        in another order than they happened (on Redis each queue's slot has an event stream of its own).
+        """
         ...
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from conveyor.brokers.redis.events import EventHub
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure, translate_errors
 from conveyor.brokers.redis.keys import Keys, Keys5, Slot
 from conveyor.brokers.redis.link import Link, connect
+from conveyor.brokers.redis.listener import follow_now
 from conveyor.brokers.redis.replication import ReplicaWait
 from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
@@ -36,13 +37,16 @@ from conveyor.brokers.redis.upgrade import Upgrade
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, TaskRecord
 
-__all__ = ["RedisCalls"]
+__all__ = ["LAYOUT_KEYS", "RedisCalls"]
 
 log = logging.getLogger("conveyor.brokers.redis")
 
 #: Times an enqueue registers its queues and is sent again before it declares the namespace slot
 #: instead (each try is refused only when a forget of one of them began or ended meanwhile).
 _REGISTER_TRIES = 5
+
+#: The key names a broker uses unless given others: layout 5, a slot per queue (``keys.py``).
+LAYOUT_KEYS: type[Keys] = Keys5
 
 _SCRIPTS: Scripts | None = None
 
@@ -58,11 +62,11 @@ class RedisCalls:
     """How a ``RedisBroker`` reaches the server: its client, each script call addressed to its slot."""
 
     def __init__(self, config: RedisConfig, policy: BrokerPolicy | None = None, keys: Keys | None = None) -> None:
-        """``keys``: the key names, ``Keys(config.namespace)`` unless given (tests give one whose
-        queue slots differ from the namespace slot)."""
+        """``keys``: the key names, layout 5's (:data:`LAYOUT_KEYS`) unless given (the upgrade tests
+        give layout 4's, ``Keys``, to write what the version before stored)."""
         self.config = config
         self.policy = policy or BrokerPolicy()
-        self.keys = keys or Keys(config.namespace)
+        self.keys = keys or LAYOUT_KEYS(config.namespace)
         self._plain = config.client()  # one server, or a cluster URL's first seed (TIME, INFO)
         self._link: Link | None = None  # the client and the hot path's connections, chosen at first use
         self._link_lock = threading.Lock()
@@ -343,8 +347,7 @@ class RedisCalls:
                 if self.keys.one_slot:
                     return None
                 queues = named[1::2]
-                with translate_errors():
-                    self._client.sadd(self.keys.queues, *queues)
+                self._register(*queues)
                 proof = "".join(f" {queue} {count}" for queue, count in zip(queues, named[2::2], strict=True))
         return None
 
@@ -368,9 +371,14 @@ class RedisCalls:
         if answer == "again":
             self._register(queue)
 
-    def _register(self, queue: str) -> None:
+    def _register(self, *queues: str) -> None:
+        """List ``queues`` in the registry; with a slot per queue, this process's listeners then follow
+        their slots before the call goes on, so none of their events or cancels is missed here (other
+        processes' listeners follow them at their next refresh, ``listener.REFRESH``)."""
         with translate_errors():
-            self._client.sadd(self.keys.queues, queue)
+            self._client.sadd(self.keys.queues, *queues)
+        if not self.keys.one_slot:
+            follow_now((self._events.listener, self._cancels.listener), self.config.socket_connect_timeout)
 
     def _unregister(self, queue: str) -> None:
         with translate_errors():

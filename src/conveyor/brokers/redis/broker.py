@@ -1,17 +1,19 @@
 """``redis://``: the Broker contract on Redis 7+ / Valkey, every transition one atomic Lua script.
 
-The semantics are those of ``memory://`` (see ``conveyor.brokers.base``); the layout is in ``keys.py``.
-Every script call is addressed by queue: it works in the slot of the queue (or the task id) it is
-about, and declares that slot's key (an enqueue in layout 4 may declare the namespace slot's too,
-the same slot there; with split slots an enqueue's unique keys are claimed in the namespace slot by a
-call of their own first, ``claims.py``). A call that spans queues (a claim over several queues, an
-enqueue of tasks of several queues, a settle of their outcomes) is one call per slot: one call in
-layout 4, where every queue shares the namespace's slot. The maintenance and reading calls over
-every queue (promote, reap, clean, stats, history) read the queue registry and visit each slot.
-Round trips: ``enqueue`` one per chunk of :data:`ENQUEUE_CHUNK` tasks (each chunk atomic: on
-``QueueFull`` earlier chunks of the call stay written), ``claim`` one for any ``limit`` (due tasks are
-promoted and expired leases reaped inside it, at most :data:`MAINTENANCE_BUDGET` of each per call),
-``settle`` one per chunk of :data:`SETTLE_CHUNK` outcomes, reads one each.
+The semantics are those of ``memory://`` (see ``conveyor.brokers.base``); the layout is in ``keys.py``
+(layout 5: a slot per queue, unless the broker is given layout 4's ``Keys``). Every script call is
+addressed by queue: it works in the slot of the queue (or the task id) it is about, and declares
+that slot's key (an enqueue's custom ids and unique keys are claimed in the namespace slot by a call
+of their own first, ``claims.py``; in layout 4 the enqueue declares the namespace slot instead, the
+same slot there). A call that spans queues (a claim over several queues, an enqueue of tasks of
+several queues, a settle of their outcomes) is one call per slot on a cluster; on one server claim,
+promote, reap and stats join the slots into one call (``RedisCalls._joined``). The maintenance and
+reading calls over every queue read the queue registry and visit each slot.
+Round trips: ``enqueue`` one per queue slot and chunk of :data:`ENQUEUE_CHUNK` tasks (each chunk
+atomic: on ``QueueFull`` earlier chunks of the call stay written; ``producing.py``), ``claim`` one for
+any ``limit`` on one server (due tasks are promoted and expired leases reaped inside it, at most
+:data:`MAINTENANCE_BUDGET` of each per call), ``settle`` one per slot and chunk of
+:data:`SETTLE_CHUNK` outcomes, reads one each.
 A call larger than one chunk sends its chunks one after another on one connection, each encoded while
 the server runs the one before (``Connections.execute_each``). Faults become ``conveyor.errors`` as
 ``faults.py`` describes.
@@ -25,32 +27,22 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from conveyor.brokers.base import EventCallback, Finding
-from conveyor.brokers.redis import admin, claims, preflight, waits
-from conveyor.brokers.redis.calls import (
-    ENQUEUE_CHUNK,
-    SETTLE_CHUNK,
-    chunk_args,
-    duplicates,
-    enqueue_args,
-    one_task_args,
-    settle_args,
-)
+from conveyor.brokers.redis import admin, preflight, waits
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, settle_args
 from conveyor.brokers.redis.codec import decode_claimed, split_due
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Command
 from conveyor.brokers.redis.faults import Refused, translate_errors
-from conveyor.brokers.redis.replication import Unreplicated
+from conveyor.brokers.redis.producing import Producing
 from conveyor.brokers.redis.scripts import Arg
 from conveyor.brokers.redis.serverclock import ServerClock
-from conveyor.brokers.redis.spread import Spreading
 from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
-from conveyor.errors import BrokerError, InvalidTransition, QueueFull, TaskNotFound
+from conveyor.errors import InvalidTransition, TaskNotFound
 from conveyor.history import QueueMinute
 from conveyor.model import (
     BrokerPolicy,
     LeaseStatus,
-    NewTask,
     Outcome,
     QueueInfo,
     QueueSettings,
@@ -66,90 +58,12 @@ __all__ = ["ENQUEUE_CHUNK", "MAINTENANCE_BUDGET", "SETTLE_CHUNK", "RedisBroker"]
 MAINTENANCE_BUDGET = 1000
 
 
-class RedisBroker(Spreading):
+class RedisBroker(Producing):
     """A broker shared by any number of processes and hosts through one Redis-compatible server."""
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> RedisBroker:
         return cls(RedisConfig.from_url(url), policy)
-
-    # -- producing -----------------------------------------------------------------------------
-
-    def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
-        keys = self.keys
-        if keys.one_slot:
-            return self._enqueue(keys.prefix, tasks, now)
-        groups = self._by_slot(tasks, self._enqueue_prefix)  # a partition each (spread.py)
-        results: list[str | None] = [None] * len(tasks)
-        for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
-            for place, result in zip(places, self._enqueue(prefix, [tasks[i] for i in places], now), strict=True):
-                results[place] = result
-        return results
-
-    def _enqueue(self, prefix: str, tasks: Sequence[NewTask], now: float) -> list[str | None]:
-        """Enqueue ``tasks``, all of the queue slot ``prefix``."""
-        at = repr(float(now))
-        try:
-            if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
-                return self._wait.enqueue(
-                    tasks,
-                    lambda chunk: self._store_tasks(prefix, at, chunk),
-                    lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
-                )
-            if len(tasks) == 1 and (self.keys.one_slot or not claims.needs_claims(tasks[0])):  # the most common call
-                return [self._enqueue_one(prefix, tasks[0], at) or None]
-            if not self.keys.one_slot:  # chunk by chunk, each in its queue slot alone
-                results: list[str | None] = []
-                for start in range(0, len(tasks), ENQUEUE_CHUNK):
-                    results += self._store_tasks(prefix, at, tasks[start : start + ENQUEUE_CHUNK])
-                return results
-            stored: list[str | None] = []
-
-            def handle(reply: str) -> None:
-                stored.extend(duplicates(reply, min(ENQUEUE_CHUNK, len(tasks) - len(stored))))
-
-            # layout 4: the next chunk is encoded while the server stores this one
-            self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
-        except Refused as exc:
-            _, queue, max_size = exc.text.split(" ")
-            raise QueueFull(queue, int(float(max_size))) from None
-        return stored
-
-    def _enqueue_one(self, prefix: str, task: NewTask, now: str) -> str:
-        """One task: "" if stored, else the existing task's id (see enqueue.lua). Without a unique key
-        the call leaves the namespace slot out, which saves the server a declared key per call; the
-        script refuses, before writing, when it needs it after all (a queue's first task)."""
-        return self._store_chunk(prefix, now, one_task_args(task), task.unique_key is None)
-
-    def _store_tasks(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
-        """One chunk's enqueue, per task None (stored) or the id it duplicates. With split slots its
-        unique keys are claimed in the namespace slot first (``claims.py``); an ``Unreplicated`` it
-        raises carries these results."""
-        if not self.keys.one_slot and any(claims.needs_claims(task) for task in chunk):
-            store = lambda rest: self._store_checked(prefix, now, rest)  # noqa: E731
-            return claims.store_claimed(self, chunk, float(now), store, prefix)
-        return self._store_checked(prefix, now, chunk)
-
-    def _store_checked(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
-        """:meth:`_store_tasks` once any unique keys are claimed (split slots) or left to the script."""
-        if not chunk:
-            return []
-        alone = not self.keys.one_slot or all(task.unique_key is None for task in chunk)
-        try:
-            return duplicates(self._store_chunk(prefix, now, chunk_args(chunk), alone), len(chunk))
-        except Unreplicated as short:
-            short.reply = duplicates(self._result(short.reply)[0], len(chunk))
-            raise
-
-    def _store_chunk(self, prefix: str, now: str, args: Sequence[Arg], alone: bool) -> str:
-        """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`);
-        else, in layout 4, declaring the namespace slot too."""
-        reply = self._enqueue_here(prefix, now, args) if alone else None
-        if reply is None:
-            if not self.keys.one_slot:  # two slots in one call: refused by a cluster
-                raise BrokerError("an enqueue could not register its queue: forget_queue kept undoing it")
-            reply = cast("str", self._invoke("enqueue", prefix, now, args, namespace=True)[1])
-        return reply
 
     # -- consuming -----------------------------------------------------------------------------
 

@@ -34,14 +34,14 @@ class CancelWatch:
         """``slots()``: the queue slots to listen to (see ``Listener``)."""
         self._lock = threading.Lock()
         self._watchers: list[Callable[[str], None]] = []
-        self._listener = Listener(
+        self.listener = Listener(
             client, slots, lambda slot: slot.cancels, ready_timeout, self._on_message, what="cancels"
         )
 
     def watch(self, callback: Callable[[str], None]) -> Callable[[], None]:
         with self._lock:
             self._watchers.append(callback)
-        if not self._listener.start():
+        if not self.listener.start():
             log.warning("cancel listener not subscribed yet; workers learn of cancels at their heartbeat meanwhile")
 
         def unwatch() -> None:
@@ -52,7 +52,7 @@ class CancelWatch:
         return unwatch
 
     def close(self) -> None:
-        self._listener.close()
+        self.listener.close()
 
     def _on_message(self, task_id: str) -> None:
         with self._lock:

@@ -22,8 +22,9 @@ never stored: the key, or the id in another queue, is refused until the entry is
 bound, then free; a read of the id finds no task; nothing acknowledged is lost. Deleting a task
 frees its entries after its row (``remove_task()`` in ``_lib.lua``).
 
-A task with a unique key but no ``unique_until`` (which the app never makes) claims no key and is
-checked within its call only.
+A task with a unique key but no ``unique_until`` (which the app never makes) holds nothing, as in
+``memory://``, but is checked as any other: its entry is written, and taken over by the next task with
+that key, since a holder without ``unique_until`` is never live.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def store_claimed(
         wanted = []
         if "~" not in task.id:
             wanted.append(("i", task.id, label))
-        if task.unique_key is not None and task.unique_until is not None:
+        if task.unique_key is not None:  # without unique_until too: it holds nothing, but is checked
             wanted.append(("u", escape_key(task.unique_key), task.id))
         for index, field, value in wanted:
             entry = entries.get((index, field))
@@ -127,7 +128,9 @@ def _claim(calls: RedisCalls, chunk: Sequence[NewTask], entries: list[_Entry], n
                 entry.claim = "fresh"
             elif answer == "=":
                 entry.claim = "named"
-                if entry.index == "u":  # does the task named hold the key? (an id's slot checks itself)
+                # does the task named hold the key? An id's slot checks itself, unless its task has a
+                # key too: a visible task of that id must refuse it before its key's holder does
+                if entry.index == "u" or chunk[entry.places[0]].unique_key is not None:
                     named.append((entry, entry.value, True))
             else:
                 holder, _, age = answer.partition(" ")

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import redis
 
@@ -53,7 +54,8 @@ class EventHub:
         self._origin = origin
         self._lock = threading.Lock()
         self._subscribers: list[EventCallback] = []
-        self._listener = Listener(
+        self._held = threading.local()  # events: what this thread's delivery holds back (``held``)
+        self.listener = Listener(
             client,
             slots,
             lambda slot: slot.events,
@@ -71,7 +73,7 @@ class EventHub:
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         with self._lock:
             self._subscribers.append(callback)
-        if not self._listener.start():
+        if not self.listener.start():
             log.warning("event listener not subscribed yet; other processes' events may be missed meanwhile")
 
         def unsubscribe() -> None:
@@ -83,12 +85,31 @@ class EventHub:
 
     def deliver(self, events: list[Event]) -> None:
         """Call every subscriber with every event; a raising subscriber is logged and skipped."""
+        held: list[Event] | None = getattr(self._held, "events", None)
+        if held is not None:
+            held += events
+            return
         with self._lock:
             subscribers = list(self._subscribers)
         deliver(events, subscribers)
 
+    @contextmanager
+    def held(self, order: Callable[[Event], int]) -> Iterator[None]:
+        """Hold what this thread delivers until the block ends, then deliver it sorted by ``order``
+        (stably): a call made of several script calls tells its events in the order of its tasks."""
+        if not self._subscribers:
+            yield
+            return
+        held: list[Event] = []
+        self._held.events = held
+        try:
+            yield
+        finally:
+            self._held.events = None
+            self.deliver(sorted(held, key=order))
+
     def close(self) -> None:
-        self._listener.close()
+        self.listener.close()
 
     def _keep_listening(self, slots: Sequence[Slot]) -> None:
         """Set the ``listening`` key of every slot listened to (the listener calls this on connecting,

@@ -206,6 +206,26 @@ class _SlotNames:
         """Exists while some process listens on the slot's ``events`` (scripts skip events otherwise)."""
         return self.prefix + "listening"
 
+    @property
+    def due(self) -> str:
+        return self.prefix + "due"
+
+    @property
+    def leases(self) -> str:
+        return self.prefix + "leases"
+
+    @property
+    def expiring(self) -> str:
+        return self.prefix + "expiring"
+
+    @property
+    def seq(self) -> str:
+        return self.prefix + "seq"
+
+    @property
+    def wake(self) -> str:
+        return self.prefix + "wake"
+
 
 @dataclass(frozen=True, slots=True)
 class Slot(_SlotNames):
@@ -221,10 +241,6 @@ class Slot(_SlotNames):
     def declared(self) -> str:
         """The key a call on this slot declares first (``KEYS[1]``, see ``lua/_lib.lua``): ``seq``."""
         return self.prefix + "seq"
-
-    @property
-    def wake(self) -> str:
-        return self.prefix + "wake"
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,22 +298,6 @@ class Keys(_SlotNames):
         return Slot(prefix)
 
     @property
-    def due(self) -> str:
-        return self.prefix + "due"
-
-    @property
-    def leases(self) -> str:
-        return self.prefix + "leases"
-
-    @property
-    def expiring(self) -> str:
-        return self.prefix + "expiring"
-
-    @property
-    def seq(self) -> str:
-        return self.prefix + "seq"
-
-    @property
     def queues(self) -> str:
         return self.prefix + "queues"
 
@@ -326,10 +326,6 @@ class Keys(_SlotNames):
     def worker_commands(self) -> str:
         """Hash: worker id -> ``command`` and its expiry, as ``"<until> <command>"``."""
         return self.prefix + "wcmd"
-
-    @property
-    def wake(self) -> str:
-        return self.prefix + "wake"
 
 
 @dataclass(frozen=True, slots=True)

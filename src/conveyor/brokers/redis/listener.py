@@ -35,7 +35,7 @@ from redis.exceptions import RedisClusterException
 from conveyor.brokers.redis.keys import Slot
 from conveyor.errors import ConveyorError
 
-__all__ = ["REFRESH", "Listener"]
+__all__ = ["REFRESH", "Listener", "follow_now"]
 
 log = logging.getLogger("conveyor.brokers.redis")
 
@@ -54,7 +54,8 @@ class Listener:
     is read when the listener (re)connects and then every :data:`REFRESH` seconds; in layout 4 it
     names the one slot without a round trip. ``tick(slots)``, if given, runs after each read, once the
     new subscriptions are confirmed; a ``RedisError`` from either reconnects like one from the
-    connection. The listener reports itself ready after its first subscriptions and tick.
+    connection. The listener reports itself ready after its first subscriptions and tick. :meth:`ask`
+    makes it read ``slots()`` again at its next turn instead (:func:`follow_now`).
     """
 
     def __init__(
@@ -80,6 +81,9 @@ class Listener:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._channels: set[str] = set()  # subscribed on the current connection (the thread's own)
+        self._asked = 0  # refreshes asked for (``ask``) and the last asked one done before a read began
+        self._done = 0
+        self._refreshed = threading.Condition(self._lock)
 
     def start(self) -> bool:
         """Start the thread if it is not running (and the listener not closed); wait until it is
@@ -90,9 +94,29 @@ class Listener:
                 self._thread.start()
         return self._ready.wait(self._ready_timeout)
 
+    def ask(self) -> int | None:
+        """Ask the thread to read ``slots()`` again now rather than at its next refresh: a ticket for
+        :meth:`wait`, or None when there is nothing to wait for (no thread: it reads them when it
+        starts; or this is the thread itself, a message's callback, which must not wait on itself)."""
+        with self._lock:
+            thread = self._thread
+            if thread is None or thread is threading.current_thread():
+                return None
+            self._asked += 1
+            return self._asked
+
+    def wait(self, ticket: int | None, timeout: float) -> bool:
+        """Wait until a read of ``slots()`` that began after :meth:`ask` gave ``ticket`` has its
+        subscriptions confirmed (and ``tick`` run), at most ``timeout`` seconds: False if not by then."""
+        if ticket is None:
+            return True
+        with self._refreshed:
+            return self._refreshed.wait_for(lambda: self._done >= ticket or self._stop.is_set(), timeout)
+
     def close(self) -> None:
         with self._lock:
             self._stop.set()
+            self._refreshed.notify_all()
             thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=5.0)
@@ -105,13 +129,17 @@ class Listener:
                 if pubsub is None:
                     pubsub = self._client().pubsub()  # type: ignore[no-untyped-call]
                     self._channels, refresh_at = set(), 0.0
-                if time.monotonic() >= refresh_at:
+                asked = self._asked  # (read unlocked: a newer ask is seen at the next turn)
+                if time.monotonic() >= refresh_at or asked > self._done:
                     slots = self._slots()
                     self._follow(pubsub, slots)
                     if self._tick is not None:
                         self._tick(slots)
                     refresh_at = time.monotonic() + REFRESH
                     self._ready.set()
+                    with self._refreshed:
+                        self._done = max(self._done, asked)
+                        self._refreshed.notify_all()
                 self._receive(_read(pubsub, _POLL))
                 backoff = 0.05
             except (redis.RedisError, ConveyorError) as exc:
@@ -156,6 +184,19 @@ class Listener:
             self._on_message(message["data"])
         except Exception:
             log.exception("%s listener failed on a message; going on", self._what)
+
+
+def follow_now(listeners: Sequence[Listener], timeout: float) -> bool:
+    """Have every running one of ``listeners`` read its slots again at once and wait until all have
+    (at most ``timeout`` seconds; False if some had not by then): after this process registered a
+    queue, so that it hears every event and cancel of it (other processes pick it up at their next
+    :data:`REFRESH`). The wait is one turn of each thread, up to its poll of 0.1 s and a round trip."""
+    tickets = [listener.ask() for listener in listeners]  # every thread at work before waiting on one
+    deadline = time.monotonic() + timeout
+    return all(
+        listener.wait(ticket, max(0.0, deadline - time.monotonic()))
+        for listener, ticket in zip(listeners, tickets, strict=True)
+    )
 
 
 def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:

@@ -40,6 +40,20 @@ end
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
 promote(budget)
 reap(budget)
+-- every other named slot's upkeep too, before any claim: a claim filled in an earlier slot must not
+-- leave a later one's due tasks unpromoted and expired leases unreaped (as one slot's call would not)
+local others = false
+for j = 5, #ARGV do
+  local q = A(j)
+  if not q then break end
+  if string.byte(q) == BRACE then
+    switch(q)
+    promote(budget)
+    reap(budget)
+    others = true
+  end
+end
+if others then switch(KEYS[1]) end
 DEFER = true
 local out, extras = {}, {}
 local claimed = 0
@@ -50,13 +64,9 @@ while A(i) and claimed < limit do
   local q = A(i)
   flush_z() -- the ZCARD below must see this call's own claims
   local s = string.byte(q) ~= BRACE and settings(q)
-  if not s then -- the next queues are another slot's: its maintenance first, as in the first
+  if not s then -- the next queues are another slot's (its upkeep done above)
     due = first_due(due) -- (claimed < limit here: the loop ends once the claim is full)
     switch(q)
-    DEFER = false
-    promote(budget)
-    reap(budget)
-    DEFER = true
   elseif not s.pa then
     local room = limit - claimed
     if s.cc then room = math.min(room, s.cc - redis.call('ZCARD', qkey(q, 'active'))) end

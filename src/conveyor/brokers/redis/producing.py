@@ -1,0 +1,176 @@
+"""``enqueue`` on Redis: a call's tasks stored chunk by chunk in their queue slots (``RedisBroker``'s
+producing side; the layout is in ``keys.py``).
+
+In layout 5 a call is one ``enqueue.lua`` call per queue slot and chunk of :data:`ENQUEUE_CHUNK`
+tasks (the atomic unit, and the ``QueueFull`` unit): a partitioned queue's tasks go to the partitions
+their ids name (``spread.py``), custom ids and unique keys are claimed in the namespace slot first
+(``claims.py``). Two things keep such a call the reference's (``memory://``) in what it answers and
+tells: its subscribers hear its events in the order of its tasks, not slot by slot; and where one id
+or unique key is in tasks of two slots, the call goes slot run by slot run in the order of its tasks
+rather than slot by slot, so the first task in the call is the one stored (as in one script), and
+a later task whose id or key an earlier run stored is its duplicate without being sent. In layout 4
+(one slot) a call is one call per chunk, the namespace slot declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from conveyor.brokers.redis import admin, claims
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, chunk_args, duplicates, enqueue_args, one_task_args
+from conveyor.brokers.redis.faults import Refused
+from conveyor.brokers.redis.replication import Unreplicated
+from conveyor.brokers.redis.scripts import Arg
+from conveyor.brokers.redis.spread import Spreading
+from conveyor.errors import BrokerError, QueueFull
+from conveyor.model import NewTask
+
+__all__ = ["Producing"]
+
+
+class Producing(Spreading):
+    """``Spreading`` with the Broker contract's ``enqueue``."""
+
+    def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        keys = self.keys
+        if keys.one_slot:
+            return self._enqueue(keys.prefix, tasks, now)
+        groups = self._by_slot(tasks, self._enqueue_prefix)  # a partition each (spread.py)
+        if len(groups) == 1:  # the most common call
+            return self._enqueue(groups[0][0], tasks, now)
+        results: list[str | None] = [None] * len(tasks)
+        if _contested(tasks, groups):
+            self._enqueue_in_order(tasks, _runs(groups), now, results)
+            return results
+        order = {task.id: place for place, task in reversed(list(enumerate(tasks)))}  # a task's first place
+        with self._events.held(lambda event: order.get(event.task_id, 0)):  # told in the tasks' order
+            for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
+                stored = self._enqueue(prefix, [tasks[i] for i in places], now)
+                for place, result in zip(places, stored, strict=True):
+                    results[place] = result
+        return results
+
+    def _enqueue_in_order(
+        self, tasks: Sequence[NewTask], runs: Sequence[tuple[str, list[int]]], now: float, results: list[str | None]
+    ) -> None:
+        """Store ``tasks`` run by run (``runs``: places in one slot, in the tasks' order), each task
+        whose id or unique key an earlier run stored answered as its duplicate without being sent, as
+        one script answers a later task of its call (whatever the key's ``unique_until``: a holder
+        without one, or past it, would be taken over in the namespace slot). As
+        in the script, an id already stored comes first: such a task's id is read (a rare case: one
+        key in two queues of one call). ``results`` gets each task's answer."""
+        ids: set[str] = set()
+        keys: dict[str, str] = {}
+        for prefix, places in runs:
+            sent = []
+            for place in places:
+                task = tasks[place]
+                held = keys.get(task.unique_key) if task.unique_key is not None else None
+                if task.id in ids or (held is not None and self._exists(task.id, now)):
+                    held = task.id
+                results[place] = held
+                if held is None:
+                    sent.append(place)
+            for place, result in zip(sent, self._enqueue(prefix, [tasks[i] for i in sent], now), strict=True):
+                results[place], task = result, tasks[place]
+                if result is None:
+                    ids.add(task.id)
+                    if task.unique_key is not None:
+                        keys.setdefault(task.unique_key, task.id)
+
+    def _exists(self, task_id: str, now: float) -> bool:
+        """Whether a task ``task_id`` is stored and visible (before its ``keep_until``)."""
+        item = admin.task_item(self._client, self.keys.slot(self._task_prefix(task_id)), task_id)
+        return any(record.keep_until is None or now < record.keep_until for record in self._records([item]))
+
+    def _enqueue(self, prefix: str, tasks: Sequence[NewTask], now: float) -> list[str | None]:
+        """Enqueue ``tasks``, all of the queue slot ``prefix``."""
+        if not tasks:
+            return []
+        at = repr(float(now))
+        try:
+            if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
+                return self._wait.enqueue(
+                    tasks,
+                    lambda chunk: self._store_tasks(prefix, at, chunk),
+                    lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
+                )
+            if len(tasks) == 1 and (self.keys.one_slot or not claims.needs_claims(tasks[0])):  # the most common call
+                return [self._enqueue_one(prefix, tasks[0], at) or None]
+            if not self.keys.one_slot:  # chunk by chunk, each in its queue slot alone
+                results: list[str | None] = []
+                for start in range(0, len(tasks), ENQUEUE_CHUNK):
+                    results += self._store_tasks(prefix, at, tasks[start : start + ENQUEUE_CHUNK])
+                return results
+            stored: list[str | None] = []
+
+            def handle(reply: str) -> None:
+                stored.extend(duplicates(reply, min(ENQUEUE_CHUNK, len(tasks) - len(stored))))
+
+            # layout 4: the next chunk is encoded while the server stores this one
+            self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
+        except Refused as exc:
+            _, queue, max_size = exc.text.split(" ")
+            raise QueueFull(queue, int(float(max_size))) from None
+        return stored
+
+    def _enqueue_one(self, prefix: str, task: NewTask, now: str) -> str:
+        """One task: "" if stored, else the existing task's id (see enqueue.lua). Without a unique key
+        the call leaves the namespace slot out, which saves the server a declared key per call; the
+        script refuses, before writing, when it needs it after all (a queue's first task)."""
+        return self._store_chunk(prefix, now, one_task_args(task), task.unique_key is None)
+
+    def _store_tasks(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
+        """One chunk's enqueue, per task None (stored) or the id it duplicates. With split slots its
+        unique keys are claimed in the namespace slot first (``claims.py``); an ``Unreplicated`` it
+        raises carries these results."""
+        if not self.keys.one_slot and any(claims.needs_claims(task) for task in chunk):
+            store = lambda rest: self._store_checked(prefix, now, rest)  # noqa: E731
+            return claims.store_claimed(self, chunk, float(now), store, prefix)
+        return self._store_checked(prefix, now, chunk)
+
+    def _store_checked(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
+        """:meth:`_store_tasks` once any unique keys are claimed (split slots) or left to the script."""
+        if not chunk:
+            return []
+        alone = not self.keys.one_slot or all(task.unique_key is None for task in chunk)
+        try:
+            return duplicates(self._store_chunk(prefix, now, chunk_args(chunk), alone), len(chunk))
+        except Unreplicated as short:
+            short.reply = duplicates(self._result(short.reply)[0], len(chunk))
+            raise
+
+    def _store_chunk(self, prefix: str, now: str, args: Sequence[Arg], alone: bool) -> str:
+        """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`);
+        else, in layout 4, declaring the namespace slot too."""
+        reply = self._enqueue_here(prefix, now, args) if alone else None
+        if reply is None:
+            if not self.keys.one_slot:  # two slots in one call: refused by a cluster
+                raise BrokerError("an enqueue could not register its queue: forget_queue kept undoing it")
+            reply = cast("str", self._invoke("enqueue", prefix, now, args, namespace=True)[1])
+        return reply
+
+
+def _contested(tasks: Sequence[NewTask], groups: Sequence[tuple[str, list[int]]]) -> bool:
+    """Whether an id or a unique key is in tasks of two of ``groups`` (slots)."""
+    seen: dict[tuple[str, str], str] = {}
+    for prefix, places in groups:
+        for place in places:
+            task = tasks[place]
+            names = [("i", task.id)] if task.unique_key is None else [("i", task.id), ("u", task.unique_key)]
+            if any(seen.setdefault(name, prefix) != prefix for name in names):
+                return True
+    return False
+
+
+def _runs(groups: Sequence[tuple[str, list[int]]]) -> list[tuple[str, list[int]]]:
+    """The places of ``groups`` as runs of neighbouring places in one slot, in the order of places."""
+    slot_of = {place: prefix for prefix, places in groups for place in places}
+    runs: list[tuple[str, list[int]]] = []
+    for place in sorted(slot_of):
+        if runs and runs[-1][0] == slot_of[place]:
+            runs[-1][1].append(place)
+        else:
+            runs.append((slot_of[place], [place]))
+    return runs
