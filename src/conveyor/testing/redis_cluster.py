@@ -165,7 +165,14 @@ class LocalCluster(Started):
                 replication = replica.info("replication")
                 if replication.get("role") != "slave" or replication.get("master_link_status") != "up":
                     return False
-        return True
+        # a replica's "loading" health reaches the other nodes by gossip, after its link is up: until
+        # then `CLUSTER SHARDS` (what `conveyor doctor` reads) still calls it down
+        return all(self._all_online(node) for node in self.nodes)
+
+    def _all_online(self, node: ClusterNode) -> bool:
+        shards: list[dict[str, Any]] = node.call("CLUSTER", "SHARDS")
+        healths = [member["health"] for shard in shards for member in shard["nodes"]]
+        return len(healths) == len(self.nodes) and all(health == "online" for health in healths)
 
     def _wait(self, what: str, done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + self.start_timeout
