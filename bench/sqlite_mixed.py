@@ -52,7 +52,7 @@ class Mixed:
     retried: list[float] = field(default_factory=list)
 
     def line(self) -> str:
-        text = f"{self.rate:,.0f}/s, producer {self.produce:.2f} s, last run +{self.tail:.2f} s"
+        text = f"{self.rate:,.0f}/s, producer {self.produce:.2f} s, last run {self.tail:+.2f} s"
         for name, values in (("delayed", self.delayed), ("retried", self.retried)):
             if values:
                 text += f"; {name}: p50 {percentile(values, 50):.1f} / p90 {percentile(values, 90):.1f}"

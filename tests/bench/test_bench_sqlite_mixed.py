@@ -55,5 +55,5 @@ def test_sqlite_mixed_benchmark_runs_and_traces() -> None:
     done = _python("-m", "bench.sqlite_mixed", "--n", "100", "--passes", "1", "--trace")
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    assert re.search(r"pass 1: this tree: [\d,]+/s, producer [\d.]+ s, last run \+[\d.]+ s; delayed: p50 ", out), out
+    assert re.search(r"pass 1: this tree: [\d,]+/s, producer [\d.]+ s, last run [+-][\d.]+ s; delayed: p50 ", out), out
     assert "retried: p50 " in out, out
