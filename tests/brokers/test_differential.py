@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conveyor.brokers.base import Broker, KeepsHistory
@@ -251,5 +251,26 @@ def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> 
 @pytest.mark.parametrize("backend", sorted(CANDIDATES))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(operations, min_size=1, max_size=40))
+# cases a slot per queue once answered otherwise: a claim filled in queue `a` leaving `b`'s upkeep (its
+# expired task archived one call late), and one id and one unique key in tasks of two slots
+@example(
+    ops=[
+        ("enqueue", [("t0", "a", 0, None, None, None, None), ("t1", "b", 0, None, 4.0, None, None)]),
+        ("advance", 6.0),
+        ("claim", ["a", "b"], 5.0, 1),
+    ]
+)
+@example(
+    ops=[
+        (
+            "enqueue",
+            [
+                ("t0", "b", 0, None, None, "k1", None),
+                ("t1", "a", 0, None, None, None, None),
+                ("t1", "a", 0, None, None, "k1", None),
+            ],
+        )
+    ]
+)
 def test_backend_behaves_like_the_reference(backend: str, ops: list[tuple[Any, ...]]) -> None:
     check_same_behaviour(CANDIDATES[backend], ops)

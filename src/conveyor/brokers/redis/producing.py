@@ -63,14 +63,20 @@ class Producing(Spreading):
         ids: set[str] = set()
         keys: dict[str, str] = {}
         for prefix, places in runs:
-            sent = []
+            sent: list[int] = []
+            first: dict[str, int] = {}  # the place of each id's first task sent in this run
+            later: list[tuple[int, str]] = []  # a task of a key held whose id this run sends first
             for place in places:
                 task = tasks[place]
                 held = keys.get(task.unique_key) if task.unique_key is not None else None
-                if task.id in ids or (held is not None and self._exists(task.id, now)):
+                if task.id in ids or (held is not None and task.id not in first and self._exists(task.id, now)):
                     held = task.id
+                elif held is not None and task.id in first:  # its id is stored first if that task is
+                    later.append((place, held))
+                    continue
                 results[place] = held
                 if held is None:
+                    first.setdefault(task.id, place)
                     sent.append(place)
             for place, result in zip(sent, self._enqueue(prefix, [tasks[i] for i in sent], now), strict=True):
                 results[place], task = result, tasks[place]
@@ -78,6 +84,9 @@ class Producing(Spreading):
                     ids.add(task.id)
                     if task.unique_key is not None:
                         keys.setdefault(task.unique_key, task.id)
+            for place, held in later:
+                task = tasks[place]
+                results[place] = task.id if results[first[task.id]] in (None, task.id) else held
 
     def _exists(self, task_id: str, now: float) -> bool:
         """Whether a task ``task_id`` is stored and visible (before its ``keep_until``)."""
