@@ -272,5 +272,18 @@ def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> 
         )
     ]
 )
+@example(
+    ops=[
+        ("enqueue", [("t0", "a", 0, None, None, None, None)]),
+        ("enqueue", [("t1", "a", 0, None, None, "k1", 5.0)]),
+        ("enqueue", [("t0", "a", 0, None, None, None, None), ("t0", "a", 0, None, None, "k1", None)]),
+    ]
+)
+@example(
+    ops=[
+        ("enqueue", [("t3", "b", 0, None, None, "k1", 50.0)]),
+        ("enqueue", [("t2", "b", 0, None, None, None, None), ("t2", "b", 0, None, None, "k1", None)]),
+    ]
+)
 def test_backend_behaves_like_the_reference(backend: str, ops: list[tuple[Any, ...]]) -> None:
     check_same_behaviour(CANDIDATES[backend], ops)

@@ -111,8 +111,23 @@ def store_claimed(
         _settle(calls, chunk, entries.values(), results, now)
         short.reply = results
         raise
+    _ids_first(chunk, sent, results)
     _settle(calls, chunk, entries.values(), results, now)
     return results
+
+
+def _ids_first(chunk: Sequence[NewTask], sent: Sequence[int], results: list[str | None]) -> None:
+    """A task refused for its key, not sent, whose id an earlier task of the chunk stored: its id
+    answers, as one script checks a task's id before its key."""
+    stored: dict[str, int] = {}
+    for place in sent:
+        if results[place] is None:
+            stored.setdefault(chunk[place].id, place)
+    unsent = set(range(len(chunk))).difference(sent)
+    for place in sorted(unsent):
+        task_id = chunk[place].id
+        if stored.get(task_id, place) < place:
+            results[place] = task_id
 
 
 def _claim(calls: RedisCalls, chunk: Sequence[NewTask], entries: list[_Entry], now: float) -> None:
@@ -128,9 +143,9 @@ def _claim(calls: RedisCalls, chunk: Sequence[NewTask], entries: list[_Entry], n
                 entry.claim = "fresh"
             elif answer == "=":
                 entry.claim = "named"
-                # does the task named hold the key? An id's slot checks itself, unless its task has a
-                # key too: a visible task of that id must refuse it before its key's holder does
-                if entry.index == "u" or chunk[entry.places[0]].unique_key is not None:
+                # does the task named hold the key? An id's slot checks itself, unless a task of it has
+                # a key too: a visible task of that id must refuse it before its key's holder does
+                if entry.index == "u" or any(chunk[place].unique_key is not None for place in entry.places):
                     named.append((entry, entry.value, True))
             else:
                 holder, _, age = answer.partition(" ")
