@@ -5,11 +5,13 @@ helper for them."""
 from __future__ import annotations
 
 import pytest
+from redis.cluster import RedisCluster
 
+from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.keys import Keys5
 from conveyor.model import NewTask
 
-__all__ = ["NOW", "SplitKeys", "task", "url_of"]
+__all__ = ["NOW", "SplitKeys", "blocked_pops", "task", "url_of"]
 
 NOW = 1_000_000.0
 
@@ -40,3 +42,13 @@ def url_of(request: pytest.FixtureRequest) -> str:
     if request.param == "cluster":
         return str(request.getfixturevalue("redis_cluster_url"))
     return str(request.getfixturevalue("server").url)
+
+
+def blocked_pops(broker: RedisBroker) -> int:
+    """Clients blocked in a pop on the broker's server, or on all its cluster's masters."""
+    client = broker.client
+    if not isinstance(client, RedisCluster):
+        return int(client.info("clients")["blocked_clients"])
+    return sum(
+        int(client.get_redis_connection(node).info("clients")["blocked_clients"]) for node in client.get_primaries()
+    )

@@ -33,6 +33,7 @@ from conveyor.brokers.redis.listener import follow_now
 from conveyor.brokers.redis.replication import ReplicaWait
 from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.brokers.redis.slotwaits import SlotWaits
 from conveyor.brokers.redis.upgrade import Upgrade
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, TaskRecord
@@ -78,6 +79,7 @@ class RedisCalls:
         self._cancels = CancelWatch(lambda: self._client, self._listened, config.socket_connect_timeout)
         self._clock: ServerClock | None = None
         self._dues = DueTimes()  # when the next idle wait ends at the latest (dues.py)
+        self._slot_waits = SlotWaits()  # an idle wait on several slots of a cluster (slotwaits.py)
         self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
         # layout 5: layout 4's data served where it is until moved (upgrade.py)
         self._upgrade = Upgrade(self) if isinstance(self.keys, Keys5) else None

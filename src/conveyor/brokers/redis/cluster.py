@@ -76,11 +76,7 @@ class ClusterCalls:
         command = commands[-2] if len(commands) > 1 and commands[-1][0] == "WAIT" else commands[-1]
         if command[0] != "FCALL" or len(command) < 4 or not command[2]:
             return None
-        key = str(command[3])
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = keyslot(key)
-        return self._connections(self._client.nodes_manager.get_node_from_slot(slot))
+        return self.serving(str(command[3]))
 
     def _connections(self, node: Node) -> Connections:
         conns = self._nodes.get(node.name)
@@ -91,6 +87,22 @@ class ClusterCalls:
                     connection = node.redis_connection or self._client.get_redis_connection(node)
                     conns = self._nodes[node.name] = Connections(connection.connection_pool)
         return conns
+
+    def serving(self, key: str) -> Connections:
+        """The connections of the master redis-py's slot table says serves ``key``'s slot (raises
+        ``RedisClusterException`` when none does)."""
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = keyslot(key)
+        return self._connections(self._client.nodes_manager.get_node_from_slot(slot))
+
+    def refresh(self) -> None:
+        """Read the topology again (after a node failed us outside the cluster client: it would not
+        know); a failure is left for the next call through the cluster client to meet."""
+        try:
+            self._client.nodes_manager.initialize()
+        except (redis.RedisError, RedisClusterException):
+            pass
 
     def execute(self, commands: Sequence[Command]) -> list[Any]:
         """Run ``commands``; their replies in order, an error reply as a ``redis.ResponseError`` in its

@@ -74,6 +74,14 @@ class Connections:
         except IndexError:
             return self._new()
 
+    def take(self) -> AbstractConnection:
+        """A connection for a caller that sends and reads on it itself (``slotwaits.py``); it goes
+        back by :meth:`give`, with every reply read, or disconnected."""
+        return self._take()
+
+    def give(self, conn: AbstractConnection) -> None:
+        self._idle.append(conn)
+
     def execute(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write on one connection and return their replies in order.
 

@@ -1,8 +1,9 @@
 """An idle consumer's wait for work on Redis (docs/architecture.md, "How an idle worker wakes, per
-broker"): a blocking pop on the ``wake`` list of each slot of its queues, which a call that made a
-task pending (or due within a minute) pushes a token to, cut at the first due time the last claim
-read (``dues.py``). On one server the pop names every list in one ``BLPOP``; on a cluster, which
-refuses one over keys of several slots, it waits on each in turn.
+broker"): a blocking pop on the ``wake`` list of each slot of its queues (every partition of a
+partitioned one), which a call that made a task pending (or due within a minute) pushes a token to,
+cut at the first due time the last claim read (``dues.py``). On one server the pop names every list
+in one ``BLPOP``; on a cluster, which refuses one over keys of several slots, one ``BLPOP`` per slot
+is sent at once and the first token ends the wait (``slotwaits.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.connections import Command
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.clock import Clock
@@ -40,7 +42,7 @@ def claim_after_wait(
     if len(wakes) == 1 or calls.joins_slots:
         blpop = ("BLPOP", *wakes, repr(_block_for(calls, timeout)))
         return claim(queues, "", lease_for, limit, [blpop])
-    _wait_each(calls, wakes, timeout)  # one slot after another, then the claims at the server's TIME
+    _wait_all(calls, wakes, timeout)  # every slot at once, then the claims at the server's TIME
     return claim(queues, "", lease_for, limit, ())
 
 
@@ -52,36 +54,27 @@ def wait_for_work(calls: RedisCalls, queues: Sequence[str], timeout: float) -> b
     if timeout <= 0:
         return True
     if len(wakes) > 1 and not calls.joins_slots:
-        return _wait_each(calls, wakes, timeout) or due
+        return _wait_all(calls, wakes, timeout) or due
     with translate_errors():
         return calls._client.blpop(wakes, timeout=_block_for(calls, timeout)) is not None or due
 
 
 def _wake_keys(calls: RedisCalls, queues: Sequence[str]) -> list[str]:
-    """The ``wake`` lists of the slots of ``queues``."""
+    """The ``wake`` lists of the slots of ``queues``: every partition's of a partitioned queue
+    (``Spreading._slots_of``), so a task arriving in any of them wakes the waiter."""
     keys = calls.keys
     if keys.one_slot:
         return [keys.wake]
-    return list(dict.fromkeys(keys.slot(keys.queue_prefix(queue)).wake for queue in queues))
+    with translate_errors():  # (the partitions may be read again: partitions.REFRESH)
+        return [keys.slot(prefix).wake for prefix in calls._slots_of(queues)]
 
 
-def _wait_each(calls: RedisCalls, wakes: Sequence[str], timeout: float) -> bool:
-    """Block on each ``wake`` list in turn, a slice of ``timeout`` each, until one has a token: a
-    cluster refuses one ``BLPOP`` over keys of several slots (one server takes them in one). A
-    token already there is taken first, by an ``LPOP`` of each (one round trip per master), so it
-    is not left waiting behind the other slots' slices."""
-    share = timeout / len(wakes)
-    client = calls._client
+def _wait_all(calls: RedisCalls, wakes: Sequence[str], timeout: float) -> bool:
+    """Block on every ``wake`` list of a cluster at once (``slotwaits.py``): True on a token."""
+    conns = calls._conns
+    assert isinstance(conns, ClusterCalls)  # one server joins the lists in one BLPOP
     with translate_errors():
-        pipe = client.pipeline(transaction=False)
-        for wake in wakes:
-            pipe.lpop(wake)
-        if any(token is not None for token in pipe.execute()):
-            return True
-        for wake in wakes:
-            if client.blpop([wake], timeout=_block_for(calls, share)) is not None:
-                return True
-    return False
+        return calls._slot_waits.wait(conns, wakes, _block_for(calls, timeout))
 
 
 def _block_for(calls: RedisCalls, timeout: float) -> float:
