@@ -20,9 +20,11 @@ from redis.cluster import RedisCluster
 from conveyor import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.brokers.redis.keys import Keys5, keyslot, partition_labels, queue_label
 from conveyor.model import BrokerPolicy, NewTask, QueueSettings
 from conveyor.testing import poll_until
+from conveyor.testing.redis_cluster import LocalCluster
 
 from .split import blocked_pops
 
@@ -53,13 +55,17 @@ def enqueue_into(broker: RedisBroker, label: str) -> str:
     return task_id
 
 
-def waiting(broker: RedisBroker, result: list[tuple[bool, float]]) -> threading.Thread:
-    """A thread in ``wait_for_work(QUEUES, TIMEOUT)``, once a pop is blocked on each slot."""
-    base = blocked_pops(broker)
+def waiting(
+    broker: RedisBroker, result: list[tuple[bool, float]], watch: RedisBroker | None = None
+) -> threading.Thread:
+    """A thread in ``wait_for_work(QUEUES, TIMEOUT)``, once a pop is blocked on each slot (as
+    ``watch``, by default ``broker``, sees: it must be allowed ``INFO``)."""
+    watch = watch or broker
+    base = blocked_pops(watch)
     thread = threading.Thread(target=lambda: result.append((broker.wait_for_work(QUEUES, TIMEOUT), time.monotonic())))
     thread.start()
     count = len(labels(broker))
-    poll_until(lambda: blocked_pops(broker) >= base + count, timeout=TIMEOUT / 2, message="a pop on every slot")
+    poll_until(lambda: blocked_pops(watch) >= base + count, timeout=TIMEOUT / 2, message="a pop on every slot")
     return thread
 
 
@@ -119,6 +125,60 @@ def test_waits_that_woke_or_timed_out_hold_no_connection_after(broker: RedisBrok
     assert blocked_pops(broker) == 0
 
 
+def test_the_pops_a_wait_leaves_are_unblocked_not_closed(broker: RedisBroker) -> None:
+    """Closing them would make every wake-up reconnect all but one of them (and leave sockets in
+    TIME_WAIT on the host): no connection is made across waits once the stacks are warm."""
+    for label in labels(broker):
+        enqueue_into(broker, label)
+        assert broker.wait_for_work(QUEUES, TIMEOUT)
+        broker.claim(QUEUES, time.time(), 30.0, 10)
+    before = received(broker)
+    for turn in range(20):
+        enqueue_into(broker, labels(broker)[turn % 4])
+        assert broker.wait_for_work(QUEUES, TIMEOUT)
+        broker.claim(QUEUES, time.time(), 30.0, 10)
+    assert received(broker) == before
+
+
+@pytest.fixture
+def acl_broker(redis_cluster: LocalCluster, broker: RedisBroker) -> Iterator[RedisBroker]:
+    """A broker on ``broker``'s namespace whose ACL user has what ``NEEDED_ACL`` grants: no ``CLIENT
+    UNBLOCK``, no ``INFO`` (``broker`` looks on)."""
+    namespace, user = broker.keys.namespace, "u" + uuid.uuid4().hex
+    rules = NEEDED_ACL.replace("NS", namespace).split()
+    for node in redis_cluster.masters:
+        node.call("ACL", "SETUSER", user, "reset", "on", ">pw", *rules)
+    config = RedisConfig.from_url(f"redis+cluster://{user}:pw@{redis_cluster.seeds}/?namespace={namespace}")
+    made = RedisBroker(config, BrokerPolicy(), keys=Keys5(namespace))
+    yield made
+    made.close()
+    for node in redis_cluster.masters:
+        node.call("ACL", "DELUSER", user)
+
+
+def test_where_the_acl_forbids_client_unblock_the_pops_left_are_closed(
+    acl_broker: RedisBroker, broker: RedisBroker
+) -> None:
+    base = blocked_pops(broker)
+    first, *others = labels(broker)
+    for _ in range(2):  # the first learns that CLIENT UNBLOCK is refused, the second does not try
+        result: list[tuple[bool, float]] = []
+        thread = waiting(acl_broker, result, watch=broker)
+        sent = time.monotonic()
+        enqueue_into(broker, first)
+        thread.join(TIMEOUT + 1.0)
+        assert result[0][0]
+        assert result[0][1] - sent < BOUND
+        poll_until(lambda: blocked_pops(broker) == base, timeout=1.0, message="every pop ended")
+        for label in others:
+            enqueue_into(broker, label)
+        for label in others:
+            assert broker.client.llen(broker.keys.label_prefix(label) + "wake") == 1
+        assert len(acl_broker.claim(QUEUES, time.time(), 30.0, 10)) == 4
+        broker.client.delete(*(broker.keys.label_prefix(label) + "wake" for label in others))
+    assert not acl_broker._slot_waits._unblocks  # (the path meant: refused, then not tried again)
+
+
 def test_a_stopping_worker_ends_its_wait_on_every_slot_by_its_timeout(redis_cluster_url: str) -> None:
     app = Conveyor(broker=RedisBroker(RedisConfig.from_url(redis_cluster_url)))
     app.configure_queue("hot", partitions=3)
@@ -149,4 +209,14 @@ def connected(broker: RedisBroker) -> int:
     assert isinstance(client, RedisCluster)
     return sum(
         int(client.get_redis_connection(node).info("clients")["connected_clients"]) for node in client.get_primaries()
+    )
+
+
+def received(broker: RedisBroker) -> int:
+    """Connections the cluster's masters accepted so far."""
+    client = broker.client
+    assert isinstance(client, RedisCluster)
+    return sum(
+        int(client.get_redis_connection(node).info("stats")["total_connections_received"])
+        for node in client.get_primaries()
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +18,7 @@ from conveyor.brokers.redis.keys import SLOTS, Keys, keyslot, partition_labels
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
-from .split import SplitKeys, url_of
+from .split import SplitKeys, blocked_pops, url_of
 
 
 @pytest.fixture
@@ -263,18 +264,29 @@ def live_app(request: pytest.FixtureRequest) -> Iterator[Conveyor]:
 
 
 def test_a_worker_that_went_idle_runs_what_arrives_in_every_partition(live_app: Conveyor) -> None:
-    """On the cluster an idle worker's blocking pop names one slot, the partition its next claim
-    starts at (a cluster refuses one over several): tasks arriving in the others run at its next
-    wait's end at the latest. It ran none before (every wait refused)."""
+    """An idle worker blocks on the ``wake`` list of every partition at once (one ``BLPOP`` on one
+    server; on the cluster one per slot, sent together: ``slotwaits.py``), so a task arriving in any
+    of them starts at once, long before its wait's end (5 s here). Before, the wait named the queue's
+    own slot, which a partition's enqueue does not push to, and on the cluster one slot at a time:
+    such a task started when the wait ran out."""
     live_app.configure_queue("hot", partitions=3)
-    worker = live_app.worker(queues=["hot"], poll_interval=0.2)
+    broker = _broker(live_app)
+    base = blocked_pops(broker)
+    worker = live_app.worker(queues=["hot"], poll_interval=5.0)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
         poll_until(lambda: live_app.inspect.workers(), timeout=10.0, message="the worker's registration")
-        ids = [live_app.enqueue("job", [n], queue="hot").id for n in range(12)]
-        done = lambda: all(live_app.get(task_id).state is TaskState.COMPLETED for task_id in ids)  # noqa: E731
-        poll_until(done, timeout=15.0, message="every partition's tasks completed")
+        labels = set()
+        for n in range(6):  # generated ids go to the partitions in turn: each twice
+            poll_until(lambda: blocked_pops(broker) > base, timeout=10.0, message="the idle worker's wait")
+            sent = time.monotonic()
+            task_id = live_app.enqueue("job", [n], queue="hot").id
+            labels.add(_label(task_id))
+            done = lambda: live_app.get(task_id).state is TaskState.COMPLETED  # noqa: B023, E731
+            poll_until(done, timeout=10.0, message=f"the task in {_label(task_id)} completed")
+            assert time.monotonic() - sent < 1.0, f"a task in {_label(task_id)} ran {time.monotonic() - sent:.2f}s late"
+        assert len(labels) == 3
     finally:
         worker.stop()
         thread.join(timeout=30.0)

@@ -338,9 +338,10 @@ class RedisBroker(Producing):
         queues' slots falls due, as the last claim read it (``dues.py``: once, up to a server tick
         early); a call that schedules or retries a task due within a minute pushes the token, so a
         waiter claims and reads the new due time. ``timeout`` is capped at ``socket_timeout - 1`` so the
-        blocking pop never trips the socket timeout. On a cluster, queues of several slots are
-        waited on one slot after another, a slice of ``timeout`` each (one ``BLPOP`` may not name
-        keys of two slots).
+        blocking pop never trips the socket timeout. Every slot of ``queues`` is waited on (each
+        partition of a partitioned queue): on one server in one ``BLPOP``, on a cluster (where one
+        ``BLPOP`` may not name keys of two slots) one per slot, sent together, the first token
+        ending the wait (``slotwaits.py``).
         """
         return waits.wait_for_work(self, queues, timeout)
 

@@ -25,7 +25,7 @@ import logging
 import selectors
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +33,10 @@ import redis
 from redis.connection import AbstractConnection
 from redis.exceptions import AskError, ClusterDownError, TryAgainError
 
+from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.dues import TICK
 
 if TYPE_CHECKING:
-    from conveyor.brokers.redis.cluster import ClusterCalls
     from conveyor.brokers.redis.connections import Connections
 
 __all__ = ["MOST_SLOTS", "SlotWaits"]
@@ -73,23 +73,30 @@ class SlotWaits:
         self._unblocks = True  # False once the server refused CLIENT UNBLOCK (the ACL)
         self._turn = 0  # where the next window starts when there are more than MOST_SLOTS slots
 
-    def wait(self, cluster: ClusterCalls, wakes: Sequence[str], block: float) -> bool:
+    def wait(self, cluster: ClusterCalls | Connections, wakes: Sequence[str], block: float) -> bool:
         """Block on every list of ``wakes`` (of several slots) at once for up to ``block`` seconds:
         True when one gave a token (or a node answered with a redirect or failed: the claim that
-        follows finds the way), False when every pop timed out. Raises redis-py's errors."""
+        follows finds the way), False when every pop timed out. Raises redis-py's errors.
+        ``cluster`` may be one server's connections (a test's broker that calls per slot there)."""
+        if not isinstance(cluster, ClusterCalls):
+            return self._wait(lambda _wake: cluster, wakes, block) is not False
+        woken = self._wait(cluster.serving, wakes, block)
+        if woken is None:
+            cluster.refresh()  # a node may have failed over: the claim and the next wait use the new one
+        return woken is not False
+
+    def _wait(self, serving: Callable[[str], Connections], wakes: Sequence[str], block: float) -> bool | None:
+        """:meth:`wait`; None when a connection failed."""
         pops: list[_Pop] = []
         woken = False
         try:
             for wake in self._window(wakes):
-                pops.append(self._send(cluster.serving(wake), wake, block))  # noqa: PERF401  # each kept as sent
+                pops.append(self._send(serving(wake), wake, block))  # noqa: PERF401  # each kept as sent
             self._read_ids(pops)
             woken = self._select(pops, time.monotonic() + block + _SLACK)
         finally:
             woken = self._end(pops) or woken
-        if any(pop.broken for pop in pops):
-            cluster.refresh()  # a node may have failed over: the claim and the next wait use the new one
-            return True
-        return woken
+        return None if any(pop.broken for pop in pops) else woken
 
     def _window(self, wakes: Sequence[str]) -> Sequence[str]:
         if len(wakes) <= MOST_SLOTS:
@@ -187,34 +194,40 @@ class SlotWaits:
 
     def _unblock(self, pending: Sequence[_Pop]) -> bool:
         """``CLIENT UNBLOCK`` each of ``pending`` whose id is known, from a free connection of its
-        master, then read its reply. True if one had taken a token."""
-        took = False
-        by_node: dict[int, list[_Pop]] = {}
+        master (every master's sent before any reply is read: one round trip in all), then read its
+        reply. True if one had taken a token."""
+        groups: dict[int, tuple[Connections, list[_Pop]]] = {}
         for pop in pending:
             known = self._ids.get(pop.conn)
             if known is not None and known[0] is getattr(pop.conn, "_sock", None):
-                by_node.setdefault(id(pop.conns), []).append(pop)
-        for group in by_node.values():
-            conns = group[0].conns
-            helper = conns.take()
-            try:
+                groups.setdefault(id(pop.conns), (pop.conns, []))[1].append(pop)
+        helpers: list[tuple[Connections, AbstractConnection, list[_Pop]]] = []
+        try:
+            for conns, group in groups.values():
+                helper = conns.take()
+                helpers.append((conns, helper, group))
                 for pop in group:
                     helper.send_command("CLIENT", "UNBLOCK", self._ids[pop.conn][1])  # type: ignore[no-untyped-call]
+            took = False
+            for _, helper, group in helpers:
                 refused = False
                 for _ in group:
                     try:
                         helper.read_response()
                     except redis.ResponseError:
                         refused = True
-                if refused:
+                if refused:  # its pops stay pending: closed by _end
+                    if self._unblocks:
+                        log.info("CLIENT UNBLOCK refused: a wait over several slots closes the pops it leaves")
                     self._unblocks = False
-                    log.info("CLIENT UNBLOCK refused: a wait over several slots closes its pops instead")
-                    return took
+                    continue
                 for pop in group:
                     took = self._read(pop) or took
-            except BaseException:
+            return took
+        except BaseException:
+            for _, helper, _ in helpers:
                 helper.disconnect()  # type: ignore[no-untyped-call]
-                raise
-            finally:
+            raise
+        finally:
+            for conns, helper, _ in helpers:
                 conns.give(helper)
-        return took

@@ -55,17 +55,15 @@ class Spreading(RedisCalls):
         with translate_errors():
             return self._spreads_now(fresh)
 
-    def _turn(self, key: str, take: bool = True) -> int:
-        """The next number of a per-queue rotation (claims, ids), taken, or only read with ``take``
-        False. Each starts at a random place: processes that enqueue a task or two each (web workers)
-        must not all begin with the first partition. Threads racing may take one number twice, which
-        only skews the rotation."""
+    def _turn(self, key: str) -> int:
+        """The next number of a per-queue rotation (claims, ids). Each starts at a random place:
+        processes that enqueue a task or two each (web workers) must not all begin with the first
+        partition. Threads racing may take one number twice, which only skews the rotation."""
         turns: dict[str, int] = self.__dict__.setdefault("_turns", {})
         number = turns.get(key)
         if number is None:
             number = turns.setdefault(key, random.randrange(1 << 20))
-        if take:
-            turns[key] = number + 1
+        turns[key] = number + 1
         return number
 
     def _queue_prefixes(self, queue: str, spreads: dict[str, Spread] | None = None) -> list[str]:
@@ -109,22 +107,6 @@ class Spreading(RedisCalls):
             for label in labels[start:] + labels[:start]:
                 yield self.keys.label_prefix(label), [queue]
         yield from super()._runs(plain)
-
-    def _wake_keys(self, queues: Sequence[str]) -> list[str]:
-        """Every slot's ``wake`` list of ``queues``; on a cluster, which refuses a blocking pop over
-        several slots, the one of the slot the next claim starts at (a partitioned queue's partition
-        in rotation), so a wait and its claim go to one slot: a task in another partition then waits
-        for the end of the wait at most (a worker's ``poll_interval``, 0.5 s) rather than waking it."""
-        if self.keys.one_slot:
-            return [self.keys.wake]
-        spreads = self._spreads()
-        prefixes = [prefix for queue in queues for prefix in self._queue_prefixes(queue, spreads)]
-        if len(set(prefixes)) > 1 and self.cluster:
-            spread = spreads.get(queues[0])
-            if spread is not None and len(spread.visited) > 1:
-                labels = spread.visited
-                prefixes = [self.keys.label_prefix(labels[self._turn("claim " + queues[0], False) % len(labels)])]
-        return list(dict.fromkeys(self.keys.slot(prefix).wake for prefix in prefixes))
 
     # -- routing tasks -------------------------------------------------------------------------
 

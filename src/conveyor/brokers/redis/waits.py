@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.connections import Command
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.clock import Clock
@@ -71,10 +70,8 @@ def _wake_keys(calls: RedisCalls, queues: Sequence[str]) -> list[str]:
 
 def _wait_all(calls: RedisCalls, wakes: Sequence[str], timeout: float) -> bool:
     """Block on every ``wake`` list of a cluster at once (``slotwaits.py``): True on a token."""
-    conns = calls._conns
-    assert isinstance(conns, ClusterCalls)  # one server joins the lists in one BLPOP
     with translate_errors():
-        return calls._slot_waits.wait(conns, wakes, _block_for(calls, timeout))
+        return calls._slot_waits.wait(calls._conns, wakes, _block_for(calls, timeout))
 
 
 def _block_for(calls: RedisCalls, timeout: float) -> float:
