@@ -2,9 +2,10 @@
 arriving in any of them wakes it at once, the pops it leaves behind take no later token, its
 connections go back to the broker's stacks, and a stopping worker's wait still ends at its timeout.
 
-Every wait is given 5 s: the wait before this one blocked on one slot after another (a quarter of
-the timeout each, for a queue of three partitions and another queue), so a task in a slot waited on
-later woke it seconds late.
+Every wait is given 5 s: the wait before this one named the queue's own slot rather than its
+partitions' (which an enqueue into a partition does not push to) and blocked on one slot after
+another, half the timeout each here: a task in a partition woke it when the wait ran out, one in the
+other queue up to 2.5 s late (median 4.5 s over the four slots).
 """
 
 from __future__ import annotations
