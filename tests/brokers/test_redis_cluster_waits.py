@@ -23,6 +23,7 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import NEEDED_ACL
 from conveyor.brokers.redis.keys import Keys5, keyslot, partition_labels, queue_label
+from conveyor.brokers.redis.slotwaits import MOST_SLOTS
 from conveyor.model import BrokerPolicy, NewTask, QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
@@ -178,6 +179,34 @@ def test_where_the_acl_forbids_client_unblock_the_pops_left_are_closed(
         assert len(acl_broker.claim(QUEUES, time.time(), 30.0, 10)) == 4
         broker.client.delete(*(broker.keys.label_prefix(label) + "wake" for label in others))
     assert not acl_broker._slot_waits._unblocks  # (the path meant: refused, then not tried again)
+
+
+def test_a_wait_blocks_on_at_most_64_slots_and_the_next_on_the_others(broker: RedisBroker) -> None:
+    """A connection per slot waited on: a queue of more partitions is waited on :data:`MOST_SLOTS` at
+    a time (the slots in order, ``_slots_of``), the next wait taking the next ones."""
+    count = MOST_SLOTS + 6
+    broker.configure_queue(QueueSettings("wide", partitions=count))
+    by_slot = sorted(partition_labels(broker.keys.namespace, queue_label("wide"), count), key=broker.keys.label_prefix)
+    base = blocked_pops(broker)
+
+    def wait(into: list[bool]) -> None:
+        into.append(broker.wait_for_work(["wide"], TIMEOUT))
+
+    for label in (by_slot[0], by_slot[-1]):  # in the first wait's window, then only in the second's
+        result: list[bool] = []
+        thread = threading.Thread(target=wait, args=(result,))
+        thread.start()
+        poll_until(lambda: blocked_pops(broker) >= base + MOST_SLOTS, timeout=TIMEOUT / 2, message="the pops")
+        assert blocked_pops(broker) == base + MOST_SLOTS
+        sent = time.monotonic()
+        task_id = f"{uuid.uuid4().hex}~{label}"
+        assert broker.enqueue([NewTask(id=task_id, name="job", queue="wide", payload="[[], {}]")], time.time()) == [
+            None
+        ]
+        thread.join(TIMEOUT + 1.0)
+        assert result == [True]
+        assert time.monotonic() - sent < BOUND
+        assert [record.id for record in broker.claim(["wide"], time.time(), 30.0, 10)] == [task_id]
 
 
 def test_a_stopping_worker_ends_its_wait_on_every_slot_by_its_timeout(redis_cluster_url: str) -> None:
