@@ -11,8 +11,9 @@ import uuid
 
 import pytest
 
+from conveyor import Conveyor, TaskState
 from conveyor.brokers.redis import RedisBroker
-from conveyor.brokers.redis.keys import keyslot
+from conveyor.brokers.redis.keys import keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable
 from conveyor.model import BrokerPolicy, Event, Outcome, QueueSettings
 from conveyor.testing import poll_until
@@ -79,6 +80,55 @@ def test_the_broker_carries_on_after_its_master_fails_over_to_its_replica() -> N
         finally:
             broker.close()
             listener.close()
+
+
+def test_an_idle_worker_waiting_on_every_master_carries_on_after_one_fails_over() -> None:
+    """A worker waits on the slots of a queue's three partitions, one per master (``slotwaits.py``);
+    SIGKILL one master mid-wait: the failed pop ends the wait, the broker reads the topology again,
+    and once the replica took over a task in any partition wakes the worker within 1 s again."""
+    with LocalCluster(masters=3, replicas=1, node_timeout=1.0) as cluster:
+        url = f"{cluster.url}?namespace=t{uuid.uuid4().hex}&socket_connect_timeout=0.5&socket_timeout=2"
+        app = Conveyor(broker=RedisBroker.from_url(url, BrokerPolicy()))
+        app.task(name="job")(lambda n: n)
+        app.configure_queue("hot", partitions=3)
+        broker = app.broker
+        assert isinstance(broker, RedisBroker)
+        labels = partition_labels(broker.keys.namespace, "hot", 3)
+        owner = owner_of_slot(cluster, keyslot(broker.keys.label_prefix(labels[0])))
+        (replica,) = cluster.replicas_of[owner]
+        worker = app.worker(queues=["hot"], poll_interval=5.0)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+        thread.start()
+        try:
+            poll_until(lambda: app.inspect.workers(), timeout=10.0, message="the worker's registration")
+
+            def blocked() -> int:
+                return sum(int(node.info("clients")["blocked_clients"]) for node in cluster.nodes if node.running)
+
+            def done(task_id: str) -> bool:
+                return app.get(task_id).state is TaskState.COMPLETED
+
+            poll_until(lambda: blocked() == 3, timeout=10.0, message="a pop on every master")
+            cluster.masters[owner].kill()
+            started = time.monotonic()
+            while True:  # until the replica took over (calls are refused meanwhile)
+                try:
+                    app.enqueue("job", [0], queue="hot", task_id=f"after~{labels[0]}")
+                    break
+                except BrokerUnavailable:
+                    assert time.monotonic() - started < 30.0, "no failover within 30 s"
+            assert replica.info("replication")["role"] == "master"
+            poll_until(lambda: done(f"after~{labels[0]}"), timeout=30.0, message="the task after the failover")
+            for n, label in enumerate(labels, start=1):
+                poll_until(lambda: blocked() >= 1, timeout=10.0, message="the idle worker's wait")
+                sent = time.monotonic()
+                task_id = app.enqueue("job", [n], queue="hot", task_id=f"again-{n}~{label}").id
+                poll_until(lambda: done(task_id), timeout=10.0, message=f"the task in {label}")  # noqa: B023
+                assert time.monotonic() - sent < 1.0, f"a task in {label} ran {time.monotonic() - sent:.2f}s late"
+        finally:
+            worker.stop()
+            thread.join(timeout=30.0)
+            app.close()
 
 
 @pytest.mark.parametrize(("moved_slot", "wait_replicas"), [("queue", 0), ("queue", 1), ("namespace", 0)])
