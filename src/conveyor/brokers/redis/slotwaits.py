@@ -129,7 +129,7 @@ class SlotWaits:
             try:
                 answer = pop.conn.read_response()
             except redis.ResponseError:
-                continue  # not allowed by the ACL (it is @connection): closed at the end, not unblocked
+                continue  # an ACL stricter than NEEDED_ACL's +@connection: closed at the end, not unblocked
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 pop.broken, pop.pending = True, False
                 continue
