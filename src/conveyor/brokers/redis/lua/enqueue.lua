@@ -138,12 +138,11 @@ local n = tonumber(A(1))
 if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no tables of the chunk's
   local id, q = A(2), A(3)
   if not QUEUES and not settings(q).known and not proven(q) then return unregistered({q}) end
-  if (A(6) or '') == '' and (A(8) or '') == '' then
-    -- plain: its row is written with HSETNX, which is also the check that its id is free (one command
+  -- plain, and room for it (a full queue's refusal comes after the duplicate check, below)
+  if (A(6) or '') == '' and (A(8) or '') == '' and not over_max_size(q, 1) then
+    -- its row is written with HSETNX, which is also the check that its id is free (one command
     -- less); an id in use (a duplicate, or an invisible task to replace) takes the general path below,
     -- which reads the task there (this call then skipped a sequence number: only their order matters)
-    local full = over_max_size(q, 1)
-    if full then return full end
     local m, x = member(redis.call('INCRBY', SEQ, 1), id), num(A(7))
     local kind = plain_kind(q, A(5) or '0')
     if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, kind[1], A(4))) == 1 then
