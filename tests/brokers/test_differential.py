@@ -231,7 +231,10 @@ def _snapshot(broker: Broker, now: float) -> Any:
     return tasks, broker.queues(now), counts
 
 
-def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> None:
+def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]], whole_calls: bool = True) -> None:
+    """``whole_calls`` False: the candidate may refuse a call over several queues with ``QueueFull``
+    after storing the tasks of other queues (Redis, a slot per queue: docs/architecture.md); the run
+    then ends at such a call, once it is refused alike."""
     with factory() as candidate:
         drivers = [Driver(MemoryBroker(POLICY), {}, []), Driver(candidate, {}, [])]
         for driver in drivers:
@@ -243,6 +246,8 @@ def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> 
                 continue
             reference, actual = (_outcome(driver, op, now) for driver in drivers)
             assert actual == reference, f"step {step}: {op!r} at {now}"
+            if not whole_calls and op[0] == "enqueue" and actual == "QueueFull" and len({t[1] for t in op[1]}) > 1:
+                return
             assert _per_queue(drivers[1].events) == _per_queue(drivers[0].events), f"events after step {step}: {op!r}"
             assert _snapshot(candidate, now) == _snapshot(drivers[0].broker, now), f"state after step {step}: {op!r}"
 
@@ -285,5 +290,12 @@ def check_same_behaviour(factory: BrokerFactory, ops: list[tuple[Any, ...]]) -> 
         ("enqueue", [("t2", "b", 0, None, None, None, None), ("t2", "b", 0, None, None, "k1", None)]),
     ]
 )
+@example(  # a duplicate's id answers before a full queue's refusal, one task as several
+    ops=[
+        ("enqueue", [("t0", "b", 0, None, None, None, None), ("t2", "b", 0, None, None, None, None)]),
+        ("configure", "b", 2, None, None),
+        ("enqueue", [("t0", "b", 0, None, None, None, None)]),
+    ]
+)
 def test_backend_behaves_like_the_reference(backend: str, ops: list[tuple[Any, ...]]) -> None:
-    check_same_behaviour(CANDIDATES[backend], ops)
+    check_same_behaviour(CANDIDATES[backend], ops, whole_calls=backend != "redis")
