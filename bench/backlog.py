@@ -1,13 +1,18 @@
 """A growing backlog on each backend: bytes per task, enqueue rate and claim latency as it grows.
 
-    .venv/bin/python -m bench.backlog [--levels 10000,100000,1000000] [--backends redis,cluster,sqlite]
-        [--batch 1000] [--singles 100] [--batches 10] [--batch-size 100] [--ids app] [--reps 3]
-        [--markdown docs/benchmarks.md]
+    .venv/bin/python -m bench.backlog [--levels 10000,100000,1000000]
+        [--backends redis,cluster,partitioned,sqlite] [--partitions 6] [--batch 1000] [--singles 100]
+        [--batches 10] [--batch-size 100] [--ids app] [--reps 3] [--markdown docs/benchmarks.md]
 
 Issue 33 asks whether a task costs the same with 10k, 100k and 1M tasks queued. For each backend (one
-private Redis-compatible server, a private 3-master cluster, a SQLite file in a temporary directory),
-tasks with 16-byte payloads are enqueued in batches (``--batch`` a call, through ``Broker.enqueue``)
-into one queue until the backlog reaches each level. At each level it reads:
+private Redis-compatible server, a private 3-master cluster, the same cluster with the queue in
+``--partitions`` partitions, a SQLite file in a temporary directory), tasks with 16-byte payloads are
+enqueued in batches (``--batch`` a call, through ``Broker.enqueue``) into one queue until the backlog
+reaches each level. Ids are made as the app makes them, the queue's routing suffix included where the
+broker asks for one (``LabelsIds``: Redis, a slot per queue); without it each task would be a custom
+id, with an entry in the namespace slot and a round trip more per chunk, which no app pays. On the
+cluster one queue sits in one slot, so on one master; ``partitioned`` spreads it over the masters
+(``QueueSettings.partitions``), and the report says how evenly. At each level it reads:
 
 * **bytes per task**: the store's growth since it was empty (after the scripts were loaded) over the
   tasks stored: ``INFO memory`` ``used_memory`` (summed over the cluster's masters), or the SQLite
@@ -43,16 +48,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.backlog_report import BACKENDS, Level, Run, markdown_section, merge, splice_section, table
 from bench.server import cpu_model
 from conveyor.brokers import open_broker
-from conveyor.brokers.base import Broker
+from conveyor.brokers.base import Broker, LabelsIds
 from conveyor.ids import new_task_id
-from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
+from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskRecord
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
@@ -93,24 +98,25 @@ def _version(server: RedisServer) -> str:
 
 
 @contextmanager
-def _redis() -> Iterator[Store]:
+def _redis(partitions: int) -> Iterator[Store]:
     with RedisServer() as server:
         sizes = lambda: [_used_memory(server)]  # noqa: E731
         yield Store(server.namespace_url(), sizes, ["server"], _version(server), lambda: _cpu([server]))
 
 
 @contextmanager
-def _cluster() -> Iterator[Store]:
+def _cluster(partitions: int) -> Iterator[Store]:
     with LocalCluster(masters=3) as cluster:
         masters = list(cluster.masters)
         parts = [f"master {i + 1}" for i in range(len(masters))]
-        detail = f"{_version(masters[0])}, 3 masters, no replicas"
+        spread = f", the queue in {partitions} partitions" if partitions > 1 else ""
+        detail = f"{_version(masters[0])}, 3 masters, no replicas{spread}"
         sizes = lambda: [_used_memory(m) for m in masters]  # noqa: E731
         yield Store(cluster.namespace_url(), sizes, parts, detail, lambda: _cpu(masters))
 
 
 @contextmanager
-def _sqlite() -> Iterator[Store]:
+def _sqlite(partitions: int) -> Iterator[Store]:
     directory = Path(tempfile.mkdtemp(prefix="conveyor-backlog-"))
     path = directory / "backlog.db"
 
@@ -128,7 +134,13 @@ def _sqlite() -> Iterator[Store]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-_STORES = {"redis": _redis, "cluster": _cluster, "sqlite": _sqlite}
+#: Each backend's store, and how many partitions its queue has (``None``: ``--partitions``).
+_STORES: dict[str, tuple[Callable[[int], AbstractContextManager[Store]], int | None]] = {
+    "redis": (_redis, 1),
+    "cluster": (_cluster, 1),
+    "partitioned": (_cluster, None),
+    "sqlite": (_sqlite, 1),
+}
 
 
 def _ids(kind: str) -> Iterator[str]:
@@ -144,8 +156,11 @@ def _ids(kind: str) -> Iterator[str]:
     yield from (f"{number:032x}" for number in itertools.count())
 
 
-def _tasks(ids: Iterator[str], count: int) -> list[NewTask]:
-    return [NewTask(id=next(ids), name="job", queue=QUEUE, payload=PAYLOAD) for _ in range(count)]
+def _tasks(ids: Iterator[str], count: int, suffix: Callable[[str], str] | None) -> list[NewTask]:
+    """``count`` tasks; ``suffix``: the broker's routing suffix of an id by queue, added as the app adds it."""
+    if suffix is None:
+        return [NewTask(id=next(ids), name="job", queue=QUEUE, payload=PAYLOAD) for _ in range(count)]
+    return [NewTask(id=next(ids) + suffix(QUEUE), name="job", queue=QUEUE, payload=PAYLOAD) for _ in range(count)]
 
 
 def _timed_claims(broker: Broker, calls: int, limit: int) -> list[float]:
@@ -172,21 +187,29 @@ def measure_backend(
     batches: int = 10,
     batch_size: int = 100,
     ids: str = "app",
+    partitions: int = 6,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Run:
-    """Fill one backend's queue to each of ``levels`` in turn and measure there (see the module's doc)."""
-    with _STORES[backend]() as store:
+    """Fill one backend's queue to each of ``levels`` in turn and measure there (see the module's doc);
+    ``partitions`` is the ``partitioned`` backend's count (the others keep their queue whole)."""
+    opener, fixed = _STORES[backend]
+    count = fixed or partitions
+    with opener(count) as store:
         broker = open_broker(store.url, BrokerPolicy())
         try:
+            if count > 1:
+                broker.configure_queue(QueueSettings(QUEUE, partitions=count))
             broker.claim([QUEUE], NOW, LEASE, limit=1)  # first use: scripts loaded, schema made
             empty = store.sizes()
             new_ids = _ids(ids)
-            queued, run = 0, Run(backend=backend, detail=store.detail, parts=store.parts)
+            suffix = broker.id_suffixes() if isinstance(broker, LabelsIds) else None
+            run = Run(backend=backend, detail=store.detail, parts=store.parts, partitions=count)
+            queued = 0
             for level in levels:
                 added, spent, own = level - queued, 0.0, 0.0
                 server0 = store.server_cpu() if store.server_cpu else 0.0
                 while queued < level:
-                    chunk = _tasks(new_ids, min(batch, level - queued))
+                    chunk = _tasks(new_ids, min(batch, level - queued), suffix)
                     started, cpu0 = time.perf_counter(), time.process_time()
                     broker.enqueue(chunk, NOW)
                     spent += time.perf_counter() - started
@@ -210,6 +233,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.backlog", description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="10000,100000,1000000", help="backlog sizes, comma-separated")
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"of {', '.join(BACKENDS)}")
+    parser.add_argument("--partitions", type=int, default=6, help="the partitioned backend's partitions")
     parser.add_argument("--batch", type=int, default=1000, help="tasks per enqueue call")
     parser.add_argument("--singles", type=int, default=100, help="one-task claims timed per level")
     parser.add_argument("--batches", type=int, default=10, help="batch claims timed per level")
@@ -224,6 +248,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown backend(s) {', '.join(unknown)}: choose from {', '.join(BACKENDS)}")
     taken = args.singles + args.batches * args.batch_size
+    if args.partitions < 2:
+        parser.error("--partitions must be 2 or more (the cluster backend is the queue in one)")
     if args.levels != sorted(set(args.levels)) or not args.levels or args.levels[0] <= taken:
         parser.error(f"--levels must rise and start above the {taken} tasks each level's claims take")
     return args
@@ -246,6 +272,7 @@ def main(argv: list[str]) -> int:
                 batches=args.batches,
                 batch_size=args.batch_size,
                 ids=args.ids,
+                partitions=args.partitions,
             )
             passes[backend].append(run)
     runs = [merge(backend_passes) for backend_passes in passes.values()]
@@ -257,6 +284,7 @@ def main(argv: list[str]) -> int:
         "batch": args.batch,
         "singles": args.singles,
         "batches": args.batches,
+        "partitions": args.partitions,
         "machine": f"{os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()}",
     }
     for line in table(runs):

@@ -15,6 +15,7 @@ __all__ = [
     "HEADING",
     "Level",
     "Run",
+    "label",
     "markdown_section",
     "merge",
     "quantile",
@@ -25,8 +26,13 @@ __all__ = [
 
 HEADING = "## Backlog: 10k, 100k, 1M tasks"
 
-#: Backend names on the command line, and how the report names them.
-BACKENDS = {"redis": "Redis, one server", "cluster": "Redis Cluster, 3 masters", "sqlite": "SQLite file"}
+#: Backend names on the command line, and how the report names them (``label`` adds the partitions).
+BACKENDS = {
+    "redis": "Redis, one server",
+    "cluster": "Redis Cluster, 3 masters",
+    "partitioned": "Redis Cluster, 3 masters",
+    "sqlite": "SQLite file",
+}
 
 #: Within this ratio of the first level, a per-task figure is called flat.
 FLAT = 1.25
@@ -63,15 +69,21 @@ class Run:
     detail: str
     parts: list[str]
     levels: list[Level] = field(default_factory=list)
+    partitions: int = 1  # the queue's
+
+
+def label(run: Run) -> str:
+    """How the report names ``run``'s backend: ``Redis Cluster, 3 masters, 6 partitions`` for a spread queue."""
+    return BACKENDS[run.backend] + (f", {run.partitions} partitions" if run.partitions > 1 else "")
 
 
 def merge(passes: list[Run]) -> Run:
     """One backend's passes as one run: the median pass's bytes (by their total), median rates, latency
-    samples pooled. The bytes are one pass's, not each part's median: a cluster's namespace may sit on
-    a different master in each pass, and per-master medians would spread it over masters that never
-    held it."""
+    samples pooled. The bytes are one pass's, not each part's median: a cluster's queue may sit on a
+    different master in each pass (its slot follows the namespace, new each pass), and per-master
+    medians would spread it over masters that never held it."""
     first = passes[0]
-    merged = Run(backend=first.backend, detail=first.detail, parts=first.parts)
+    merged = Run(backend=first.backend, detail=first.detail, parts=first.parts, partitions=first.partitions)
     for levels in zip(*(run.levels for run in passes), strict=True):
         rates = [level.enqueue_rate for level in levels]
         middle = sorted(levels, key=lambda level: sum(level.grown))[(len(levels) - 1) // 2]
@@ -98,7 +110,7 @@ def quantile(samples: list[float], q: float) -> float:
 
 def _row(run: Run, level: Level) -> list[str]:
     return [
-        BACKENDS[run.backend],
+        label(run),
         f"{level.queued:,}",
         f"{level.bytes_per_task:,.0f}",
         f"{level.enqueue_rate:,.0f}"
@@ -148,7 +160,7 @@ def flatness(run: Run) -> str:
     first, last = run.levels[0], run.levels[-1]
     per_task = [quantile(level.batch_ms, 0.5) / level.batch_size for level in (first, last)]
     return (
-        f"{BACKENDS[run.backend]}, {first.queued:,} → {last.queued:,} queued: bytes per task "
+        f"{label(run)}, {first.queued:,} → {last.queued:,} queued: bytes per task "
         f"{_trend(first.bytes_per_task, last.bytes_per_task)}; enqueue rate "
         f"{_trend(first.enqueue_rate, last.enqueue_rate, higher_is_worse=False)}; enqueue CPU per task "
         f"{_trend(first.cpu_us, last.cpu_us)}; one-task claim p50 "
@@ -159,6 +171,22 @@ def flatness(run: Run) -> str:
 
 def _one_master(run: Run) -> bool:
     return run.backend == "cluster" and any(max(lv.grown) > 0.9 * sum(lv.grown) for lv in run.levels)
+
+
+def spread(run: Run) -> str:
+    """One sentence for a queue over several masters: each master's share of the bytes, level by level,
+    and how far the farthest is from an even share."""
+    even = 1 / len(run.parts)
+    shares = [[max(part, 0) / (sum(max(p, 0) for p in lv.grown) or 1) for part in lv.grown] for lv in run.levels]
+    off = max(abs(share - even) for level in shares for share in level)
+    where = "; ".join(
+        f"{lv.queued:,}: " + ", ".join(f"{share:.0%}" for share in level)
+        for lv, level in zip(run.levels, shares, strict=True)
+    )
+    return (
+        f"{label(run)}: the bytes by master ({where}) are within {off:.0%} of an even "
+        f"{even:.0%} each: the queue's {run.partitions} partitions spread its backlog over the masters."
+    )
 
 
 WHY = (
@@ -194,7 +222,10 @@ def markdown_section(runs: list[Run], meta: dict[str, object]) -> str:
         "`make bench` after `python -m bench`, which keeps this section as it is). Tasks with 16-byte",
         f"payloads are enqueued in batches ({meta.get('batch', 1000):,} a call) through `Broker.enqueue` into one"
         " queue until the",
-        "backlog reaches each level. There: **B/task** is the store's growth since it was empty (`INFO",
+        "backlog reaches each level, with ids made as the app makes them (on Redis, each ends in its",
+        "queue's routing suffix, `~<label>`). The cluster holds the queue whole (one slot, so one master),",
+        f"or in {meta.get('partitions', 6)} partitions (`QueueSettings.partitions`) spread over its masters. There:",
+        "**B/task** is the store's growth since it was empty (`INFO",
         "memory` `used_memory`, summed over the cluster's masters; the SQLite file after a `TRUNCATE`",
         "checkpoint, plus its WAL) over the tasks queued; **enqueue /s** counts the tasks added since the",
         "previous level over the time spent in `enqueue` calls, the median of the passes (their range);",
@@ -206,20 +237,20 @@ def markdown_section(runs: list[Run], meta: dict[str, object]) -> str:
         f"**Run:** {meta['date']}, {meta.get('reps', 1)} pass(es), {meta['duration_s']} s.  ",
         f"**Command:** `{meta['command']}`.  ",
         f"**Machine:** {meta['machine']}; shared with other engineers' test runs, servers not pinned.  ",
-        "**Stores:** " + "; ".join(f"{BACKENDS[run.backend]}: {run.detail}" for run in runs) + ".",
+        "**Stores:** " + "; ".join(f"{label(run)}: {run.detail}" for run in runs) + ".",
         "",
         "| " + " | ".join(columns) + " |",
         "| --- | " + " | ".join("---:" for _ in columns[1:-1]) + " | --- |",
         *("| " + " | ".join(_row(run, level)) + " |" for run in runs for level in run.levels),
         "",
         *(f"- {flatness(run)}" for run in runs if len(run.levels) > 1),
+        *(f"- {spread(run)}" for run in runs if run.partitions > 1 and len(run.parts) > 1),
     ]
     if any(_one_master(run) for run in runs):
         lines += [
-            "- The cluster rows hold the whole namespace on one master (see *bytes held by*): today's layout",
-            "  gives a namespace one hash tag, so one queue's backlog cannot spread; the per-queue layout and",
-            "  `partitions` of issue 33 are not built yet. These rows show the cluster client's cost, not a",
-            "  spread backlog.",
+            "- The cluster rows without partitions hold the whole queue on one master (see *bytes held",
+            "  by*): the layout gives each queue a slot of its own, so one queue's backlog sits on one",
+            "  master unless it is configured with `partitions` (the partitioned rows).",
         ]
     lines += ["", *WHY, ""]
     return "\n".join(lines)

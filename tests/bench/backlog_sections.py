@@ -25,7 +25,7 @@ def check_the_section_names_a_namespace_held_by_one_master_and_replaces_itself()
         "| Redis Cluster, 3 masters | 10,000 | 400 | 100,000 | 5.0 | 0.10 | 0.10 | 1.00 | 1.00 | master 1 100%"
         in section
     )
-    assert "whole namespace on one master" in section
+    assert "whole queue on one master" in section
     once = splice_section(REPORT, section)
     assert once.index("rows") < once.index(HEADING) < once.index("## Notes")
     twice = splice_section(once, section.replace("today", "tomorrow"))
@@ -63,7 +63,18 @@ def check_a_namespace_on_another_master_each_pass_stays_on_one_master_merged() -
     merged = merge(passes)
     assert merged.levels[0].grown == [4_000_000, 0, 0]  # one pass's bytes, not 50% on two masters
     meta = {"date": "today", "duration_s": 1, "command": "python -m bench.backlog", "machine": "here"}
-    assert "whole namespace on one master" in markdown_section([merged], meta)
+    assert "whole queue on one master" in markdown_section([merged], meta)
+
+
+def check_a_partitioned_queue_is_named_with_its_partitions_and_its_spread_told() -> None:
+    run = _run()
+    run.backend, run.partitions = "partitioned", 6
+    run.levels[0].grown = [1_300_000, 1_400_000, 1_300_000]
+    section = markdown_section([merge([run])], {"date": "d", "duration_s": 1, "command": "c", "machine": "m"})
+    assert "| Redis Cluster, 3 masters, 6 partitions | 10,000 | 400 |" in section
+    assert "master 1 32%, master 2 35%, master 3 32%" in section
+    told = "- Redis Cluster, 3 masters, 6 partitions: the bytes by master (10,000: 32%, 35%, 32%) are within 2% of"
+    assert told in section and "whole queue on one master" not in section
 
 
 def check_quantiles_are_nearest_rank() -> None:
@@ -77,4 +88,5 @@ if __name__ == "__main__":
         check_the_main_report_keeps_the_backlog_section(Path(directory))
     check_passes_merge_into_medians_and_pooled_samples()
     check_a_namespace_on_another_master_each_pass_stays_on_one_master_merged()
+    check_a_partitioned_queue_is_named_with_its_partitions_and_its_spread_told()
     check_quantiles_are_nearest_rank()

@@ -41,8 +41,14 @@ def test_a_tiny_backlog_run_measures_every_backend_and_writes_its_section(tmp_pa
     report = tmp_path / "benchmarks.md"
     report.write_text(REPORT)
     args = ["--levels", "200,400", "--singles", "10", "--batches", "2", "--batch-size", "10", "--reps", "2"]
-    out = _python("-m", "bench.backlog", *args, "--markdown", str(report), timeout=110)
-    for backend in ("Redis, one server", "Redis Cluster, 3 masters", "SQLite file"):
+    out = _python("-m", "bench.backlog", *args, "--partitions", "3", "--markdown", str(report), timeout=110)
+    backends = (
+        "Redis, one server",
+        "Redis Cluster, 3 masters",
+        "Redis Cluster, 3 masters, 3 partitions",
+        "SQLite file",
+    )
+    for backend in backends:
         for queued in ("200", "400"):
             # queued, B/task, enqueue /s (median and range of the 2 passes), CPU µs/task, four latencies (ms)
             rate = r"[\d,]+ \([\d,]+-[\d,]+\)"
@@ -54,8 +60,9 @@ def test_a_tiny_backlog_run_measures_every_backend_and_writes_its_section(tmp_pa
     section = text[start : text.index("## Notes")]
     assert text.index("## Results") < start and text.count("## Backlog") == 1, text
     assert "**Command:** `python -m bench.backlog --levels 200,400 " in section
-    assert len(re.findall(r"^\| (Redis|SQLite).* \|$", section, re.M)) == 6, section
-    assert section.count("200 → 400 queued: bytes per task ") == 3, section
+    assert len(re.findall(r"^\| (Redis|SQLite).* \|$", section, re.M)) == 8, section
+    assert section.count("200 → 400 queued: bytes per task ") == 4, section
+    assert "- Redis Cluster, 3 masters, 3 partitions: the bytes by master (200: " in section, section
     assert text.replace(section, "") == REPORT  # the rest as it was
 
 
