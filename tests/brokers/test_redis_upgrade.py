@@ -98,9 +98,10 @@ def records(broker: RedisBroker, ids: list[str]) -> dict[str, TaskRecord | None]
 
 
 def old_keys(broker: RedisBroker) -> list[str]:
-    """Layout 4's keys but its per-minute history (which expires by itself, a day on)."""
+    """Layout 4's keys but its per-minute history (which expires by itself, a day on) and the answers
+    its enqueues keep for a repeat (which expire a minute on)."""
     found = broker.client.scan_iter(match="{" + broker.keys.namespace + "}:v4:*")
-    return sorted(key for key in map(str, found) if ":v4:h:" not in key)
+    return sorted(key for key in map(str, found) if ":v4:h:" not in key and ":v4:sent:" not in key)
 
 
 def moving(broker: RedisBroker) -> bool:

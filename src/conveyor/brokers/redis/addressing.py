@@ -11,6 +11,8 @@ namespace's, so each call stays one (docs/architecture.md, "Redis Cluster: keys 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,7 +33,7 @@ from conveyor.brokers.redis.keys import Keys, Keys5, Slot
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.listener import follow_now
 from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, Arg, Scripts
+from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, TOKENED, Arg, Scripts
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.redis.slotwaits import SlotWaits
 from conveyor.brokers.redis.upgrade import Upgrade
@@ -50,6 +52,12 @@ _REGISTER_TRIES = 5
 LAYOUT_KEYS: type[Keys] = Keys5
 
 _SCRIPTS: Scripts | None = None
+
+
+def new_token() -> str:
+    """A call's token (``scripts.TOKENED``): 64 random bits, from ``os.urandom`` so that a forked
+    child never repeats its parent's."""
+    return os.urandom(8).hex()
 
 
 def _scripts() -> Scripts:
@@ -72,7 +80,10 @@ class RedisCalls:
         self._link: Link | None = None  # the client and the hot path's connections, chosen at first use
         self._link_lock = threading.Lock()
         self._registry = self.keys.queues  # KEYS[2] of the operations that need the namespace slot
-        self._policy = f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
+        self._policy = (  # ARGV[4]: see lua/_lib.lua
+            f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
+            f" {math.ceil(config.resend_window * 1000)}"
+        )
         self._scripts = _scripts()
         self._origin = secrets.token_hex(8)
         self._events = EventHub(lambda: self._client, self._listened, self._origin, config.socket_connect_timeout)
@@ -126,16 +137,21 @@ class RedisCalls:
     def _call(self, name: str, prefix: str, now: float, *args: Arg) -> Any:
         return self._invoke(name, prefix, repr(float(now)), args)[1]
 
-    def _head(self, name: str, prefix: str, now: str, namespace: bool = False, proof: str = "") -> tuple[Arg, ...]:
+    def _head(
+        self, name: str, prefix: str, now: str, namespace: bool = False, proof: str = "", token: str = ""
+    ) -> tuple[Arg, ...]:
         """KEYS (the queue slot's `seq`, then, with ``namespace``, the namespace's registry: layout 4's
         enqueue), then the ARGV head (see lua/_lib.lua; ``proof``: an enqueue's registrations, "
-        <queue> <forget counter>" pairs, see enqueue.lua)."""
+        <queue> <forget counter>" pairs, see enqueue.lua), with the call's token for the operations
+        of ``TOKENED`` (``token``, or a new one)."""
         events = ("1" if self._events.active else "0") + proof
         if name in NAMESPACE_ONLY:
-            return (1, self._registry, now, self._origin, "0", self._policy)
-        if namespace:
-            return (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
-        return (1, prefix + "seq", now, self._origin, events, self._policy)
+            head: tuple[Arg, ...] = (1, self._registry, now, self._origin, "0", self._policy)
+        elif namespace:
+            head = (2, prefix + "seq", self._registry, now, self._origin, events, self._policy)
+        else:
+            head = (1, prefix + "seq", now, self._origin, events, self._policy)
+        return (*head, token or new_token()) if name in TOKENED else head
 
     def _invoke(
         self,
@@ -146,13 +162,14 @@ class RedisCalls:
         before: Sequence[Command] = (),
         namespace: bool = False,
         proof: str = "",
+        token: str = "",
     ) -> tuple[list[Any], Any, float]:
         """Run operation ``name`` in the queue slot ``prefix`` (after the commands ``before``, in the
         same write): their replies, its result, and the ``now`` it ran at (``now`` "" asks for the
         server's TIME). ``namespace``: whether to declare the namespace slot too (layout 4's enqueue);
-        ``proof``: see :meth:`_head`."""
+        ``proof`` and ``token``: see :meth:`_head`."""
         try:  # inline rather than `with translate_errors()`: this is every operation's hot path
-            command = self._scripts.command(name, self._head(name, prefix, now, namespace, proof), args)
+            command = self._scripts.command(name, self._head(name, prefix, now, namespace, proof, token), args)
             conns = self._conns
             if self._wait is not None and self._wait.applies(name):  # see replication.py
                 early, reply = self._wait.call(self._scripts, conns, self._client, name, command, before)
@@ -338,10 +355,10 @@ class RedisCalls:
         queue not registered yet (a refusal naming queues and their forget counters) is added to the
         registry first, then the call is sent again with the counters (enqueue.lua: register); in
         layout 4, where the slots are one, the call is sent again with both instead."""
-        proof = ""
+        proof, token = "", new_token()  # one call, however often sent: its first send may have stored it
         for _ in range(_REGISTER_TRIES):
             try:
-                return cast("str", self._invoke("enqueue", prefix, now, args, namespace=False, proof=proof)[1])
+                return cast("str", self._invoke("enqueue", prefix, now, args, proof=proof, token=token)[1])
             except Refused as exc:
                 named = exc.text.split(" ")
                 if named[0] != "CONVEYOR_NAMESPACE":

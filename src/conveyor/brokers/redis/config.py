@@ -40,7 +40,7 @@ from redis.cluster import ClusterNode
 from redis.connection import parse_url
 from redis.retry import Retry
 
-from conveyor.brokers.redis.cluster import ClusterClient
+from conveyor.brokers.redis.cluster import MOVING_PATIENCE, ClusterClient
 from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.sentinel import SCHEMES, SENTINEL_OPTIONS, SentinelTarget, sentinel_client
 from conveyor.brokers.redis.tls import TlsConnection
@@ -67,6 +67,16 @@ class RedisConfig:
     def cluster(self) -> bool:
         """True for a ``redis+cluster://`` or ``rediss+cluster://`` URL."""
         return urlsplit(self.url).scheme.endswith("+cluster")
+
+    @property
+    def resend_window(self) -> float:
+        """Seconds after a call ran within which the broker may still send it again (its connection
+        lost before the reply was read): at most ``2 * (max(3, retries) + 1)`` sends (the hot path's
+        retries, then on a cluster redis-py's own, which retry at least 3 times), each ended within
+        its connect and read timeouts and a backoff of at most 0.25 s, plus a cluster's patience with
+        a slot being moved. An enqueue keeps its answer for a repeat that long (``lua/_lib.lua``)."""
+        sends = 2 * (max(3, self.retries) + 1)
+        return sends * (self.socket_connect_timeout + self.socket_timeout + 0.25) + MOVING_PATIENCE
 
     @property
     def sentinel(self) -> bool:

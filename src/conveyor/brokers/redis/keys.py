@@ -49,6 +49,9 @@ tie-break of the contract without packing two numbers into one double)::
     P events                      shard channel of transitions
     P cancels                     shard channel: the id of each active task ``cancel`` archived
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
+    P sent:<token>           string  an enqueue's (or a take's) answer, for a repeat of that call: a
+                                     call sent again after a lost reply answers as it did (expires
+                                     after ``RedisConfig.resend_window``, about a minute)
     P listening                   string with a TTL: some process listens on ``events`` (scripts skip
                                   making events otherwise); event listeners refresh it
     (``events``, ``cancels``, ``wake`` and ``listening`` are each queue slot's: with a slot per queue,
@@ -190,6 +193,11 @@ class _SlotNames:
 
     def history(self, minute: int) -> str:
         return f"{self.prefix}h:{minute}"
+
+    def sent(self, token: str) -> str:
+        """The answer kept for a repeat of the enqueue or take call ``token`` (``repeated()`` in
+        ``lua/_lib.lua``): in the slot the call works in, for the config's ``resend_window``."""
+        return f"{self.prefix}sent:{token}"
 
     @property
     def events(self) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "NAMESPACE_ONLY",
     "OPERATIONS",
     "READ_ONLY",
+    "TOKENED",
     "Arg",
     "Scripts",
     "build_library",
@@ -78,6 +79,12 @@ READ_ONLY = frozenset({"list", "stats"})
 NAMESPACE_ONLY = frozenset({"release", "take"})
 
 
+#: Operations whose calls carry a random token (``ARGV[5]``, the same in every send of a call), so that
+#: a call sent again after its connection broke mid-reply answers as its first send did rather than
+#: meeting its own tasks as duplicates (``kept_answer()`` in ``lua/_lib.lua``).
+TOKENED = frozenset({"enqueue", "take"})
+
+
 def read_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` as shipped in the package."""
     return files("conveyor.brokers.redis").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
@@ -106,9 +113,11 @@ def build_library() -> tuple[str, str]:
     for name in OPERATIONS:
         flags = "{'no-writes'}" if name in READ_ONLY else "{}"
         begin = "begin_namespace" if name in NAMESPACE_ONLY else "begin"
+        tokened = "true" if name in TOKENED else "false"
         registrations.append(
             f"redis.register_function{{function_name = 'conveyor_{version}_{name}', "
-            f"callback = function(keys, args) {begin}(keys, args) return op_{name}() end, flags = {flags}}}"
+            f"callback = function(keys, args) {begin}(keys, args, {tokened}) return op_{name}() end, "
+            f"flags = {flags}}}"
         )
     code = f"#!lua name=conveyor_{version}\n{body}\n" + "\n".join(registrations) + "\n"
     return version, code

@@ -37,9 +37,11 @@
 --   ARGV[2] origin: id of the calling broker object (tags published events)
 --   ARGV[3] "1": also return the events to the caller (it has local subscribers); "0"/"1" may be
 --           followed by " <queue> <count>" pairs: an enqueue's registrations (enqueue.lua: register)
---   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls>" (one argument; read as
---           numbers only by the operations that use them: max_errors() and so on)
--- Operation arguments follow: A(1) is ARGV[5]. Optional strings travel as "" (None) or "=" .. value.
+--   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls> <resend window, ms>" (one
+--           argument; read as numbers only by the operations that use them: max_errors() and so on)
+--   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take): the call's token (see repeated())
+-- Operation arguments follow: A(1) is ARGV[5] (ARGV[6] after a token). Optional strings travel as ""
+-- (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events},
 -- and, when it deleted tasks whose entries the namespace slot's indexes hold, {result, now, events or
 -- "", freed} (freed: lines "u <unique key> <id>" and, in a labelled slot, "i <custom id> <label>", for
@@ -56,6 +58,7 @@
 
 local KEYS, ARGV
 local P, NOW, ORIGIN, WANT, NOWS, POLICY
+local BASE, TOKEN, SENTP -- A(i) is ARGV[BASE + i]; the call's token, the prefix of kept answers (repeated())
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, IDS, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one slot, "{ns}:...")
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
@@ -78,7 +81,7 @@ local function names(seq)
     local p = string.sub(seq, 1, -4) -- "{ns}:v4:seq" -> "{ns}:v4:"
     n = {p, p .. 'due', p .. 'leases', p .. 'expiring', seq, p .. 'events', p .. 'wake', p .. 'listening',
       p .. 'rows', p .. 'results', p .. 'lasterr', p .. 'limits', p .. 'tracebacks',
-      string.match(p, '^{[^|}]*|([^}]*)}') or false}
+      string.match(p, '^{[^|}]*|([^}]*)}') or false, p .. 'sent:'}
     NAMES[seq] = n
   end
   return n
@@ -87,14 +90,15 @@ local function namespace_names(registry)
   local n = NSNAMES[registry]
   if not n then
     local p = string.sub(registry, 1, -7) -- "{ns}:v4:queues" -> "{ns}:v4:"
-    n = {registry, p .. 'uniq', p .. 'ids'}
+    n = {registry, p .. 'uniq', p .. 'ids', p .. 'sent:'}
     NSNAMES[registry] = n
   end
   return n
 end
 
-local function begin(keys, argv)
+local function begin(keys, argv, tokened)
   KEYS, ARGV = keys, argv
+  if tokened then BASE, TOKEN = 5, ARGV[5] else BASE, TOKEN = 4, nil end
   ORIGIN, WANT, POLICY = ARGV[2], ARGV[3] == '1' or string.byte(ARGV[3]) == 49, nil
   if ARGV[1] == '' then
     local t = redis.call('TIME')
@@ -104,7 +108,7 @@ local function begin(keys, argv)
     NOWS = ARGV[1]
     NOW = tonumber(NOWS)
   end
-  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL =
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL, SENTP =
     unpack(names(KEYS[1]))
   if KEYS[2] then QUEUES, UNIQ = unpack(namespace_names(KEYS[2])) else QUEUES, UNIQ = nil, nil end
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
@@ -115,11 +119,12 @@ end
 
 -- begin() of the operations of the namespace slot alone (scripts.NAMESPACE_ONLY): KEYS[1] is its
 -- `queues` registry; they touch no queue slot's key and make no events
-local function begin_namespace(keys, argv)
+local function begin_namespace(keys, argv, tokened)
   KEYS, ARGV = keys, argv
+  if tokened then BASE, TOKEN = 5, ARGV[5] else BASE, TOKEN = 4, nil end
   ORIGIN, WANT, POLICY, NOWS, NOW = ARGV[2], false, nil, ARGV[1], tonumber(ARGV[1])
   P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL = nil
-  QUEUES, UNIQ, IDS = unpack(namespace_names(KEYS[1]))
+  QUEUES, UNIQ, IDS, SENTP = unpack(namespace_names(KEYS[1]))
   EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = false, nil, false, false, nil, nil, {}, nil
 end
 
@@ -165,11 +170,19 @@ local function call_all(cmd, key, list, n)
   for i = 1, n, 4000 do redis.call(cmd, key, unpack(list, i, math.min(n, i + 3999))) end
 end
 
-local function A(i) return ARGV[4 + i] end
+local function A(i) return ARGV[BASE + i] end
+-- the policy's numbers by its text: a broker sends the same text in every call (a pure function of
+-- the text, so nothing of a call carries over; at most 64 texts kept)
+local POLICIES, POLICY_TEXTS = {}, 0
 local function policy(i)
   if not POLICY then
-    POLICY = {}
-    for v in string.gmatch(ARGV[4], '%S+') do POLICY[#POLICY + 1] = tonumber(v) end
+    POLICY = POLICIES[ARGV[4]]
+    if not POLICY then
+      POLICY = {}
+      for v in string.gmatch(ARGV[4], '%S+') do POLICY[#POLICY + 1] = tonumber(v) end
+      if POLICY_TEXTS >= 64 then POLICIES, POLICY_TEXTS = {}, 0 end
+      POLICIES[ARGV[4]], POLICY_TEXTS = POLICY, POLICY_TEXTS + 1
+    end
   end
   return POLICY[i]
 end
@@ -227,16 +240,43 @@ end
 local function switch(seq)
   local blob = leave_slot()
   if blob then SENT = SENT and (SENT .. '\n' .. blob) or blob end
-  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL =
+  P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL, SENTP =
     unpack(names(seq))
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   EVENTS, WOKEN = EMIT and {} or nil, false
 end
 
-local function finish(result)
+-- A call sent again. The broker sends a call once more when its connection broke before the reply
+-- was read (redis-py's retry in connections.py; cluster.py), so its first send may have run: it would
+-- meet its own tasks as duplicates, or store again a task that ran and was deleted meanwhile. A call
+-- of an enqueue or a take (scripts.TOKENED) carries a random token, the same in every send of it,
+-- and starts with repeated(): one SET NX of SENTP .. token, kept for the resend window (policy(4),
+-- ms), which tells a first send (the key was absent) from a repeat (it was there). A first send's
+-- answer is kept in that key: "\0" (the SET's own value) stands for "" without events, the usual
+-- answer, so only another answer costs a second write (finish()); a refusal (an error reply, nothing
+-- written) deletes the key, so a repeat decides afresh (forget_sent()). A repeat writes nothing and
+-- answers as the first send did, its events included.
+local function repeated()
+  local kept = redis.call('SET', SENTP .. TOKEN, '\0', 'PX', policy(4), 'NX', 'GET')
+  if not kept then return nil end
+  local cut = string.find(kept, '\0', 1, true)
+  local result, blob = string.sub(kept, 1, cut - 1), string.sub(kept, cut + 1)
+  if blob ~= '' and WANT then return {result, NOWS, blob} end
+  return NOWS .. '\n' .. result
+end
+local function forget_sent(refusal)
+  redis.call('DEL', SENTP .. TOKEN)
+  return refusal
+end
+
+-- a call's reply (see the header); `keep`: a call that began with repeated() keeps its answer
+local function finish(result, keep)
   local blob = leave_slot()
   local freed = FREED and table.concat(FREED, '\n') -- see remove_task()
   if SENT then blob = blob and (SENT .. '\n' .. blob) or SENT end
+  if keep and (result ~= '' or (blob and WANT)) then -- else the "\0" repeated() wrote says it
+    redis.call('SET', SENTP .. TOKEN, result .. '\0' .. (WANT and blob or ''), 'PX', policy(4))
+  end
   if blob and WANT then return {result, NOWS, blob, freed} end
   if freed then return {result, NOWS, '', freed} end
   if type(result) == 'string' then return NOWS .. '\n' .. result end

@@ -5,7 +5,7 @@
 --       of the queues not yet registered (see register() below); its tasks' unique keys were claimed
 --       by the caller beforehand (take.lua), so it checks them only within the call, and a unique key
 --       it frees (an invisible task replaced) is returned for release.lua.
--- ARGV: head (_lib.lua), then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
+-- ARGV: head (_lib.lua) with the call's token, then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
 --       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
 --       n > 1 as one JSON array in A(2) (cjson decodes it far faster than Redis builds 8n ARGV; long
@@ -16,7 +16,9 @@
 -- Returns: one string: "" when every task was stored, else per task "" (stored) or the id of the
 --          existing task (duplicate, not stored), joined by newlines (ids hold none); or the error
 --          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing
---          written).
+--          written). A call sent again (its connection lost before the reply was read) answers as
+--          its first send did, if that one ran, and writes nothing (repeated() in _lib.lua): it never
+--          meets its own tasks as duplicates.
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
 
@@ -134,10 +136,12 @@ local function plain_kind(q, prt, grouped)
 end
 
 -- each call:
+local kept = repeated()
+if kept then return kept end
 local n = tonumber(A(1))
-if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no tables of the chunk's
+if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no tables of the chunk's
   local id, q = A(2), A(3)
-  if not QUEUES and not settings(q).known and not proven(q) then return unregistered({q}) end
+  if not QUEUES and not settings(q).known and not proven(q) then return forget_sent(unregistered({q})) end
   -- plain, and room for it (a full queue's refusal comes after the duplicate check, below)
   if (A(6) or '') == '' and (A(8) or '') == '' and not over_max_size(q, 1) then
     -- its row is written with HSETNX, which is also the check that its id is free (one command
@@ -152,19 +156,19 @@ if n == 1 then -- the most common call: one task, its values in ARGV[6..13], no 
       if x then redis.call('ZADD', EXPIRING, f(x), m) end
       WOKEN = true
       if EMIT then event(id, nil, 'pending', q) end
-      return finish('')
+      return finish('', true)
     end
   end
   local old = load(id)
-  local dup = duplicate_of(ARGV, 6, old)
-  if dup then return finish(dup) end
+  local dup = duplicate_of(ARGV, BASE + 2, old)
+  if dup then return finish(dup, true) end
   local full = over_max_size(q, 1)
-  if full then return full end
+  if full then return forget_sent(full) end
   register(q)
   local rows = {}
-  store(ARGV, 6, redis.call('INCRBY', SEQ, 1), old, rows)
+  store(ARGV, BASE + 2, redis.call('INCRBY', SEQ, 1), old, rows)
   redis.call('HSET', ROWS, rows[1], rows[2])
-  return finish('')
+  return finish('', true)
 end
 local V = batch_values()
 local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
@@ -198,12 +202,12 @@ if not QUEUES then
   for q, _ in pairs(adding) do
     if not settings(q).known and not proven(q) then missing[#missing + 1] = q end
   end
-  if #missing > 0 then return unregistered(missing) end
+  if #missing > 0 then return forget_sent(unregistered(missing)) end
 end
 local new = 0
 for q, count in pairs(adding) do
   local full = over_max_size(q, count)
-  if full then return full end
+  if full then return forget_sent(full) end
   new = new + count
 end
 DEFER = true -- no sorted set is read below
@@ -258,4 +262,4 @@ for q, byp in pairs(kinds) do
 end
 call_all('ZADD', EXPIRING, expiring, nx)
 -- one string, not a table of n (converting a table reply costs the server per element)
-return finish(dups and table.concat(results, '\n') or '')
+return finish(dups and table.concat(results, '\n') or '', true)

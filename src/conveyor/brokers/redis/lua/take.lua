@@ -5,7 +5,7 @@
 -- the queue slot's call then stores the task. `since` is the server's TIME, so an entry's age does not
 -- depend on the callers' clocks.
 -- KEYS: the namespace slot's `queues` registry (begin_namespace() in _lib.lua).
--- ARGV: head (_lib.lua), then A(1) the age in seconds past which an entry counts as old, A(2) layout
+-- ARGV: head (_lib.lua) with the call's token, then A(1) the age in seconds past which an entry counts as old, A(2) layout
 --       4's prefix while it holds data (upgrade.py; "{ns}:v4:", this slot), else "": a free
 --       entry that layout 4 still holds, for a task it has, is answered as held, and young, by its
 --       holder (a custom id: by ":v4", a label no queue has), so the broker refuses the task as a
@@ -15,7 +15,12 @@
 --       what it may name for the claim to take it over ("" none).
 -- Returns: one string, per quadruple, joined by newlines: "" (written), "=" (the entry named the
 --          claimer already: its time renewed), else "<what it names> <1 if the entry is old, else 0>".
+--          A call sent again (its connection lost before the reply was read) answers as its first
+--          send did, if that one ran, and writes nothing (repeated() in _lib.lua): the broker then
+--          knows which entries its call wrote ("", not "=") and frees them if its task is refused.
 -- Transition: none.
+local kept = repeated()
+if kept then return kept end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local since, bound, v4 = ' ' .. string.format('%.17g', now), tonumber(A(1)), A(2)
@@ -41,4 +46,4 @@ while A(i) do
   end
   i = i + 4
 end
-return finish(table.concat(out, '\n'))
+return finish(table.concat(out, '\n'), true)
