@@ -56,6 +56,11 @@ class CuttingProxy:
         with self._lock:
             self._armed += [(marker, then)] * times
 
+    def disarm(self) -> None:
+        """Drop the cuts not made yet."""
+        with self._lock:
+            self._armed.clear()
+
     @property
     def armed(self) -> int:
         """Cuts armed and not made yet."""

@@ -7,11 +7,14 @@ the server run it, and closes the connection instead of forwarding the reply: th
 again, and the second send meets what the first stored. It must answer "stored" (and the same
 duplicates as the first send), never a duplicate of the call's own task; another call's task with
 that id or unique key must still be one. Every test runs in layout 5 (a slot per queue: custom ids and
-unique keys claimed by ``take`` first) and layout 4 (one slot, the enqueue script checks them).
+unique keys claimed by ``take`` first) and layout 4 (one slot, the enqueue script checks them); the
+last ones on the session's 3-master cluster, where a call sent again goes another way (``ClusterCalls``:
+the node's connection retries, then the cluster client sends it once more).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,12 +23,14 @@ from dataclasses import replace
 import pytest
 
 from conveyor import Conveyor
-from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis import RedisBroker, config
+from conveyor.brokers.redis.cluster import ClusterClient
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.errors import DuplicateTask, QueueFull
 from conveyor.ids import new_task_id
 from conveyor.model import Event, NewTask, Outcome, QueueSettings, TaskState
+from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
@@ -232,3 +237,56 @@ def test_an_app_enqueue_sent_again_returns_its_handle(proxy: CuttingProxy, layou
             app.enqueue("job", [2], task_id="invoice-42")
     finally:
         app.close()
+
+
+@pytest.fixture
+def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
+    """A proxy in front of each master of the session's cluster; the brokers made meanwhile reach
+    every node through them (redis-py's ``address_remap`` maps the addresses the cluster announces)."""
+    proxies = [CuttingProxy("127.0.0.1", node.port) for node in redis_cluster.masters]
+    to_proxy = {
+        ("127.0.0.1", node.port): ("127.0.0.1", proxy.port)
+        for node, proxy in zip(redis_cluster.masters, proxies, strict=True)
+    }
+    remapped = functools.partial(ClusterClient, address_remap=lambda address: to_proxy.get(address, address))
+    monkeypatch.setattr(config, "ClusterClient", remapped)
+    try:
+        yield proxies
+    finally:
+        for proxy in proxies:
+            proxy.close()
+
+
+@pytest.fixture
+def cluster_broker(redis_cluster: LocalCluster, cluster_proxies: list[CuttingProxy]) -> Iterator[RedisBroker]:
+    opened = RedisBroker(RedisConfig.from_url(redis_cluster.namespace_url()))
+    try:
+        assert opened.cluster
+        opened.enqueue([task(opened, "warm-up", unique_key="warm-up")], NOW)  # every node's connections made
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize(
+    ("marker", "custom", "unique"),
+    [(ENQUEUE, False, False), (ENQUEUE, True, True), (TAKE, True, True)],
+    ids=["generated id", "custom id and unique key", "take cut"],
+)
+def test_a_call_sent_again_on_a_cluster_answers_stored(
+    cluster_proxies: list[CuttingProxy], cluster_broker: RedisBroker, marker: bytes, custom: bool, unique: bool
+) -> None:
+    broker = cluster_broker
+    new = task(broker, "order-" + uuid.uuid4().hex[:8] if custom else None, "key" if unique else None)
+    cuts = sum(proxy.cuts for proxy in cluster_proxies)
+    for proxy in cluster_proxies:  # the call goes to the master of its slot: one of them cuts it
+        proxy.cut_after(marker)
+    try:
+        assert broker.enqueue([new], NOW) == [None]
+    finally:
+        for proxy in cluster_proxies:
+            proxy.disarm()
+    assert sum(proxy.cuts for proxy in cluster_proxies) == cuts + 1
+    again = task(broker, new.id if custom else None, new.unique_key)
+    assert broker.enqueue([again], NOW) == [new.id if custom or unique else None]
+    assert pending(broker) == 2 + (0 if custom or unique else 1)
