@@ -25,7 +25,7 @@ from conveyor.brokers.redis.calls import one_task_args
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import Refused
 from conveyor.brokers.redis.keys import Keys, keyslot
-from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, OPERATIONS, build_library
+from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, OPERATIONS, build_library, new_token
 from conveyor.errors import ConveyorError
 from conveyor.model import BrokerPolicy, Outcome, QueueSettings, TaskState
 from conveyor.testing import poll_until
@@ -277,7 +277,7 @@ def test_an_enqueue_whose_registration_a_forget_undid_registers_again(server: Re
         with pytest.raises(Refused) as again:  # the SADD it stands for was undone
             broker._invoke("enqueue", prefix, repr(NOW), args, namespace=False, proof=" a 0")
         assert again.value.text == "CONVEYOR_NAMESPACE a 2"
-        assert broker._enqueue_here(prefix, repr(NOW), args) == ""
+        assert broker._enqueue_here(prefix, repr(NOW), args, new_token()) == ""
         assert broker.client.sismember(broker.keys.queues, "a")
         assert [info.name for info in broker.queues(NOW)] == ["a"]
         assert broker.enqueue([task("2~a")], NOW) == [None]  # kn set: in the queue slot at once

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,7 +32,7 @@ from conveyor.brokers.redis.keys import Keys, Keys5, Slot
 from conveyor.brokers.redis.link import Link, connect
 from conveyor.brokers.redis.listener import follow_now
 from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, TOKENED, Arg, Scripts
+from conveyor.brokers.redis.scripts import NAMESPACE_ONLY, TOKENED, Arg, Scripts, new_token
 from conveyor.brokers.redis.serverclock import ServerClock
 from conveyor.brokers.redis.slotwaits import SlotWaits
 from conveyor.brokers.redis.upgrade import Upgrade
@@ -52,12 +51,6 @@ _REGISTER_TRIES = 5
 LAYOUT_KEYS: type[Keys] = Keys5
 
 _SCRIPTS: Scripts | None = None
-
-
-def new_token() -> str:
-    """A call's token (``scripts.TOKENED``): 64 random bits, from ``os.urandom`` so that a forked
-    child never repeats its parent's."""
-    return os.urandom(8).hex()
 
 
 def _scripts() -> Scripts:
@@ -349,13 +342,14 @@ class RedisCalls:
 
     # -- the registry, written around the queue slot's calls ------------------------------------
 
-    def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg]) -> str | None:
+    def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg], token: str) -> str | None:
         """An enqueue call in its queue slot alone: its reply, or None when it needs the namespace slot
         declared too (layout 4), or could not register its queues in :data:`_REGISTER_TRIES` tries. A
         queue not registered yet (a refusal naming queues and their forget counters) is added to the
         registry first, then the call is sent again with the counters (enqueue.lua: register); in
-        layout 4, where the slots are one, the call is sent again with both instead."""
-        proof, token = "", new_token()  # one call, however often sent: its first send may have stored it
+        layout 4, where the slots are one, the call is sent again with both instead. ``token``: the
+        call's, the same in each send (see :meth:`_head`)."""
+        proof = ""
         for _ in range(_REGISTER_TRIES):
             try:
                 return cast("str", self._invoke("enqueue", prefix, now, args, proof=proof, token=token)[1])

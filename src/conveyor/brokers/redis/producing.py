@@ -21,7 +21,7 @@ from conveyor.brokers.redis import admin, claims
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, chunk_args, duplicates, enqueue_args, one_task_args
 from conveyor.brokers.redis.faults import Refused
 from conveyor.brokers.redis.replication import Unreplicated
-from conveyor.brokers.redis.scripts import Arg
+from conveyor.brokers.redis.scripts import Arg, new_token
 from conveyor.brokers.redis.spread import Spreading
 from conveyor.errors import BrokerError, QueueFull
 from conveyor.model import NewTask
@@ -153,11 +153,12 @@ class Producing(Spreading):
     def _store_chunk(self, prefix: str, now: str, args: Sequence[Arg], alone: bool) -> str:
         """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`);
         else, in layout 4, declaring the namespace slot too."""
-        reply = self._enqueue_here(prefix, now, args) if alone else None
+        token = new_token()  # one call, however often sent: a repeat finds what its first send did
+        reply = self._enqueue_here(prefix, now, args, token) if alone else None
         if reply is None:
             if not self.keys.one_slot:  # two slots in one call: refused by a cluster
                 raise BrokerError("an enqueue could not register its queue: forget_queue kept undoing it")
-            reply = cast("str", self._invoke("enqueue", prefix, now, args, namespace=True)[1])
+            reply = cast("str", self._invoke("enqueue", prefix, now, args, namespace=True, token=token)[1])
         return reply
 
 

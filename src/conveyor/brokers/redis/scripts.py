@@ -17,6 +17,7 @@ then the call is retried once.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
@@ -37,6 +38,7 @@ __all__ = [
     "Scripts",
     "build_library",
     "is_missing_function",
+    "new_token",
     "read_source",
 ]
 
@@ -83,6 +85,12 @@ NAMESPACE_ONLY = frozenset({"release", "take"})
 #: a call sent again after its connection broke mid-reply answers as its first send did rather than
 #: meeting its own tasks as duplicates (``kept_answer()`` in ``lua/_lib.lua``).
 TOKENED = frozenset({"enqueue", "take"})
+
+
+def new_token() -> str:
+    """A call's token (:data:`TOKENED`): 64 random bits, from ``os.urandom`` so that a forked child
+    never repeats its parent's."""
+    return os.urandom(8).hex()
 
 
 def read_source(name: str) -> str:
