@@ -58,7 +58,7 @@
 
 local KEYS, ARGV
 local P, NOW, ORIGIN, WANT, NOWS, POLICY
-local BASE, TOKEN, SENTP -- A(i) is ARGV[BASE + i]; the call's token, the prefix of kept answers (repeated())
+local BASE, TOKEN, SENTP -- A(i) is ARGV[BASE + i]; the call's token; where answers are kept (repeated())
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, IDS, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one slot, "{ns}:...")
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED

@@ -5,8 +5,9 @@
 --       of the queues not yet registered (see register() below); its tasks' unique keys were claimed
 --       by the caller beforehand (take.lua), so it checks them only within the call, and a unique key
 --       it frees (an invisible task replaced) is returned for release.lua.
--- ARGV: head (_lib.lua) with the call's token, then A(1) = n and the n * 8 strings, per task: id, queue, body (name, options
---       and payload, made by the caller: codec.encode_body), priority, run_at ("" none), expires_at
+-- ARGV: head (_lib.lua) with the call's token, then A(1) = n and the n * 8 strings, per task: id,
+--       queue, body (name, options and payload, made by the caller: codec.encode_body), priority,
+--       run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
 --       n > 1 as one JSON array in A(2) (cjson decodes it far faster than Redis builds 8n ARGV; long
 --       bodies as arguments of their own, A(3) onwards: batch_values() in _lib.lua), for

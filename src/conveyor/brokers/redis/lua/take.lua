@@ -5,8 +5,9 @@
 -- the queue slot's call then stores the task. `since` is the server's TIME, so an entry's age does not
 -- depend on the callers' clocks.
 -- KEYS: the namespace slot's `queues` registry (begin_namespace() in _lib.lua).
--- ARGV: head (_lib.lua) with the call's token, then A(1) the age in seconds past which an entry counts as old, A(2) layout
---       4's prefix while it holds data (upgrade.py; "{ns}:v4:", this slot), else "": a free
+-- ARGV: head (_lib.lua) with the call's token, then A(1) the age in seconds past which an entry
+--       counts as old, A(2) layout 4's prefix while it holds data (upgrade.py; "{ns}:v4:", this slot),
+--       else "": a free
 --       entry that layout 4 still holds, for a task it has, is answered as held, and young, by its
 --       holder (a custom id: by ":v4", a label no queue has), so the broker refuses the task as a
 --       duplicate unless the holder is `expected` (it found it finished), then
