@@ -8,8 +8,8 @@ again, and the second send meets what the first stored. It must answer "stored" 
 duplicates as the first send), never a duplicate of the call's own task; another call's task with
 that id or unique key must still be one. Every test runs in layout 5 (a slot per queue: custom ids and
 unique keys claimed by ``take`` first) and layout 4 (one slot, the enqueue script checks them); the
-last ones on the session's 3-master cluster, where a call sent again goes another way (``ClusterCalls``:
-the node's connection retries, then the cluster client sends it once more).
+last ones on the session's 3-master cluster, where a call sent again goes another way (the node's
+connection does not retry; ``ClusterCalls`` has the cluster client send it once more).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def layout(request: pytest.FixtureRequest) -> str:
 
 
 def open_broker(proxy: CuttingProxy, layout: str, namespace: str) -> RedisBroker:
-    config = RedisConfig.from_url(f"redis://127.0.0.1:{proxy.port}/0?namespace={namespace}")
-    return RedisBroker(config, keys=Keys(namespace) if layout == "layout 4" else None)
+    through = RedisConfig.from_url(f"redis://127.0.0.1:{proxy.port}/0?namespace={namespace}")
+    return RedisBroker(through, keys=Keys(namespace) if layout == "layout 4" else None)
 
 
 @pytest.fixture
