@@ -1,6 +1,7 @@
 """The Redis broker on one server against a private 3-master cluster: what each costs per task.
 
     .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3] [--partitions 6]
+                                           [--one-master]
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
 ``conveyor.testing``, on layout 4's keys, the namespace in one slot; with ``--partitions N``, also both
@@ -9,14 +10,21 @@ on layout 5's, a slot per queue, and the queue in N partitions, ids made as an a
 call) and a drain (claim 500, settle them), each timed on the client (wall and CPU of this process) and
 on the servers (``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part
 of it spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the
-share of the commands each master ran (``INFO commandstats`` deltas). On this 2-core machine wall-clock
+share of the commands each master ran (``INFO commandstats`` deltas); and first, as the floor, a
+PING per call (in rotation over the masters where the queue is partitioned). On this 2-core machine wall-clock
 scaling cannot show, so server CPU per task and its spread over masters are the figures that decide it:
 a master's capacity is 1 / its CPU per task. Each run uses a namespace of its own; targets alternate.
+
+``--one-master`` (with ``--partitions``) adds ``cluster1/pN``: layout 5 on a cluster of one master,
+which serves every slot. It tells the two parts of the gap apart: cluster mode itself (the same
+commands, each costing a cluster-enabled server more: ``cluster1/pN`` against ``server/pN``) and the
+work spread over three processes (``cluster/pN`` against ``cluster1/pN``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 import uuid
@@ -32,9 +40,11 @@ from conveyor.testing.redis_server import RedisServer
 NOW = 1_000_000.0
 
 
-def _cpu(server: RedisServer) -> float:
+def _cpu(server: RedisServer) -> tuple[float, float]:
+    """The server's CPU seconds so far: (user + system, user)."""
     info = server.client().info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    user = float(info["used_cpu_user"])
+    return user + float(info["used_cpu_sys"]), user
 
 
 def _calls(server: RedisServer) -> tuple[int, float]:
@@ -56,7 +66,9 @@ def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object
     wall0, client0 = time.perf_counter(), time.process_time()
     work()
     wall, client = time.perf_counter() - wall0, time.process_time() - client0
-    cpu = [_cpu(s) - c for s, c in zip(servers, cpu0, strict=True)]
+    cpus = [_cpu(s) for s in servers]
+    cpu = [c[0] - c0[0] for c, c0 in zip(cpus, cpu0, strict=True)]
+    user = [c[1] - c0[1] for c, c0 in zip(cpus, cpu0, strict=True)]
     stats = [_calls(s) for s in servers]
     calls = [c[0] - c0[0] for c, c0 in zip(stats, calls0, strict=True)]
     usec = sum(c[1] - c0[1] for c, c0 in zip(stats, calls0, strict=True))
@@ -65,9 +77,21 @@ def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object
         "rate": count / wall,
         "client_us": client / count * 1e6,
         "server_us": sum(cpu) / count * 1e6,
+        "user_us": sum(user) / count * 1e6,
         "command_us": usec / count,
         "share": [round(c / total, 2) for c in calls],
     }
+
+
+def _pings(servers: Sequence[RedisServer], count: int, rotate: bool) -> dict[str, object]:
+    """The floor, nothing of Conveyor's in it: ``count`` PINGs one at a time, in rotation over the
+    masters when ``rotate`` (as a partitioned queue's one-task enqueues go), else all to the first."""
+    clients = [server.client() for server in (servers if rotate else servers[:1])]
+    try:
+        return _phase(servers, count, lambda: [clients[i % len(clients)].ping() for i in range(count)])
+    finally:
+        for client in clients:
+            client.close()
 
 
 def run(
@@ -81,7 +105,7 @@ def run(
             broker.configure_queue(QueueSettings("q", partitions=partitions))
         suffix = broker.id_suffixes()
         broker.enqueue([_task(suffix)], NOW)  # first use: client chosen, library loaded
-        out = {}
+        out = {"ping": _pings(servers, singles, bool(partitions))}
         out["enqueue 1"] = _phase(
             servers, singles, lambda: [broker.enqueue([_task(suffix)], NOW) for _ in range(singles)]
         )
@@ -107,9 +131,13 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=2_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=0, help="also run split slots, the queue in N partitions")
+    parser.add_argument("--one-master", action="store_true", help="also a one-master cluster (with --partitions)")
     args = parser.parse_args()
     results: dict[str, dict[str, list[dict[str, object]]]] = {}
-    with RedisServer() as server, LocalCluster(masters=3) as cluster:
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(RedisServer())
+        cluster = stack.enter_context(LocalCluster(masters=3))
+        one = stack.enter_context(LocalCluster(masters=1)) if args.one_master and args.partitions else None
         for _ in range(args.reps):
             targets: list[tuple[str, str, Sequence[RedisServer], int]] = [
                 ("server", server.namespace_url(), [server], 0),
@@ -120,6 +148,10 @@ def main() -> None:
                     (f"server/p{args.partitions}", server.namespace_url(), [server], args.partitions),
                     (f"cluster/p{args.partitions}", cluster.namespace_url(), list(cluster.masters), args.partitions),
                 ]
+            if one is not None:
+                targets.append(
+                    (f"cluster1/p{args.partitions}", one.namespace_url(), list(one.masters), args.partitions)
+                )
             for name, url, servers, partitions in targets:
                 for phase, figures in run(url, servers, args.tasks, args.singles, partitions).items():
                     results.setdefault(name, {}).setdefault(phase, []).append(figures)
@@ -128,11 +160,13 @@ def main() -> None:
             rates = [float(str(r["rate"])) for r in runs]
             client = [float(str(r["client_us"])) for r in runs]
             srv = [float(str(r["server_us"])) for r in runs]
+            user = [float(str(r["user_us"])) for r in runs]
             inside = [float(str(r["command_us"])) for r in runs]
             print(
                 f"{name:12} {phase:12} {statistics.median(rates):9.0f}/s ({min(rates):.0f}-{max(rates):.0f})"
                 f"  client CPU {statistics.median(client):6.1f} us/task  server CPU {statistics.median(srv):6.1f}"
-                f" us/task (in scripts {statistics.median(inside):5.1f})  command share per master {runs[-1]['share']}"
+                f" us/task (user {statistics.median(user):6.1f}, in scripts {statistics.median(inside):5.1f})"
+                f"  command share per master {runs[-1]['share']}"
             )
 
 

@@ -34,6 +34,7 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
+from conveyor.testing.redis_cluster import SLOTS
 from conveyor.testing.redis_server import find_server_binary, free_port
 
 __all__ = ["PHASES", "available", "measure"]
@@ -99,24 +100,48 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0)
         client.close()
 
 
-def measure(tasks: int = 10_000, singles: int = 1_000, server: str | None = None, layout: int = 5) -> dict[str, float]:
+def _serve_every_slot(port: int, timeout: float = 60.0) -> None:
+    """Give the cluster-enabled server on ``port`` every slot and wait for ``cluster_state:ok``."""
+    client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+    try:
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)  # type: ignore[no-untyped-call]
+        deadline = time.monotonic() + timeout
+        while client.cluster("INFO").get("cluster_state") != "ok":  # type: ignore[no-untyped-call]
+            if time.monotonic() > deadline:
+                raise RuntimeError("the one-node cluster did not reach cluster_state:ok")
+            time.sleep(0.2)  # polling a server that converges by itself
+    finally:
+        client.close()
+
+
+def measure(
+    tasks: int = 10_000, singles: int = 1_000, server: str | None = None, layout: int = 5, cluster: bool = False
+) -> dict[str, float]:
     """Server instructions per unit of each phase (see :data:`PHASES`), counted by callgrind, with the
     keys of ``layout`` (5, what runs, or 4, what the version before stored:
-    :class:`~conveyor.brokers.redis.keys.Keys`)."""
+    :class:`~conveyor.brokers.redis.keys.Keys`); with ``cluster``, on a cluster-enabled server that
+    serves every slot alone (a one-master cluster, reached by a ``redis+cluster://`` URL): what cluster
+    mode costs per command, apart from the spread over masters."""
     if not available():
         raise RuntimeError("valgrind (with callgrind_control) is not installed")
     with tempfile.TemporaryDirectory(prefix="conveyor-cg-") as tmp:
         out = Path(tmp)
         port = free_port()
+        clustered = ["--cluster-enabled", "yes", "--cluster-port", str(free_port()),
+                     "--cluster-config-file", f"{tmp}/nodes.conf"] if cluster else []  # fmt: skip
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", find_server_binary(server),
-             "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp],
+             "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp,
+             *clustered],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
             _wait_ready(port, proc)
-            config = RedisConfig.from_url(f"redis://127.0.0.1:{port}/0?namespace=cost")
+            if cluster:
+                _serve_every_slot(port)
+            where = f"redis+cluster://127.0.0.1:{port}/" if cluster else f"redis://127.0.0.1:{port}/0"
+            config = RedisConfig.from_url(where + "?namespace=cost")
             broker = RedisBroker(config, BrokerPolicy(), keys=Keys(config.namespace) if layout == 4 else None)
             try:
                 units = _run_phases(broker, proc.pid, tasks, singles)
@@ -201,10 +226,12 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=1_000, help="calls of the one-at-a-time phases")
     parser.add_argument("--server", default=None, help="valkey (default) or redis-server")
     parser.add_argument("--layout", type=int, choices=(4, 5), default=5, help="the keys' layout (4: one slot)")
+    parser.add_argument("--cluster", action="store_true", help="a cluster-enabled server holding every slot")
     args = parser.parse_args()
-    costs = measure(args.tasks, args.singles, args.server, args.layout)
+    costs = measure(args.tasks, args.singles, args.server, args.layout, args.cluster)
     batches = f"{args.tasks} tasks in batches, {args.singles} one at a time"
-    print(f"server instructions (callgrind), layout {args.layout}, {batches}")
+    mode = ", cluster mode (one master)" if args.cluster else ""
+    print(f"server instructions (callgrind), layout {args.layout}{mode}, {batches}")
     for name, unit in PHASES:
         print(f"{costs[name]:12,.0f}  per {unit}  ({costs[name] / costs['ping']:.1f}x PING)")
 
