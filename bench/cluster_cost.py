@@ -11,9 +11,10 @@ call) and a drain (claim 500, settle them), each timed on the client (wall and C
 on the servers (``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part
 of it spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the
 share of the commands each master ran (``INFO commandstats`` deltas); and first, as the floor, a
-PING per call (in rotation over the masters where the queue is partitioned). On this 2-core machine wall-clock
-scaling cannot show, so server CPU per task and its spread over masters are the figures that decide it:
-a master's capacity is 1 / its CPU per task. Each run uses a namespace of its own; targets alternate.
+PING per call (in rotation over the masters where the queue is partitioned), and the user part of the
+server CPU beside the total. On this 2-core machine wall-clock scaling cannot show, so server CPU per
+task and its spread over masters are the figures that decide it: a master's capacity is 1 / its CPU
+per task. Each run uses a namespace of its own; targets alternate.
 
 ``--one-master`` (with ``--partitions``) adds ``cluster1/pN``: layout 5 on a cluster of one master,
 which serves every slot. It tells the two parts of the gap apart: cluster mode itself (the same
