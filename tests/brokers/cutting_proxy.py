@@ -88,10 +88,7 @@ class CuttingProxy:
         """Client to server: a request holding the armed marker dooms its reply (a request's bytes may
         arrive in several reads: the marker, a function name, comes in the first)."""
         while True:
-            try:
-                data = pair.client.recv(65536)
-            except OSError:
-                data = b""
+            data = _received(pair.client)
             if not data:
                 pair.close()
                 return
@@ -109,10 +106,7 @@ class CuttingProxy:
     def _downstream(self, pair: _Pair) -> None:
         """Server to client, except the reply to a doomed request: the pair is closed instead."""
         while True:
-            try:
-                data = pair.server.recv(65536)
-            except OSError:
-                data = b""
+            data = _received(pair.server)
             if not data:
                 pair.close()
                 return
@@ -144,3 +138,11 @@ class CuttingProxy:
         self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _received(sock: socket.socket) -> bytes:
+    """The next bytes from ``sock``; b"" once it is closed or broken."""
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
