@@ -12,12 +12,13 @@ import time
 import uuid
 
 import pytest
+from redis._parsers.base import BaseParser
 
 from conveyor import Conveyor
 from conveyor.brokers import open_broker
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
-from conveyor.brokers.redis.faults import NEEDED_ACL
+from conveyor.brokers.redis.faults import NEEDED_ACL, translated
 from conveyor.brokers.redis.keys import SLOTS, keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable, ConfigurationError
 from conveyor.model import BrokerPolicy, Event, NewTask, Outcome, QueueSettings
@@ -284,3 +285,19 @@ def test_a_running_worker_drains_and_wakes_on_a_cluster(redis_cluster: LocalClus
         thread.join(timeout=10.0)
         app.close()
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "CLUSTERDOWN The cluster is down",
+        "TRYAGAIN Multiple keys request during rehashing of slot",
+        "MASTERDOWN Link down",
+        "READONLY You can't write against a read only replica.",
+    ],
+)
+def test_a_cluster_between_two_states_is_broker_unavailable(reply: str) -> None:
+    """redis-py parses these replies into exceptions whose text lacks the code (a failover under way
+    answered 'The cluster is down'): each is a passing state, so a caller backs off and retries."""
+    exc = BaseParser.parse_error(reply)  # type: ignore[no-untyped-call]
+    assert isinstance(translated(exc), BrokerUnavailable), type(exc)

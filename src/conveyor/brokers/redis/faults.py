@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from redis.exceptions import ClusterError, RedisClusterException, ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    ReadOnlyError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 
 from conveyor.brokers.redis.tls import TlsTrouble
 from conveyor.errors import BrokerError, BrokerUnavailable
@@ -83,6 +90,8 @@ def translated(exc: redis.RedisError | RedisClusterException) -> BrokerError:
             "Redis is out of memory (maxmemory reached); nothing was written. Free memory, raise "
             f"maxmemory, or drain queues. Server said: {exc}"
         )
+    if isinstance(exc, (ClusterDownError, TryAgainError, ReadOnlyError)):  # a server between two states
+        return BrokerUnavailable(f"Redis cannot serve the call now: {type(exc).__name__}: {exc}")
     if isinstance(exc, redis.ResponseError):
         text = str(exc)
         if text.startswith("OOM"):
