@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any, cast
 
 import pytest
@@ -361,6 +362,55 @@ def test_a_mover_that_lost_its_lock_drops_nothing(apart_url: str) -> None:
         old.close()
         late.close()
         later.close()
+
+
+def move_all(broker: RedisBroker) -> None:
+    """Every task of layout 4 moved by a fresh broker on layout 5's keys (``broker``'s own would trust
+    its last "nothing there" for up to :data:`upgrade.RECHECK` seconds)."""
+    with closing(RedisBroker(broker.config, keys=Keys5(broker.keys.namespace))) as mover:
+        assert mover._upgrade is not None
+        for _ in range(100):
+            mover._upgrade.step(NOW, batch=2)
+            if not moving(mover):
+                return
+    raise AssertionError("layout 4 never emptied")
+
+
+def test_a_custom_id_the_version_before_stores_again_after_its_task_moved_runs_once_then_is_dropped(
+    anywhere: tuple[RedisBroker, RedisBroker],
+) -> None:
+    """The version before cannot see layout 5: once ``order-42``'s task moved, its enqueue of that id
+    (a retried webhook, say) stores a second task in layout 4, in the same queue or another. Served in
+    place, such a task runs once: its lease is extended and its outcome written in layout 4's slot,
+    where the entry does not lead (addressing._elsewhere); the move then drops it as the duplicate this
+    version refuses, and the id's task is still the moved one (before, the outcome went to the moved
+    task's slot and was refused: the task ran again at each lease expiry until archived as poison, and
+    on one server the move left it in layout 4 for good)."""
+    old, broker = anywhere
+    assert old.enqueue([new("order-42", "b"), new("order-43", "b", unique_key="k", unique_until=NOW + 99)], NOW) == [
+        None,
+        None,
+    ]
+    move_all(broker)
+    [first, first43] = broker.claim(["b"], NOW, 30.0, limit=2)
+    done = [Outcome("order-42", first.lease_token or "", "complete", result='"first"')]
+    assert broker.settle([*done, Outcome("order-43", first43.lease_token or "", "complete")], NOW) == [True, True]
+    original = broker.get("order-42", NOW)
+
+    again = [new("order-42", "b"), new("order-43", "c", unique_key="k", unique_until=NOW + 99)]
+    assert old.enqueue(again, NOW + 1) == [None, None]  # no duplicate for the version before
+    with closing(RedisBroker(broker.config, keys=Keys5(broker.keys.namespace))) as serving:
+        claimed = {record.id: record for record in serving.claim(["b", "c"], NOW + 2, 30.0, limit=5)}
+        assert sorted(claimed) == ["order-42", "order-43"]  # the second tasks, served in place
+        tokens = {task_id: record.lease_token or "" for task_id, record in claimed.items()}
+        assert serving.extend("order-42", tokens["order-42"], NOW + 3, 30.0) is not None
+        outcomes = [Outcome(task_id, token, "complete", result='"again"') for task_id, token in tokens.items()]
+        assert serving.settle(outcomes, NOW + 4) == [True, True]
+        assert serving.get("order-42", NOW + 4) == original
+    move_all(broker)
+    assert old_keys(broker) == []
+    assert broker.get("order-42", NOW + 5) == original
+    assert {name: info["completed"] for name, info in counts(broker).items()} == {"b": 2, "c": 0}
 
 
 @pytest.mark.parametrize("where", ["server", pytest.param("cluster", marks=pytest.mark.slow)])

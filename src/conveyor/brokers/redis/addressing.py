@@ -282,20 +282,44 @@ class RedisCalls:
 
     def _by_task_slot(self, task_ids: Sequence[str], run: Callable[[str, list[int]], list[bool]]) -> list[bool]:
         """``run(prefix, places)`` for the places of ``task_ids`` in each slot (:meth:`_task_prefixes`):
-        its flag per place. Places sent to layout 4's slot and not applied go once more, by their entry:
-        the move (``upgrade.py``) may have taken their tasks meanwhile."""
+        its flag per place. While layout 4 holds data, places not applied go once more
+        (:meth:`_elsewhere`)."""
         applied = [False] * len(task_ids)
         places = list(range(len(task_ids)))
-        for _ in range(2):
-            prefixes = self._task_prefixes([task_ids[i] for i in places])
+        prefixes = self._task_prefixes(task_ids)
+        for last in (False, True):
             for prefix, group in self._by_slot(places, dict(zip(places, prefixes, strict=True)).__getitem__):
                 for i, flag in zip(group, run(prefix, [places[i] for i in group]), strict=True):
                     applied[places[i]] = flag
-            old = None if all(applied[i] for i in places) else self._old()
-            places = [i for i, prefix in zip(places, prefixes, strict=True) if prefix == old and not applied[i]]
+            sent = [(i, prefix) for i, prefix in zip(places, prefixes, strict=True) if not applied[i]]
+            if last or not sent:
+                break
+            again = self._elsewhere([task_ids[i] for i, _ in sent], [prefix for _, prefix in sent])
+            places = [i for (i, _), prefix in zip(sent, again, strict=True) if prefix is not None]
+            prefixes = [prefix for prefix in again if prefix is not None]
             if not places:
                 break
         return applied
+
+    def _elsewhere(self, task_ids: Sequence[str], sent: Sequence[str]) -> list[str | None]:
+        """Where to send once more by-id calls of ``task_ids`` not applied in the slots ``sent`` (None:
+        nowhere), while layout 4 holds data (``upgrade.py``): one sent to its slot goes by its entry, as
+        the move may have taken the task meanwhile; one of a custom id sent by its entry goes to layout
+        4's slot, which may hold a second task of that id, enqueued by a producer of the version before
+        (which cannot see layout 5's entries) and claimed there; the move drops it later."""
+        old = self._old()
+        if old is None:
+            return [None] * len(task_ids)
+        back = [task_id for task_id, prefix in zip(task_ids, sent, strict=True) if prefix == old]
+        entries = iter(self._task_prefixes(back) if back else [])
+        out: list[str | None] = []
+        for task_id, prefix in zip(task_ids, sent, strict=True):
+            if prefix == old:
+                entry = next(entries)
+                out.append(None if entry == old else entry)  # still no entry: not moved
+            else:
+                out.append(old if "~" not in task_id else None)
+        return out
 
     def _old(self) -> str | None:
         """:meth:`_old_prefix`, its errors as ``conveyor.errors``."""

@@ -138,7 +138,12 @@ class RedisBroker(Producing):
         return applied
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
-        reply = self._call("extend", self._task_prefix(task_id), now, task_id, token, repr(float(lease_for)))
+        prefix = self._task_prefix(task_id)
+        reply = self._call("extend", prefix, now, task_id, token, repr(float(lease_for)))
+        if not reply and self._upgrade is not None:  # by-id calls during the move (addressing._elsewhere)
+            [again] = self._elsewhere([task_id], [prefix])
+            if again is not None:
+                reply = self._call("extend", again, now, task_id, token, repr(float(lease_for)))
         if not reply:
             return None
         return LeaseStatus(float(reply[0]), reply[1] == "1")

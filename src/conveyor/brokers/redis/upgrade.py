@@ -3,8 +3,10 @@ on layout 5's keys (docs/architecture.md, "From layout 4").
 
 While layout 4's registry ``{ns}:v4:queues`` exists, its data is served where it is: a by-id call whose
 id has no entry in layout 5's ``ids`` goes to layout 4's slot (every layout 4 id lacks ``~<label>``),
-claims, promote, reap and history visit it after layout 5's slots, stats add its counts, and the
-listeners follow its channels. Layout 4's slot has the same key names after its prefix as a queue
+and one of a custom id refused where its entry leads goes there once more (a producer of the version
+before, which cannot see layout 5, may store a second task of an id whose task moved; the move drops
+it as a duplicate); claims, promote, reap and history visit it after layout 5's slots, stats add its
+counts, and the listeners follow its channels. Layout 4's slot has the same key names after its prefix as a queue
 slot of layout 5, so every script runs there unchanged. The janitor's tick moves its tasks, at
 most :data:`BATCH` per call, for at most :data:`TICK_BUDGET` seconds a tick; the call that empties
 layout 4 carries its queues' settings and the task declarations over and deletes the rest, its

@@ -4,13 +4,17 @@
 -- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _lib.lua): every key of layout 4 is in it.
 -- ARGV: head (_lib.lua), then A(1) the HSCAN cursor over layout 4's rows ("0" to begin), A(2) limit,
 --       A(3) the namespace.
--- Returns: "<cursor> <moved> <left>": the cursor to go on from, the tasks moved, and the rows layout 4
+-- Returns: "<cursor> <moved> <left>": the cursor to go on from, the tasks moved (not counting those
+--          dropped as duplicates, which count towards `limit`), and the rows layout 4
 --          still holds (0: layout 4's remaining keys are gone too: its queues' settings and task
 --          declarations carried over, the rest deleted, its registry last).
 -- Transition: none. A task keeps its state, member (so its order), scores, row and side data; its
 -- unique key's entry and an entry in layout 5's `ids` (every layout 4 id lacks "~<label>") name it
 -- in the namespace slot. A pending task that waited in its enqueue call's group waits on its own.
--- A task whose id layout 5 already holds in another place stays (by-id calls find the other one).
+-- A task whose id layout 5 already holds is a second task of that id, which the version before's
+-- enqueue stored because it cannot see layout 5 (a producer of that version enqueueing a custom id
+-- again after its task moved): the duplicate this version refuses, dropped (the id stays layout 5's
+-- task's). A task whose id's entry names another slot that holds no such row stays.
 
 local SETTING_FIELDS = {'ms', 'cc', 'ag', 'pa'}
 
@@ -40,17 +44,29 @@ local function carry_queue(q)
   if tonumber(redis.call('GET', SEQ) or '0') < seq4 then redis.call('SET', SEQ, seq4) end
 end
 
+-- a task of layout 4 whose id layout 5 holds (see the header): out of layout 4, data and unique key
+local function drop_duplicate(t)
+  unindex(t)
+  drop_data(t.id)
+  if t.uk and entry_names(redis.call('HGET', old .. 'uniq', t.uk), t.id) then
+    redis.call('HDEL', old .. 'uniq', t.uk)
+  end
+end
+
 local scan = redis.call('HSCAN', ROWS, cursor, 'COUNT', limit)
-local found, moved = scan[2], 0
+local found, moved, done = scan[2], 0, 0
 for j = 1, #found, 2 do
-  if moved >= limit then break end
+  if done >= limit then break end
   local id = found[j]
   local t = parse(id, found[j + 1])
   local label = t and label_of(t.q)
   local dest = t and '{' .. ns .. '|' .. label .. '}:v5:'
   local entry = t and redis.call('HGET', ids5, id)
-  if t and (entry == false or string.match(entry, '^[^ ]*') == label)
-      and redis.call('HEXISTS', dest .. 'rows', id) == 0 then
+  local holder = entry and string.match(entry, '^[^ ]*')
+  if holder and redis.call('HEXISTS', '{' .. ns .. '|' .. holder .. '}:v5:rows', id) == 1 then
+    drop_duplicate(t)
+    done = done + 1
+  elseif t and (entry == false or holder == label) and redis.call('HEXISTS', dest .. 'rows', id) == 0 then
     local result, lasterr = redis.call('HGET', RESULTS, id), redis.call('HGET', LASTERR, id)
     local limits, traceback = redis.call('HGET', LIMITS, id), redis.call('HGET', TRACEBACKS, id)
     local failures = redis.call('LRANGE', ekey(id), 0, -1)
@@ -70,7 +86,7 @@ for j = 1, #found, 2 do
     if holds then redis.call('HSETNX', uniq5, t.uk, id .. ' ' .. NOWS) end
     redis.call('HSETNX', ids5, id, label .. ' ' .. NOWS)
     switch(old_seq)
-    moved = moved + 1
+    moved, done = moved + 1, done + 1
   end
 end
 local left = redis.call('HLEN', ROWS)

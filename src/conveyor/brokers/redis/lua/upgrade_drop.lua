@@ -5,9 +5,12 @@
 -- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _lib.lua).
 -- ARGV: head (_lib.lua), then A(1) the namespace, A(2) the mover's lock token, then per task: id, the
 --       row as copied, its label.
+-- A task whose id already has an entry in `ids` is a second task of that id, which the version
+-- before's enqueue stored because it cannot see layout 5: the duplicate this version refuses, dropped
+-- and not listed, so that its copy is unstaged (upgrade.lua does the same on one server).
 -- Returns: "lost" when the lock ({ns}:v5:moving, this slot's) is not the mover's any more: nothing
 --          dropped (the holder's recovery settles the copies); else "ok", then the ids taken out of
---          layout 4, one per line.
+--          layout 4 for their copies, one per line.
 -- Transition: none.
 
 -- each call:
@@ -20,12 +23,12 @@ while A(i) do
   if t then -- (a row no version can read was not staged either: it stays)
     unindex(t)
     drop_data(id)
-    if t.uk and redis.call('HGET', P .. 'uniq', t.uk) == id then
+    local first = redis.call('HSETNX', np .. 'ids', id, label .. ' ' .. NOWS) == 1
+    if t.uk and entry_names(redis.call('HGET', P .. 'uniq', t.uk), id) then
       redis.call('HDEL', P .. 'uniq', t.uk)
-      redis.call('HSETNX', np .. 'uniq', t.uk, id .. ' ' .. NOWS)
+      if first then redis.call('HSETNX', np .. 'uniq', t.uk, id .. ' ' .. NOWS) end
     end
-    redis.call('HSETNX', np .. 'ids', id, label .. ' ' .. NOWS)
-    out[#out + 1] = id
+    if first then out[#out + 1] = id end
   end
   i = i + 3
 end
