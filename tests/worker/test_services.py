@@ -243,6 +243,24 @@ def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
     assert fresh_handle.status().lease_expires_at == 1008.5
 
 
+def test_a_heartbeat_after_a_finished_task_settled_reports_no_lost_lease(caplog: pytest.LogCaptureFixture) -> None:
+    """The tick's snapshot holds a task whose outcome the acker settles before its extend: the
+    extend finds no lease, yet the task ran and settled; only a task still running has lost it."""
+    app = app_with_jobs(2)
+    inflight = Inflight()
+    done, running = inflight.add(app.broker.claim(["default"], 0.0, 5.0, limit=2))
+    inflight.finish(done)
+    for held in (done, running):
+        assert app.broker.settle([Outcome(held.id, held.token, "complete", result="null")], 0.5)
+    heartbeat = Heartbeat(app.broker, app.clock, inflight, interval=1.0, lease_for=10.0)
+    with caplog.at_level("DEBUG", logger="conveyor"):
+        heartbeat.renew(done)
+        heartbeat.renew(running)
+    assert not done.lost and running.lost
+    lost = [r.getMessage() for r in caplog.records if "lease-lost" in r.getMessage()]
+    assert len(lost) == 1 and running.id in lost[0] and done.id not in lost[0]
+
+
 def test_a_task_claimed_again_cancels_its_old_handler_whose_done_callback_updates_the_inflight() -> None:
     """``add`` cancels the old async handler's future; its done callbacks (the pool's calls ``remove``)
     run in the claiming thread then, so the lock must be free by that time."""

@@ -75,7 +75,10 @@ class Heartbeat(Periodic):
             log.warning("heartbeat: could not extend the lease of task %s; retrying", held.id, exc_info=True)
             return
         if status is None:
-            self.lost(held)
+            # A finished task's outcome is with the acker, which may have just settled it (the lease
+            # is gone because the task is done): its settle tells whether the lease was really lost.
+            if not held.finished:
+                self.lost(held)
             return
         held.renewed = started
         if status.cancel_requested and held.job is not None:
