@@ -34,7 +34,7 @@ DECLARED = {
         "SettlesWithClaim",
         "WaitsForWork",
     },
-    "redis": set(EVERY) - {"InterruptsWaits", "SettlesWithClaim"},
+    "redis": set(EVERY) - {"SettlesWithClaim"},
 }
 
 

@@ -56,8 +56,9 @@ class WaitsForWork(Protocol):
 @runtime_checkable
 class InterruptsWaits(Protocol):
     """Optional capability: end the waits for work in progress, so a stopping worker need not wait out
-    its fetcher's (up to ``poll_interval``). Memory has it (its waits are on a condition in process);
-    SQLite's and Redis's waits end at their timeout.
+    its fetcher's (up to ``poll_interval``). Memory rings its condition; Redis pushes a token to a list
+    each wait's blocking pop also names (``conveyor.brokers.interrupts``). SQLite's waits end at their
+    timeout.
     """
 
     def interrupt_waits(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any, cast
 import redis
 
 from conveyor.brokers.base import MAX_ERRORS_KEPT
+from conveyor.brokers.interrupts import Interrupts
 from conveyor.brokers.redis.cancels import CancelWatch
 from conveyor.brokers.redis.cluster import ClusterCalls
 from conveyor.brokers.redis.codec import decode_events, decode_record
@@ -84,6 +85,7 @@ class RedisCalls:
         self._clock: ServerClock | None = None
         self._dues = DueTimes()  # when the next idle wait ends at the latest (dues.py)
         self._slot_waits = SlotWaits()  # an idle wait on several slots of a cluster (slotwaits.py)
+        self._halts = Interrupts[str]()  # the halt lists of the idle waits in progress (waits.py)
         self._wait = ReplicaWait(config.wait_replicas, config.wait_timeout) if config.wait_replicas else None
         # layout 5: layout 4's data served where it is until moved (upgrade.py)
         self._upgrade = Upgrade(self) if isinstance(self.keys, Keys5) else None

@@ -73,6 +73,7 @@ class RedisBroker(Producing):
     def _claim(
         self, queues: Sequence[str], now: str, lease_for: float, limit: int, before: Sequence[Command] = ()
     ) -> list[TaskRecord]:
+        self._halts.claimed()
         if self.keys.one_slot:
             claimed, due, ran_at = self._claim_in(self.keys.prefix, queues, now, lease_for, limit, before)
         else:
@@ -119,6 +120,11 @@ class RedisBroker(Producing):
         (``dues.py``): the claim then promotes and takes it.
         """
         return waits.claim_after_wait(self, self._claim, queues, clock, lease_for, limit, timeout)
+
+    def interrupt_waits(self) -> None:
+        """``InterruptsWaits``: end the idle waits in progress in this process (a worker stopping) at
+        once, and the next of each thread that claimed before; one push per wait (``waits.py``)."""
+        waits.interrupt(self)
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         keys = self.keys

@@ -49,6 +49,8 @@ tie-break of the contract without packing two numbers into one double)::
     P events                      shard channel of transitions
     P cancels                     shard channel: the id of each active task ``cancel`` archived
     P wake                        list of at most one token: "tasks became pending" (BLPOP by idle workers)
+    P halt:<origin>:<n>      list    one idle wait's own: a token ends its pop (``InterruptsWaits``);
+                                     expires a minute after the push, if that wait had ended
     P sent:<token>           string  an enqueue's (or a take's) answer, for a repeat of that call: a
                                      call sent again after a lost reply answers as it did (expires
                                      after ``RedisConfig.resend_window``, about a minute)
@@ -233,6 +235,10 @@ class _SlotNames:
     @property
     def wake(self) -> str:
         return self.prefix + "wake"
+
+    def halt(self, name: str) -> str:
+        """The list an idle wait's pop names beside ``wake``, which an interrupt pushes to (``waits.py``)."""
+        return f"{self.prefix}halt:{name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ the claim that follows every wait visits every slot of the queues. A wait that t
 pop end at the server's own timeout (within a tick), so an idle worker closes and unblocks nothing.
 
 A wait holds one connection per slot while it lasts, at most :data:`MOST_SLOTS` of them; they go
-back to the stacks the broker's calls use, so an idle worker makes no connections of its own.
+back to the stacks the broker's calls use, so an idle worker makes no connections of its own. The
+first slot's pop also names the wait's ``halt`` list (``waits.py``): an interrupt's token there ends
+the wait as a wake-up does.
 """
 
 from __future__ import annotations
@@ -73,25 +75,30 @@ class SlotWaits:
         self._unblocks = True  # False once the server refused CLIENT UNBLOCK (the ACL)
         self._turn = 0  # where the next window starts when there are more than MOST_SLOTS slots
 
-    def wait(self, cluster: ClusterCalls | Connections, wakes: Sequence[str], block: float) -> bool:
+    def wait(self, cluster: ClusterCalls | Connections, wakes: Sequence[str], block: float, halt: str = "") -> bool:
         """Block on every list of ``wakes`` (of several slots) at once for up to ``block`` seconds:
         True when one gave a token (or a node answered with a redirect or failed: the claim that
-        follows finds the way), False when every pop timed out. Raises redis-py's errors.
-        ``cluster`` may be one server's connections (a test's broker that calls per slot there)."""
+        follows finds the way), False when every pop timed out. ``halt``, a list in the slot of
+        ``wakes[0]``, is named by that slot's pop (an interrupt's token ends the wait like any other).
+        Raises redis-py's errors. ``cluster`` may be one server's connections (a test's broker that
+        calls per slot there)."""
         if not isinstance(cluster, ClusterCalls):
-            return self._wait(lambda _wake: cluster, wakes, block) is not False
-        woken = self._wait(cluster.serving, wakes, block)
+            return self._wait(lambda _wake: cluster, wakes, block, halt) is not False
+        woken = self._wait(cluster.serving, wakes, block, halt)
         if woken is None:
             cluster.refresh()  # a node may have failed over: the claim and the next wait use the new one
         return woken is not False
 
-    def _wait(self, serving: Callable[[str], Connections], wakes: Sequence[str], block: float) -> bool | None:
+    def _wait(
+        self, serving: Callable[[str], Connections], wakes: Sequence[str], block: float, halt: str
+    ) -> bool | None:
         """:meth:`wait`; None when a connection failed."""
         pops: list[_Pop] = []
         woken = False
         try:
-            for wake in self._window(wakes):
-                pops.append(self._send(serving(wake), wake, block))  # noqa: PERF401  # each kept as sent
+            for number, wake in enumerate(self._window(wakes)):  # wakes[0] first
+                keys = (wake, halt) if halt and number == 0 else (wake,)
+                pops.append(self._send(serving(wake), keys, block))  # each kept as sent
             self._read_ids(pops)
             woken = self._select(pops, time.monotonic() + block + _SLACK)
         finally:
@@ -99,13 +106,16 @@ class SlotWaits:
         return None if any(pop.broken for pop in pops) else woken
 
     def _window(self, wakes: Sequence[str]) -> Sequence[str]:
+        """The slots this wait blocks on: the first always (its pop names the wait's ``halt`` list),
+        the others in turn."""
         if len(wakes) <= MOST_SLOTS:
             return wakes
-        start = self._turn % len(wakes)
-        self._turn = start + MOST_SLOTS
-        return [*wakes[start:], *wakes[:start]][:MOST_SLOTS]
+        first, others = wakes[0], wakes[1:]
+        start = self._turn % len(others)
+        self._turn = start + MOST_SLOTS - 1
+        return [first, *[*others[start:], *others[:start]][: MOST_SLOTS - 1]]
 
-    def _send(self, conns: Connections, wake: str, block: float) -> _Pop:
+    def _send(self, conns: Connections, keys: Sequence[str], block: float) -> _Pop:
         pop = _Pop(conns, conns.take())
         conn = pop.conn
         try:
@@ -113,7 +123,7 @@ class SlotWaits:
             if known is None or known[0] is not getattr(conn, "_sock", None):
                 conn.send_command("CLIENT", "ID")  # type: ignore[no-untyped-call]
                 pop.asked_id = True
-            conn.send_command("BLPOP", wake, repr(block))  # type: ignore[no-untyped-call]
+            conn.send_command("BLPOP", *keys, repr(block))  # type: ignore[no-untyped-call]
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             pop.broken = True
             pop.pending = False
