@@ -30,6 +30,7 @@ DECLARED = {
         "CommandsWorkers",
         "DeclaresTasks",
         "ForgetsQueues",
+        "InterruptsWaits",
         "KeepsHistory",
         "SettlesWithClaim",
         "WaitsForWork",

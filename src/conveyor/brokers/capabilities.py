@@ -56,9 +56,9 @@ class WaitsForWork(Protocol):
 @runtime_checkable
 class InterruptsWaits(Protocol):
     """Optional capability: end the waits for work in progress, so a stopping worker need not wait out
-    its fetcher's (up to ``poll_interval``). Memory rings its condition; Redis pushes a token to a list
-    each wait's blocking pop also names (``conveyor.brokers.interrupts``). SQLite's waits end at their
-    timeout.
+    its fetcher's (up to ``poll_interval``). Every built-in broker has it: memory rings its condition;
+    Redis pushes a token to a list each wait's blocking pop also names; SQLite writes to a pipe each
+    wait's ``select`` also watches (``conveyor.brokers.interrupts``).
     """
 
     def interrupt_waits(self) -> None:

@@ -17,7 +17,7 @@ room it asks for in ``inflight``, so together they never exceed the capacity. An
 up to ``poll_interval`` before claiming again, woken early by the broker when it can:
 ``ClaimsAfterWait`` (Redis queues the claim behind its blocking pop on a notification key) or
 ``WaitsForWork``; else it sleeps (a stop ends the wait at once where the broker ``InterruptsWaits``:
-memory, Redis). Only one claimer waits for work at a time; the others wait for it
+every built-in one). Only one claimer waits for work at a time; the others wait for it
 to find some. When its wait brings tasks, that claimer keeps the waiting place until the executors
 took them (at most :data:`HAND_OVER_WAIT`): otherwise the claimers' next calls (Python code, then a
 send) would run first, on the core and under the GIL the executor needs to start the task, and delay

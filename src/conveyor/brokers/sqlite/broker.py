@@ -9,11 +9,8 @@ connections and busy handling, ``schema`` for the layout, ``events`` for cross-p
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import sqlite3
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
@@ -24,9 +21,9 @@ from conveyor.brokers.sqlite import admin, ops
 from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
+from conveyor.brokers.sqlite.idle import IdleWaits
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.brokers.sqlite.tx import Tx
-from conveyor.brokers.sqlite.wake import Doorbell, wait_any, wake_suffix
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
 from conveyor.model import (
@@ -50,12 +47,6 @@ T = TypeVar("T")
 _PENDING = TaskState.PENDING.value
 _ACTIVE = TaskState.ACTIVE.value
 
-#: How often an idle consumer checks the file for commits by other connections (``wait_for_work``):
-#: without a usable wake-up FIFO, and with one (then only for writers that do not ring it: other
-#: tools, versions before the FIFOs per queue).
-_WAKE_CHECK = 0.002
-_WAKE_CHECK_RUNG = 0.5
-
 #: A broker trims the events table after writing this many events.
 _TRIM_EVERY = 10_000
 
@@ -76,10 +67,8 @@ class SQLiteBroker:
         self._db = Database(config)
         self._origin = secrets.token_hex(8)
         self._events = EventHub(self._db, self._origin, config.poll_interval)
-        self._bells: dict[str, Doorbell] = {}  # the wake-up FIFO of each queue this broker used
-        self._bells_lock = threading.Lock()
         self._written_since_trim = 0
-        self._seen = threading.local()  # data_version and time before each thread's last claim
+        self._idle = IdleWaits(config.path, self._db.data_version)  # wake-up FIFOs, idle waits
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> SQLiteBroker:
@@ -127,7 +116,7 @@ class SQLiteBroker:
         # claimable too, and a task falling due soon may do so before its waiter's next claim (idle
         # waiters wake only on rings and when a task they know of falls due: ``wait_for_work``)
         for queue in {event[3] for event in events if event[2] == _PENDING} | freed | soon:
-            self._bell(queue).ring()
+            self._idle.bell(queue).ring()
         if events and self._events.active:
             self._events.deliver([Event(*event) for event in events])
         if isinstance(outcome, _Failed):
@@ -150,75 +139,25 @@ class SQLiteBroker:
 
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
-        self._note_claim()  # before the claim: no commit after it goes unseen
+        self._idle.claiming()  # before the claim: no commit after it goes unseen
         records, due = self._write(lambda tx: ops.claim_noting_due(tx, names, now, lease_for, limit), durable=False)
-        self._seen.due_in = None if due is None else due - now
+        self._idle.claimed(due, now)
         if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
             for queue in {record.queue for record in records}:
-                self._bell(queue).ring()
+                self._idle.bell(queue).ring()
         return records
-
-    def _note_claim(self) -> None:
-        """What ``wait_for_work`` compares with: this thread's ``data_version`` and time before its claim
-        (and, once it is made, how long after it the claim's queues have a task falling due)."""
-        self._seen.at = time.monotonic()
-        self._seen.version = self._db.data_version()
-        self._seen.due_in = None
-
-    def _bell(self, queue: str) -> Doorbell:
-        bell = self._bells.get(queue)
-        if bell is None:
-            with self._bells_lock:
-                bell = self._bells.setdefault(queue, Doorbell(self.config.path, wake_suffix(queue)))
-        return bell
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Block up to ``timeout`` s until a commit may have made a task of ``queues`` pending, or one
-        of their tasks falls due.
+        of their tasks falls due (``idle.py``): a ring of their wake-up FIFOs, the due time this
+        thread's last claim read, ``PRAGMA data_version`` for writers that do not ring, or an interrupt
+        (:meth:`interrupt_waits`). True is a hint."""
+        return self._idle.wait(queues, timeout)
 
-        Sleeps on the wake-up FIFOs of ``queues`` (``wake``), which a broker rings after a commit that
-        made a task of that queue pending, or scheduled or retried it within a minute (``tx``), so an
-        idle worker wakes within a scheduler hop of an enqueue. A commit that rang none of them
-        (another process settling its own work) does not wake it: while other processes drain, an
-        idle worker's every wake-up would be a claim that finds nothing, a write transaction competing
-        for the lock. A task falls due with no commit at all: this thread's last claim read when the
-        first scheduled or retry task of its queues does (``ops.next_due``), and the wait ends then,
-        so the next claim takes it at its due time, not at the caller's next poll. Writers that do not
-        ring (other tools, versions before the FIFOs per queue) are seen by ``PRAGMA data_version`` (a
-        read of shared memory, no I/O, no lock), compared with its value before this thread's last
-        claim every ``_WAKE_CHECK_RUNG`` s; at once when a FIFO was not yet listened to at that claim
-        (a ring then may have found no reader); every ``_WAKE_CHECK`` s where there is no FIFO. True
-        is a hint.
-        """
-        bells = [self._bell(queue) for queue in queues]
-        rung = all([bell.listen() for bell in bells])  # before the check: a ring after it is not lost
-        seen = getattr(self._seen, "version", None)
-        if seen is None:
-            seen = self._db.data_version()
-        claimed_at = getattr(self._seen, "at", None)
-        due_in = getattr(self._seen, "due_in", None)
-        now = time.monotonic()
-        deadline = now + timeout
-        due_at = claimed_at + due_in if claimed_at is not None and due_in is not None else math.inf
-        end = min(deadline, due_at)
-        heard = rung and claimed_at is not None and all(bell.heard_since(claimed_at) for bell in bells)
-        check_at = now + _WAKE_CHECK_RUNG if heard else now
-        while True:
-            now = time.monotonic()
-            if now >= check_at:
-                if self._db.data_version() != seen:
-                    return True
-                check_at = now + (_WAKE_CHECK_RUNG if rung else _WAKE_CHECK)
-            remaining = end - now
-            if remaining <= 0:
-                if due_at > deadline:
-                    return False
-                self._seen.due_in = None  # once: a caller that waits again before claiming sleeps
-                return True
-            if not rung:
-                time.sleep(min(check_at - now, remaining))
-            elif wait_any(bells, min(check_at - now, remaining)):
-                return True
+    def interrupt_waits(self) -> None:
+        """``InterruptsWaits``: end the waits in progress in this process (a worker stopping) at once, and
+        the next of each thread that claimed before (``halts.py``)."""
+        self._idle.interrupt()
 
     def settle(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         batch = list(outcomes)
@@ -234,9 +173,9 @@ class SQLiteBroker:
             applied = ops.settle(tx, batch, now)
             return applied, ops.claim_noting_due(tx, names, now, lease_for, limit)
 
-        self._note_claim()  # as in claim()
+        self._idle.claiming()  # as in claim()
         applied, (records, due) = self._write(run, durable=bool(batch))  # a claim alone need not be synced
-        self._seen.due_in = None if due is None else due - now
+        self._idle.claimed(due, now)
         return applied, records
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
@@ -284,12 +223,12 @@ class SQLiteBroker:
 
     def configure_queue(self, settings: QueueSettings) -> None:
         self._write(lambda tx: admin.configure_queue(tx, settings))
-        self._bell(settings.name).ring()  # a higher concurrency limit may make pending tasks claimable
+        self._idle.bell(settings.name).ring()  # a higher concurrency limit may make pending tasks claimable
 
     def set_paused(self, queue: str, paused: bool) -> None:
         self._write(lambda tx: admin.set_paused(tx, queue, paused))
         if not paused:
-            self._bell(queue).ring()  # its pending tasks are claimable again
+            self._idle.bell(queue).ring()  # its pending tasks are claimable again
 
     def forget_queue(self, queue: str) -> int | None:
         def forget(tx: Tx) -> int | None:
@@ -390,10 +329,7 @@ class SQLiteBroker:
     def close(self) -> None:
         """Stop the event poller and close every connection. Idempotent; a later call reopens lazily."""
         self._events.close()
-        with self._bells_lock:
-            bells, self._bells = list(self._bells.values()), {}
-        for bell in bells:
-            bell.close()
+        self._idle.close()
         self._db.close()
 
 

@@ -53,18 +53,22 @@ def wake_suffix(queue: str) -> str:
     return "-wake-" + hashlib.blake2b(queue.encode(), digest_size=8).hexdigest()
 
 
-def wait_any(bells: list[Doorbell], timeout: float) -> bool:
-    """Sleep up to ``timeout`` s or until a ring of any of ``bells`` this waiter takes; True if rung.
-    False at once when none is usable."""
+def wait_any(bells: list[Doorbell], timeout: float, halt: int | None = None) -> bool:
+    """Sleep up to ``timeout`` s or until a ring of any of ``bells`` this waiter takes, or ``halt`` (a
+    file descriptor: an interrupt's pipe, ``halts.py``) is readable; True if rung or halted. False at
+    once when no bell is usable and there is no ``halt``."""
     fds = {fd: bell for bell in bells if (fd := bell._reading()) is not None}
-    if not fds:
+    if not fds and halt is None:
         return False
+    watched = [*fds] if halt is None else [*fds, halt]
     deadline = time.monotonic() + max(timeout, 0.0)
     try:
         while True:
-            ready, _, _ = select.select(list(fds), [], [], max(deadline - time.monotonic(), 0.0))
+            ready, _, _ = select.select(watched, [], [], max(deadline - time.monotonic(), 0.0))
             if not ready:
                 return False
+            if halt in ready:
+                return True  # (a ring ready too stays for another waiter)
             taken = [fds[fd].take(fd) for fd in ready]  # every one: one wake-up covers them all
             if True in taken:
                 return True
