@@ -1,0 +1,98 @@
+"""An idle ``conveyor worker`` stops at once on SIGTERM, not at the end of its fetcher's wait for work
+(``InterruptsWaits``): a real process on SQLite, one Redis server and a 3-master cluster.
+
+Its ``poll_interval`` is 30 s, the Redis URL lets a blocking pop last that long (``socket_timeout``),
+and the services that write while it idles write once a minute, so nothing else ends its wait: a
+worker that waited its wait out would take up to 30 s to exit; this one must exit within
+:data:`PROMPT`, with status 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from redis.cluster import RedisCluster
+
+from conveyor import Conveyor
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.sqlite.wake import wake_suffix
+from conveyor.testing import poll_until
+
+from .procs import Spawn, clean_env
+
+pytestmark = pytest.mark.slow
+
+#: Far below the 30 s an idle worker's wait lasts here, far above an exit (0.1-0.3 s on a quiet host).
+PROMPT = 10.0
+
+QUIET = {  # nothing written by the worker itself while it idles (a commit would end a SQLite wait)
+    "CONVEYOR_WORKER_POLL_INTERVAL": "30",
+    "CONVEYOR_WORKER_REGISTRY_INTERVAL": "60",
+    "CONVEYOR_WORKER_REAPER_INTERVAL": "60",
+    "CONVEYOR_WORKER_PROMOTER_INTERVAL": "60",
+    "CONVEYOR_WORKER_SUMMARY_INTERVAL": "0",
+}
+
+APP = """
+from conveyor import Conveyor
+
+app = Conveyor()  # CONVEYOR_URL
+
+
+@app.task
+def ok() -> None:
+    pass
+"""
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
+    ]
+)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'stop.db'}"
+    fixture = "redis_url" if request.param == "redis" else "redis_cluster_url"
+    return str(request.getfixturevalue(fixture)) + "&socket_timeout=60"
+
+
+def idle(url: str, since: float) -> bool:
+    """Whether the worker waits for work: its blocking pop on the server (every master), or the FIFO its
+    SQLite wait made beside the file."""
+    if url.startswith("sqlite"):
+        return Path(url.removeprefix("sqlite:///") + wake_suffix("default")).exists()
+    return blocked(url) > since
+
+
+def test_an_idle_worker_exits_at_once_on_sigterm(url: str, tmp_path: Path, spawn: Spawn) -> None:
+    (tmp_path / "stop_app.py").write_text(textwrap.dedent(APP))
+    before = 0 if url.startswith("sqlite") else blocked(url)
+    proc = spawn(["worker", "stop_app:app"], env={**clean_env(url), **QUIET}, cwd=tmp_path)
+    poll_until(lambda: idle(url, before), timeout=30.0, interval=0.05, message="the worker to wait for work")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=PROMPT + 30.0) == 0
+    took = time.monotonic() - sent
+    assert took < PROMPT, f"the idle worker exited {took:.1f} s after SIGTERM"
+    out, errors = proc.communicate()
+    assert "stopped" in out + errors
+
+
+def blocked(url: str) -> int:
+    """Clients blocked in a pop on the server of ``url`` (every master of a cluster)."""
+    with Conveyor(url) as app:
+        assert isinstance(app.broker, RedisBroker)
+        client = app.broker.client
+        nodes = (
+            [client.get_redis_connection(node) for node in client.get_primaries()]
+            if isinstance(client, RedisCluster)
+            else [client]
+        )
+        return sum(int(node.info("clients")["blocked_clients"]) for node in nodes)
