@@ -10,6 +10,7 @@ worker that waited its wait out would take up to 30 s to exit; this one must exi
 from __future__ import annotations
 
 import signal
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from redis.cluster import RedisCluster
 
-from conveyor import Conveyor
+from conveyor import Conveyor, TaskState
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.sqlite.wake import wake_suffix
 from conveyor.testing import poll_until
@@ -38,7 +39,7 @@ QUIET = {  # nothing written by the worker itself while it idles (a commit would
 }
 
 APP = """
-from conveyor import Conveyor
+from conveyor import Conveyor, TaskState
 
 app = Conveyor()  # CONVEYOR_URL
 
@@ -71,11 +72,19 @@ def idle(url: str, since: float) -> bool:
     return blocked(url) > since
 
 
-def test_an_idle_worker_exits_at_once_on_sigterm(url: str, tmp_path: Path, spawn: Spawn) -> None:
+def start_idle(url: str, tmp_path: Path, spawn: Spawn) -> subprocess.Popen[str]:
+    """``conveyor worker`` on ``url``, once it waits for work."""
     (tmp_path / "stop_app.py").write_text(textwrap.dedent(APP))
+    if url.startswith("sqlite"):  # a FIFO an earlier worker made stays
+        Path(url.removeprefix("sqlite:///") + wake_suffix("default")).unlink(missing_ok=True)
     before = 0 if url.startswith("sqlite") else blocked(url)
     proc = spawn(["worker", "stop_app:app"], env={**clean_env(url), **QUIET}, cwd=tmp_path)
     poll_until(lambda: idle(url, before), timeout=30.0, interval=0.05, message="the worker to wait for work")
+    return proc
+
+
+def test_an_idle_worker_exits_at_once_on_sigterm(url: str, tmp_path: Path, spawn: Spawn) -> None:
+    proc = start_idle(url, tmp_path, spawn)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=PROMPT + 30.0) == 0
@@ -96,3 +105,16 @@ def blocked(url: str) -> int:
             else [client]
         )
         return sum(int(node.info("clients")["blocked_clients"]) for node in nodes)
+
+
+def test_a_task_enqueued_as_an_idle_worker_stops_ran_or_is_pending(url: str, tmp_path: Path, spawn: Spawn) -> None:
+    """The task may come with the wake-up the interrupt raced: claimed, it is run or released as the
+    worker stops; never held by a claim whose reply nobody read (it would wait out its lease)."""
+    with Conveyor(url) as producer:
+        for _ in range(3):
+            proc = start_idle(url, tmp_path, spawn)
+            handle = producer.enqueue("ok")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=PROMPT + 30.0) == 0
+            state = producer.get(handle.id).state
+            assert state in (TaskState.COMPLETED, TaskState.PENDING), state

@@ -6,11 +6,13 @@ An interrupt ends every wait in progress, and the next wait of each thread whose
 before it, as memory's do (``memory/wake.py``): a fetcher checks its stop flag after each claim, so
 one stopped between that check and its wait still returns at once. A thread that never claimed
 counts from the broker's start (a worker's second claimer may go straight to its first wait when the
-first found the queues empty): any interrupt before its first wait ends that wait. Each wait registers a *handle*
-the broker can fire from another thread (Redis: a list its pop also names; SQLite: a pipe its
-``select`` also watches); :meth:`Interrupts.interrupt` returns the handles of the waits in progress
-for the broker to fire. A handle fired after its wait ended wakes nobody: each wait has its own
-(Redis: a key that expires; SQLite: a pipe emptied before its next wait registers it).
+first found the queues empty): any interrupt before its first wait ends that wait.
+
+Each wait registers a *handle* the broker can fire from another thread (Redis: a list its pop also
+names; SQLite: a pipe its ``select`` also watches); :meth:`Interrupts.interrupt` returns the handles
+of the waits in progress for the broker to fire. A handle fired after its wait ended wakes nobody:
+each wait has its own (Redis: a key that expires; SQLite: a pipe emptied before its next wait
+registers it).
 """
 
 from __future__ import annotations
