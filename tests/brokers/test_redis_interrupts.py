@@ -22,6 +22,7 @@ from redis.cluster import RedisCluster
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.faults import NEEDED_ACL
+from conveyor.brokers.redis.keys import partition_labels, queue_label
 from conveyor.model import BrokerPolicy, NewTask, QueueSettings, TaskRecord
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
@@ -168,24 +169,30 @@ def test_a_task_arriving_around_an_interrupt_is_claimed_or_stays_pending(broker:
 
 def test_the_connections_serve_the_calls_after_an_interrupt(broker: RedisBroker) -> None:
     """Interrupted pops end with their replies read on their own connections: the next waits wake on a
-    token and time out as before, nothing stays blocked, and no connection is closed and made again."""
+    token in any slot and time out as before, nothing stays blocked, and an interrupted wait closes no
+    connection (none is made again). (A wait woken by a task may make one: its pops' connections, the
+    enqueue's and the one that unblocks the pops left can all be out at once on one master.)"""
     base = blocked_pops(broker)
-    before = 0
-    for round_number in range(8):  # the first four a warm-up: every stack then holds what a round needs
-        if round_number == 4:
-            before = received(broker)
+    labels = [*partition_labels(broker.keys.namespace, queue_label("hot"), 3), queue_label("cold")]
+    made = 0
+    for round_number, label in enumerate(labels * 2):  # the first pass a warm-up of the stacks
+        before = received(broker)
         waiter = Waiter(waits_for_work, broker, broker)
         broker.interrupt_waits()
         assert waiter.ended("the interrupted wait to end") is True
+        if round_number >= len(labels):
+            made += received(broker) - before
         waiter = Waiter(waits_for_work, broker, broker)
-        task_id = enqueue(broker, "hot" if round_number % 2 else "cold")
+        task_id = f"{uuid.uuid4().hex}~{label}"
+        queue = "cold" if label == queue_label("cold") else "hot"
+        assert broker.enqueue([NewTask(id=task_id, name="job", queue=queue, payload="[[], {}]")], time.time()) == [None]
         assert waiter.ended("the wait to wake on a task") is True
         assert [record.id for record in broker.claim(QUEUES, time.time(), 30.0, 10)] == [task_id]
     started = time.monotonic()
     assert not broker.wait_for_work(QUEUES, 0.3)  # no halt token left to wake it
     assert time.monotonic() - started >= 0.25
     assert blocked_pops(broker) == base
-    assert received(broker) == before
+    assert made == 0
 
 
 def test_an_acl_user_without_client_commands_is_interrupted(request: pytest.FixtureRequest, url: str) -> None:
