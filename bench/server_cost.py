@@ -10,7 +10,8 @@ operations and has callgrind dump its counters after each (``callgrind_control -
 phase's count is that phase's alone: server instructions per task for a one-task enqueue, a batch
 enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, then
 one-task and batch enqueues whose tasks hold unique keys, then an idle worker's claim (nothing
-pending, a scheduled task in the slot: it reads the first due time), with PING as the floor. Kernel time (the
+pending, a scheduled task in the slot: it reads the first due time), a claim of 100 and one-task
+settles of a retry, with PING as the floor. Kernel time (the
 socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
 counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
 from run to run). ``--cluster`` runs the server cluster-enabled, serving every slot alone: against the
@@ -53,8 +54,11 @@ PHASES = (
     ("enqueue_one_unique", "one-task enqueue with a unique key"),
     ("enqueue_batch_unique", "task of a batch enqueue, each with a unique key"),
     ("claim_idle", "one-task claim finding nothing, a task due later in its slot"),
+    ("claim_hundred", "task of a 100-task claim"),
+    ("settle_retry_one", "one-outcome settle of a retry due in 5 s"),
 )
 CLAIM_BATCH = 500
+CLAIM_HUNDRED = 100
 
 
 def available() -> bool:
@@ -65,6 +69,11 @@ def available() -> bool:
 def _complete(records: list[TaskRecord]) -> list[Outcome]:
     """What a worker sends for a no-op task: its None result is not stored (``outcomes.complete``)."""
     return [Outcome(r.id, r.lease_token or "", "complete") for r in records]
+
+
+def _retry(record: TaskRecord) -> Outcome:
+    """A failed execution retried in 5 s, as a backoff makes it (``outcomes.failure``)."""
+    return Outcome(record.id, record.lease_token or "", "retry", error="E: x", run_at=time.time() + 5, max_retries=3)
 
 
 def _unique(new: NewTask) -> NewTask:
@@ -208,6 +217,19 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
     each("claim_idle", singles, lambda _: idle.extend(broker.claim(["idle"], time.time(), 60.0, limit=1)))
     if idle:
         raise RuntimeError("the idle claim took a task")
+    hundreds = CLAIM_HUNDRED * max(1, singles // CLAIM_HUNDRED)
+    broker.enqueue([task(i, "hundred") for i in range(hundreds)], time.time())
+    dump("enqueue_hundred")
+    held: list[TaskRecord] = []
+    each(
+        "claim_hundred",
+        hundreds // CLAIM_HUNDRED,
+        lambda _: held.extend(broker.claim(["hundred"], time.time(), 60.0, limit=CLAIM_HUNDRED)),
+    )
+    if len(held) != hundreds:
+        raise RuntimeError(f"claimed {len(held)} of {hundreds} a hundred at a time")
+    retries = min(singles, hundreds)
+    each("settle_retry_one", retries, lambda i: broker.settle([_retry(held[i])], time.time()))
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -219,6 +241,8 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         "enqueue_one_unique": singles,
         "enqueue_batch_unique": tasks,
         "claim_idle": singles,
+        "claim_hundred": hundreds,
+        "settle_retry_one": retries,
     }
 
 

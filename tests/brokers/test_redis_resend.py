@@ -14,29 +14,25 @@ connection does not retry; ``ClusterCalls`` has the cluster client send it once 
 
 from __future__ import annotations
 
-import functools
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
 from conveyor import Conveyor
-from conveyor.brokers.redis import RedisBroker, config
-from conveyor.brokers.redis.cluster import ClusterClient
+from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
 from conveyor.errors import DuplicateTask, QueueFull
-from conveyor.ids import new_task_id
-from conveyor.model import Event, NewTask, Outcome, QueueSettings, TaskState
+from conveyor.model import Event, Outcome, QueueSettings, TaskState
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
+from .resent import LAYOUTS, NOW, cut_on_cluster, cut_once, open_broker, pending, proxied_cluster, task
 
 ENQUEUE, TAKE = b"_enqueue", b"_take"  # in the function names the calls carry (scripts.py)
-NOW = time.time()  # the wall clock: a task's unique key holds for a while from it
 
 
 @pytest.fixture
@@ -45,14 +41,9 @@ def proxy(redis_server: RedisServer) -> Iterator[CuttingProxy]:
         yield started
 
 
-@pytest.fixture(params=["layout 5", "layout 4"])
+@pytest.fixture(params=LAYOUTS)
 def layout(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def open_broker(proxy: CuttingProxy, layout: str, namespace: str) -> RedisBroker:
-    through = RedisConfig.from_url(f"redis://127.0.0.1:{proxy.port}/0?namespace={namespace}")
-    return RedisBroker(through, keys=Keys(namespace) if layout == "layout 4" else None)
 
 
 @pytest.fixture
@@ -68,35 +59,6 @@ def broker(proxy: CuttingProxy, layout: str, namespace: str) -> Iterator[RedisBr
         yield opened
     finally:
         opened.close()
-
-
-def task(broker: RedisBroker, task_id: str | None = None, unique_key: str | None = None) -> NewTask:
-    """A task of queue ``q``: a generated id unless ``task_id`` is given; a unique key holds 100 s."""
-    suffix = broker.id_suffixes()
-    generated = new_task_id() + (suffix("q") if suffix else "")
-    return NewTask(
-        id=task_id or generated,
-        name="job",
-        queue="q",
-        payload="[[], {}]",
-        unique_key=unique_key,
-        unique_until=None if unique_key is None else NOW + 100,
-    )
-
-
-def cut_once(proxy: CuttingProxy, marker: bytes, then: Callable[[], object] = lambda: None) -> Callable[[], None]:
-    """Arm one cut; the returned check says it was made (the call really was sent again)."""
-    cuts = proxy.cuts
-    proxy.cut_after(marker, then=then)
-
-    def made() -> None:
-        assert proxy.cuts == cuts + 1 and proxy.armed == 0, "the connection was not cut after the call"
-
-    return made
-
-
-def pending(broker: RedisBroker) -> int:
-    return next(info.counts["pending"] for info in broker.queues(NOW) if info.name == "q")
 
 
 def test_a_one_task_enqueue_sent_again_answers_stored(proxy: CuttingProxy, broker: RedisBroker) -> None:
@@ -241,20 +203,8 @@ def test_an_app_enqueue_sent_again_returns_its_handle(proxy: CuttingProxy, layou
 
 @pytest.fixture
 def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
-    """A proxy in front of each master of the session's cluster; the brokers made meanwhile reach
-    every node through them (redis-py's ``address_remap`` maps the addresses the cluster announces)."""
-    proxies = [CuttingProxy("127.0.0.1", node.port) for node in redis_cluster.masters]
-    to_proxy = {
-        ("127.0.0.1", node.port): ("127.0.0.1", proxy.port)
-        for node, proxy in zip(redis_cluster.masters, proxies, strict=True)
-    }
-    remapped = functools.partial(ClusterClient, address_remap=lambda address: to_proxy.get(address, address))
-    monkeypatch.setattr(config, "ClusterClient", remapped)
-    try:
+    with proxied_cluster(redis_cluster, monkeypatch) as proxies:
         yield proxies
-    finally:
-        for proxy in proxies:
-            proxy.close()
 
 
 @pytest.fixture
@@ -278,15 +228,8 @@ def test_a_call_sent_again_on_a_cluster_answers_stored(
 ) -> None:
     broker = cluster_broker
     new = task(broker, "order-" + uuid.uuid4().hex[:8] if custom else None, "key" if unique else None)
-    cuts = sum(proxy.cuts for proxy in cluster_proxies)
-    for proxy in cluster_proxies:  # the call goes to the master of its slot: one of them cuts it
-        proxy.cut_after(marker)
-    try:
+    with cut_on_cluster(cluster_proxies, marker):
         assert broker.enqueue([new], NOW) == [None]
-    finally:
-        for proxy in cluster_proxies:
-            proxy.disarm()
-    assert sum(proxy.cuts for proxy in cluster_proxies) == cuts + 1
     again = task(broker, new.id if custom else None, new.unique_key)
     assert broker.enqueue([again], NOW) == [new.id if custom or unique else None]
     assert pending(broker) == 2 + (0 if custom or unique else 1)

@@ -197,7 +197,7 @@ class _SlotNames:
         return f"{self.prefix}h:{minute}"
 
     def sent(self, token: str) -> str:
-        """The answer kept for a repeat of the enqueue or take call ``token`` (``repeated()`` in
+        """The answer kept for a repeat of the call ``token`` (``scripts.TOKENED``; ``repeated()`` in
         ``lua/_lib.lua``): in the slot the call works in, for the config's ``resend_window``."""
         return f"{self.prefix}sent:{token}"
 

@@ -82,9 +82,10 @@ NAMESPACE_ONLY = frozenset({"release", "take"})
 
 
 #: Operations whose calls carry a random token (``ARGV[5]``, the same in every send of a call), so that
-#: a call sent again after its connection broke mid-reply answers as its first send did rather than
-#: meeting its own tasks as duplicates (``kept_answer()`` in ``lua/_lib.lua``).
-TOKENED = frozenset({"enqueue", "take"})
+#: a call sent again after its connection broke mid-reply answers as its first send did: an enqueue
+#: rather than meeting its own tasks as duplicates, a settle rather than finding its tasks settled
+#: (``repeated()`` in ``lua/_lib.lua``).
+TOKENED = frozenset({"enqueue", "settle", "take"})
 
 
 def new_token() -> str:

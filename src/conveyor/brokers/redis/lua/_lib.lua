@@ -39,7 +39,7 @@
 --           followed by " <queue> <count>" pairs: an enqueue's registrations (enqueue.lua: register)
 --   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls> <resend window, ms>" (one
 --           argument; read as numbers only by the operations that use them: max_errors() and so on)
---   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take): the call's token (see repeated())
+--   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take, settle): the call's token (see repeated())
 -- Operation arguments follow: A(1) is ARGV[5] (ARGV[6] after a token). Optional strings travel as ""
 -- (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events},
@@ -249,27 +249,39 @@ end
 -- A call sent again. The broker sends a call once more when its connection broke before the reply
 -- was read (redis-py's retry in connections.py; cluster.py), so its first send may have run: it would
 -- meet its own tasks as duplicates, or store again a task that ran and was deleted meanwhile. A call
--- of an enqueue or a take (scripts.TOKENED) carries a random token, the same in every send of it,
--- and starts with repeated(): one SET NX of SENTP .. token, kept for the resend window (policy(4),
--- ms), which tells a first send (the key was absent) from a repeat (it was there). A first send's
--- answer is kept in that key: "\0" (the SET's own value) stands for "" without events, the usual
--- answer, so only another answer costs a second write (finish()); a refusal (an error reply, nothing
--- written) deletes the key, so a repeat decides afresh (forget_sent()). A repeat writes nothing and
--- answers as the first send did, its events included.
+-- of scripts.TOKENED carries a random token, the same in every send of it. An enqueue or a take
+-- starts with repeated(): one SET NX of SENTP .. token, kept for the resend window (policy(4), ms),
+-- which tells a first send (the key was absent) from a repeat (it was there). A first send's answer
+-- is kept in that key: "\0" (the SET's own value) stands for "" without events, the usual answer, so
+-- only another answer costs a second write (finish()); a refusal (an error reply, nothing written)
+-- deletes the key, so a repeat decides afresh (forget_sent()). A repeat writes nothing and answers as
+-- the first send did, its events included. A settle tells a repeat by the rows its first send wrote
+-- (settle.lua), and keeps its answer only where they may not show it: it reads the key (sent_answer())
+-- only when an outcome finds no sign of it.
+local function answer_again(result, blob)
+  if blob ~= '' and WANT then return {result, NOWS, blob} end
+  return NOWS .. '\n' .. result
+end
+local function kept_answer(kept)
+  local cut = string.find(kept, '\0', 1, true)
+  return answer_again(string.sub(kept, 1, cut - 1), string.sub(kept, cut + 1))
+end
 local function repeated()
   local kept = redis.call('SET', SENTP .. TOKEN, '\0', 'PX', policy(4), 'NX', 'GET')
   if not kept then return nil end
-  local cut = string.find(kept, '\0', 1, true)
-  local result, blob = string.sub(kept, 1, cut - 1), string.sub(kept, cut + 1)
-  if blob ~= '' and WANT then return {result, NOWS, blob} end
-  return NOWS .. '\n' .. result
+  return kept_answer(kept)
+end
+local function sent_answer()
+  local kept = redis.call('GET', SENTP .. TOKEN)
+  if not kept then return nil end
+  return kept_answer(kept)
 end
 local function forget_sent(refusal)
   redis.call('DEL', SENTP .. TOKEN)
   return refusal
 end
 
--- a call's reply (see the header); `keep`: a call that began with repeated() keeps its answer
+-- a call's reply (see the header); `keep`: a call of scripts.TOKENED keeps its answer for a repeat
 local function finish(result, keep)
   local blob = leave_slot()
   local freed = FREED and table.concat(FREED, '\n') -- see remove_task()
@@ -522,15 +534,16 @@ local function make_pending(t, ra, le)
   move(t, 'pending', le)
 end
 
-local function finish_task(t, s, keep_for, le)
-  t.fa, t.ku, t.c, t.nr, t.tk, t.lx = NOW, NOW + keep_for, '0', nil, nil, nil
+-- tk: what the row keeps in its lease token's place (nil none; a settle's token: settle.lua)
+local function finish_task(t, s, keep_for, le, tk)
+  t.fa, t.ku, t.c, t.nr, t.tk, t.lx = NOW, NOW + keep_for, '0', nil, tk, nil
   move(t, s, le)
 end
 
-local function archive_task(t, reason, err)
+local function archive_task(t, reason, err, tk)
   t.ar = reason
   if err then add_error(t, err) end
-  finish_task(t, 'archived', retention(), err)
+  finish_task(t, 'archived', retention(), err, tk)
 end
 
 -- whether an entry of UNIQ names task `id`: "<id>" (written by enqueue.lua) or "<id> <since>" (take.lua)

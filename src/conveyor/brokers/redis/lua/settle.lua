@@ -1,6 +1,7 @@
 -- settle.lua: apply execution outcomes, each fenced by its lease token (compare-and-set).
 -- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) = n, A(2) = a JSON array of n * 8 strings, per outcome: task id, token, kind
+-- ARGV: head (_lib.lua) with the call's token, then A(1) = n, A(2) = a JSON array of n * 8 strings,
+--       per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
 --       keep_for (complete) or the retry limit the execution ran with (retry, archive: "" none; kept in
 --       LIMITS for a task with failures), then for retry and archive optionally "\n" and the traceback of
@@ -9,6 +10,14 @@
 --       own, A(3) onwards (batch_values() in _lib.lua).
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
 --          holds it; also a second outcome for a task in the same call: the first one ended its lease).
+--          A call sent again (its connection lost before the reply was read) answers as its first
+--          send did, if that one ran, its events included, and writes nothing. An outcome applied
+--          leaves the call's token in its row's tk (meaningless outside `active`, never a lease's):
+--          a repeat finds it there while the row is as the outcome left it. Where that may change
+--          within the resend window (a release: pending, claimable at once; a retry due sooner; a
+--          completion or an archiving kept for less: deleted), the first send also keeps its answer
+--          (finish(), the key of repeated() in _lib.lua), which a repeat reads when an outcome finds
+--          neither its lease nor the token (sent_answer()).
 -- Counts: each applied outcome but `release` adds one to its minute's counters (conveyor/history.py):
 --   field "<c|r|a>:<queue>" (completed, retried, archived) of hash P h:<floor(now / 60)>, one HINCRBY per
 --   field the call touched; a hash gets its expiry (HISTORY_TTL) when a call creates one of its fields.
@@ -42,6 +51,7 @@ local V = batch_values()
 local ids = {}
 for i = 0, n - 1 do ids[i + 1] = V[1 + i * 8] end
 local rows = redis.call('HMGET', ROWS, unpack(ids))
+local again, fragile, asked = nil, false, false -- a repeat's events; keep the answer; sent_answer() read
 local applied, done, writes, results, cleared = {}, {}, {}, {}, {}
 local KEEP, qk = {}, {} -- keep_until by keep_for, and per queue its sorted sets' writes (see below)
 local unleased, nu = {}, 0
@@ -57,20 +67,35 @@ for i = 0, n - 1 do
   local s, m, q, xac, l, ne, tk, lxsa, r
   if row and not done[id] then s, m, q, xac, l, ne, tk, lxsa, r = string.match(row, SETTLE_HEAD) end
   if s ~= 'active' or tk ~= token or token == '' then
-    applied[i + 1] = '0'
+    if tk == TOKEN then -- applied by a send of this call that ran before: its row as it left it
+      again = again or {}
+      again[#again + 1] = id .. '\tactive\t' .. s .. '\t' .. q
+      applied[i + 1] = '1'
+    else
+      if not asked then -- a repeat whose rows may not show it?
+        local kept = sent_answer()
+        if kept then return kept end
+        asked = true
+      end
+      applied[i + 1] = '0'
+    end
   elseif kind == 'complete' and NOW + tonumber(V[b + 7]) <= NOW then
     -- completed without retention (transitions.deleted_at_settle): deleted here, reported completed only
     remove_task(parse(id, row), false)
     event(id, 'active', 'completed', q)
+    fragile = true
     applied[i + 1] = '1'
   elseif kind == 'complete' then
     -- active -> completed, the row's head rewritten (what finish_task() would write for this case);
-    -- tk, lx and c are left as they were: they mean nothing outside `active` (see codec.py)
+    -- lx and c are left as they were: they mean nothing outside `active` (see codec.py); tk holds the
+    -- call's token (see the header)
     local result, keep = opt(V[b + 3]), V[b + 7]
     local kus = KEEP[keep]
     if not kus then
-      kus = f(NOW + tonumber(keep))
+      local kept_for = tonumber(keep)
+      kus = f(NOW + kept_for)
       KEEP[keep] = kus
+      if kept_for * 1000 < policy(4) then fragile = true end -- deleted within the resend window
     end
     local k = qk[q] -- its keys, then members left `active`, and pairs for `completed` and its keep
     if not k then
@@ -78,7 +103,7 @@ for i = 0, n - 1 do
       qk[q] = k
     end
     writes[#writes + 1] = id
-    writes[#writes + 1] = 'completed ' .. m .. ' ' .. q .. ' ' .. xac .. ' 0 ' .. ne .. ' ' .. tk .. ' ' .. lxsa .. ' '
+    writes[#writes + 1] = 'completed ' .. m .. ' ' .. q .. ' ' .. xac .. ' 0 ' .. ne .. ' ' .. TOKEN .. ' ' .. lxsa .. ' '
       .. NOWS .. ' ' .. kus .. ' ' .. string.sub(row, r)
     if result then
       results[#results + 1] = id
@@ -99,12 +124,15 @@ for i = 0, n - 1 do
     local err, run_at, reason = opt(V[b + 4]), num(V[b + 5]), opt(V[b + 6])
     if kind == 'retry' then
       err = err or RETRY_ERROR
-      t.r, t.nr, t.c, t.tk, t.lx = t.r + 1, run_at or NOW, '0', nil, nil
+      t.r, t.nr, t.c, t.tk, t.lx = t.r + 1, run_at or NOW, '0', TOKEN, nil
       add_error(t, err)
       move(t, 'retry', err)
+      if (t.nr - NOW) * 1000 < policy(4) then fragile = true end -- promoted, claimed again
     elseif kind == 'archive' then
-      archive_task(t, reason or 'failed', err)
+      archive_task(t, reason or 'failed', err, TOKEN)
+      if retention() * 1000 < policy(4) then fragile = true end
     else
+      fragile = true -- pending, or scheduled: claimed again
       t.a, t.c = math.max(0, t.a - 1), '0'
       if run_at and run_at > NOW then
         t.nr, t.tk, t.lx = run_at, nil, nil
@@ -140,6 +168,7 @@ for i = 0, n - 1 do
     end
   end
 end
+if again then return answer_again(table.concat(applied), table.concat(again, '\n')) end -- a repeat
 if #writes > 0 then redis.call('HSET', ROWS, unpack(writes)) end
 -- the completed tasks' sorted-set writes, one command per key
 for _, k in pairs(qk) do
@@ -163,4 +192,4 @@ if kind1 then
   end
   if fresh then redis.call('EXPIRE', key, HISTORY_TTL) end
 end
-return finish(table.concat(applied))
+return finish(table.concat(applied), fragile)

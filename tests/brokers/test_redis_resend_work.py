@@ -1,0 +1,179 @@
+"""The calls on stored tasks sent again after their connection broke mid-reply answer as their first
+send did: a settle, a claim, and an operator's cancel, delete and run_now.
+
+As in ``test_redis_resend.py`` (the enqueue), a ``CuttingProxy`` forwards the call, lets the server
+run it, and closes the connection instead of forwarding the reply, so the broker sends the call again
+and the second send meets what the first did. Without an answer kept for it, a settle sent again
+would answer False (its outcome stored, the worker told it was discarded), a claim would take other
+tasks while its first send's stayed active, leased to nobody, until their lease expired, and an
+operator's action would answer ``InvalidTransition`` or ``TaskNotFound`` for what it did itself.
+Every test runs in layout 5 and layout 4; the last ones on the session's 3-master cluster.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor
+from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.config import RedisConfig
+from conveyor.model import Event, Outcome, TaskRecord, TaskState
+from conveyor.testing.redis_cluster import LocalCluster
+from conveyor.testing.redis_server import RedisServer
+
+from .cutting_proxy import CuttingProxy
+from .resent import LAYOUTS, NOW, cut_on_cluster, cut_once, open_broker, proxied_cluster, task
+
+SETTLE = b"_settle"  # in the function names the calls carry (scripts.py)
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[CuttingProxy]:
+    with CuttingProxy("127.0.0.1", redis_server.port) as started:
+        yield started
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def broker(proxy: CuttingProxy, layout: str) -> Iterator[RedisBroker]:
+    opened = open_broker(proxy, layout, "t" + uuid.uuid4().hex)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def claimed(broker: RedisBroker, count: int = 1) -> list[TaskRecord]:
+    """``count`` tasks of queue ``q`` enqueued and claimed (a lease of 30 s)."""
+    broker.enqueue([task(broker) for _ in range(count)], NOW)
+    records = broker.claim(["q"], NOW, 30.0, limit=count)
+    assert len(records) == count
+    return records
+
+
+def outcome(record: TaskRecord, kind: str, **fields: object) -> Outcome:
+    return Outcome(record.id, record.lease_token or "", kind, **fields)  # type: ignore[arg-type]
+
+
+SETTLED: dict[str, tuple[dict[str, Any], TaskState | None]] = {  # outcome fields, the state it leaves
+    "complete": ({"kind": "complete", "result": "1"}, TaskState.COMPLETED),
+    "complete, kept 0 s": ({"kind": "complete", "result": "1", "keep_for": 0.0}, None),
+    "retry soon": ({"kind": "retry", "error": "E: x", "run_at": NOW + 5}, TaskState.RETRY),
+    "retry later": ({"kind": "retry", "error": "E: x", "run_at": NOW + 3600}, TaskState.RETRY),
+    "archive": ({"kind": "archive", "error": "E: x"}, TaskState.ARCHIVED),
+    "release": ({"kind": "release"}, TaskState.PENDING),
+}
+
+
+@pytest.mark.parametrize("settled", list(SETTLED), ids=list(SETTLED))
+def test_a_settle_sent_again_answers_applied(proxy: CuttingProxy, broker: RedisBroker, settled: str) -> None:
+    fields, state = SETTLED[settled]
+    (record,) = claimed(broker)
+    made = cut_once(proxy, SETTLE)
+    assert broker.settle([outcome(record, **fields)], NOW) == [True]
+    made()
+    stored = broker.get(record.id, NOW)
+    assert (stored.state if stored else None) == state
+
+
+def test_a_batch_settle_sent_again_answers_as_its_first_send(proxy: CuttingProxy, broker: RedisBroker) -> None:
+    first, second, third = claimed(broker, 3)
+    stale = Outcome(third.id, "not-its-token", "complete")
+    batch = [outcome(first, "complete"), outcome(second, "retry", error="E: x", run_at=NOW + 5), stale]
+    made = cut_once(proxy, SETTLE)
+    assert broker.settle(batch, NOW) == [True, True, False]
+    made()
+    assert broker.settle([outcome(third, "complete")], NOW) == [True]  # the stale one stored nothing
+
+
+def test_a_second_settle_of_a_lease_after_a_resend_is_still_refused(proxy: CuttingProxy, broker: RedisBroker) -> None:
+    (record,) = claimed(broker)
+    made = cut_once(proxy, SETTLE)
+    assert broker.settle([outcome(record, "complete", result="1")], NOW) == [True]
+    made()
+    assert broker.settle([outcome(record, "complete", result="2")], NOW) == [False]
+    stored = broker.get(record.id, NOW)
+    assert stored is not None and stored.result == "1"
+
+
+@pytest.mark.parametrize("kind", ["complete", "release"])
+def test_a_settle_sent_again_tells_local_subscribers_once(proxy: CuttingProxy, broker: RedisBroker, kind: str) -> None:
+    (record,) = claimed(broker)
+    heard: list[Event] = []
+    stop = broker.subscribe(heard.append)
+    try:
+        made = cut_once(proxy, SETTLE)
+        assert broker.settle([outcome(record, kind)], NOW) == [True]
+        made()
+        new = "completed" if kind == "complete" else "pending"
+        assert [(event.task_id, event.new_state) for event in heard] == [(record.id, new)]
+    finally:
+        stop()
+
+
+def test_a_lease_completed_through_a_lost_reply_raises_nothing(proxy: CuttingProxy, layout: str) -> None:
+    """What a worker or a consumer sees: its outcome stored, not ``LeaseLost`` (discarded)."""
+    app = Conveyor(broker=open_broker(proxy, layout, "t" + uuid.uuid4().hex))
+    try:
+        handle = app.enqueue("job")
+        lease = app.claim()
+        assert lease is not None
+        made = cut_once(proxy, SETTLE)
+        lease.complete(42)
+        made()
+        assert app.get(handle.id).result == 42
+    finally:
+        app.close()
+
+
+def answers_kept(broker: RedisBroker) -> int:
+    """The answers kept for a repeat in the broker's namespace (enqueues keep one each)."""
+    return len(broker.client.keys("{" + broker.config.namespace + "*sent:*"))
+
+
+@pytest.mark.parametrize(("settled", "kept"), [("complete", 0), ("retry later", 0), ("archive", 0), ("release", 1)])
+def test_a_settle_keeps_its_answer_only_where_its_rows_may_not_show_it(
+    broker: RedisBroker, settled: str, kept: int
+) -> None:
+    """The common completion costs no write for a repeat: its row shows the call's token."""
+    fields, _ = SETTLED[settled]
+    (record,) = claimed(broker)
+    before = answers_kept(broker)
+    assert broker.settle([outcome(record, **fields)], NOW) == [True]
+    assert answers_kept(broker) == before + kept
+
+
+@pytest.fixture
+def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
+    with proxied_cluster(redis_cluster, monkeypatch) as proxies:
+        yield proxies
+
+
+@pytest.fixture
+def cluster_broker(redis_cluster: LocalCluster, cluster_proxies: list[CuttingProxy]) -> Iterator[RedisBroker]:
+    opened = RedisBroker(RedisConfig.from_url(redis_cluster.namespace_url()))
+    try:
+        assert opened.cluster
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize("settled", ["complete", "retry soon"])
+def test_a_settle_sent_again_on_a_cluster_answers_applied(
+    cluster_proxies: list[CuttingProxy], cluster_broker: RedisBroker, settled: str
+) -> None:
+    fields, state = SETTLED[settled]
+    (record,) = claimed(cluster_broker)
+    with cut_on_cluster(cluster_proxies, SETTLE):
+        assert cluster_broker.settle([outcome(record, **fields)], NOW) == [True]
+    stored = cluster_broker.get(record.id, NOW)
+    assert stored is not None and stored.state == state
