@@ -174,8 +174,8 @@ def test_scripts_build_keys_the_way_the_key_builder_names_them(broker: RedisBrok
     per_task = {slot.rows}
     per_queue = {slot.queue("emails", part) for part in ("scheduled", "active")} | {slot.settings("emails")}
     shared = {slot.due, slot.expiring, slot.leases, slot.seq, slot.wake}
-    per_call = set(client.keys(slot.sent("*")))  # each enqueue's answer, kept a while for a repeat
-    assert len(per_call) == 2
+    per_call = set(client.keys(slot.sent("*")))  # each enqueue's and claim's answer, kept a while for a repeat
+    assert len(per_call) == 3
     assert set(client.keys(slot.prefix + "*")) == per_task | per_queue | shared | per_call
     taken = set(client.keys(keys.sent("*")))  # in layout 5 a take's too (custom ids, a unique key)
     assert len(taken) == (0 if keys.one_slot else 2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.keys import Keys
 from conveyor.model import Event, Outcome, TaskRecord, TaskState
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
@@ -134,6 +136,84 @@ def test_a_lease_completed_through_a_lost_reply_raises_nothing(proxy: CuttingPro
         app.close()
 
 
+CLAIM = b"_claim"
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_a_claim_sent_again_answers_the_tasks_its_first_send_leased(
+    proxy: CuttingProxy, broker: RedisBroker, limit: int
+) -> None:
+    broker.enqueue([task(broker) for _ in range(limit + 1)], NOW)
+    made = cut_once(proxy, CLAIM)
+    records = broker.claim(["q"], NOW, 30.0, limit=limit)
+    made()
+    assert len(records) == limit
+    assert [broker.get(record.id, NOW) for record in records] == records  # leased to this caller, as told
+    assert broker.settle([outcome(record, "complete") for record in records], NOW) == [True] * limit
+    assert len(broker.claim(["q"], NOW, 30.0, limit=10)) == 1  # the one left, never leased to nobody
+
+
+def test_a_claim_sent_again_leaves_out_a_task_cancelled_meanwhile(
+    proxy: CuttingProxy, broker: RedisBroker, redis_server: RedisServer, layout: str
+) -> None:
+    """The first of its tasks cancelled between the two sends: the second is answered alone, its
+    lease token renumbered as the first of the reply."""
+    namespace = broker.config.namespace
+    operator = RedisBroker(
+        RedisConfig.from_url(redis_server.namespace_url(namespace)),
+        keys=Keys(namespace) if layout == "layout 4" else None,
+    )
+    first, second = replace(task(broker), priority=10), task(broker)
+    broker.enqueue([first, second], NOW)
+    try:
+        made = cut_once(proxy, CLAIM, then=lambda: operator.cancel(first.id, NOW))
+        records = broker.claim(["q"], NOW, 30.0, limit=2)
+        made()
+    finally:
+        operator.close()
+    assert [record.id for record in records] == [second.id]
+    assert broker.get(second.id, NOW) == records[0]
+    assert broker.settle([outcome(records[0], "complete")], NOW) == [True]
+
+
+def test_a_claim_sent_again_tells_local_subscribers_once(proxy: CuttingProxy, broker: RedisBroker) -> None:
+    broker.enqueue([task(broker)], NOW)
+    heard: list[Event] = []
+    stop = broker.subscribe(heard.append)
+    try:
+        made = cut_once(proxy, CLAIM)
+        (record,) = broker.claim(["q"], NOW, 30.0)
+        made()
+        assert [(event.task_id, event.new_state) for event in heard] == [(record.id, "active")]
+    finally:
+        stop()
+
+
+def test_a_claim_sent_again_after_a_wait_answers_the_task_it_leased(proxy: CuttingProxy, broker: RedisBroker) -> None:
+    """A claim after an idle wait runs at the server's TIME: the second send runs later than the first."""
+    broker.enqueue([task(broker)], NOW)
+    made = cut_once(proxy, CLAIM)
+    records = broker.claim_after_wait(["q"], broker.server_clock(), 30.0, 1, 0.5)
+    made()
+    assert len(records) == 1 and broker.get(records[0].id, NOW) == records[0]
+
+
+def test_a_claim_over_queues_of_several_slots_sent_again_answers_its_tasks(
+    proxy: CuttingProxy, broker: RedisBroker
+) -> None:
+    """On one server a claim over queues of several slots is one call (layout 5)."""
+    other = task(broker)
+    suffix = broker.id_suffixes()
+    broker.enqueue(
+        [task(broker), replace(other, queue="r", id=other.id.split("~")[0] + (suffix("r") if suffix else ""))], NOW
+    )
+    made = cut_once(proxy, CLAIM)
+    records = broker.claim(["q", "r"], NOW, 30.0, limit=2)
+    made()
+    assert sorted(record.queue for record in records) == ["q", "r"]
+    assert broker.settle([outcome(record, "complete") for record in records], NOW) == [True, True]
+
+
 def answers_kept(broker: RedisBroker) -> int:
     """The answers kept for a repeat in the broker's namespace (enqueues keep one each)."""
     return len(broker.client.keys("{" + broker.config.namespace + "*sent:*"))
@@ -177,3 +257,13 @@ def test_a_settle_sent_again_on_a_cluster_answers_applied(
         assert cluster_broker.settle([outcome(record, **fields)], NOW) == [True]
     stored = cluster_broker.get(record.id, NOW)
     assert stored is not None and stored.state == state
+
+
+def test_a_claim_sent_again_on_a_cluster_answers_its_tasks(
+    cluster_proxies: list[CuttingProxy], cluster_broker: RedisBroker
+) -> None:
+    cluster_broker.enqueue([task(cluster_broker) for _ in range(3)], NOW)
+    with cut_on_cluster(cluster_proxies, CLAIM):
+        records = cluster_broker.claim(["q"], NOW, 30.0, limit=2)
+    assert len(records) == 2 and [cluster_broker.get(record.id, NOW) for record in records] == records
+    assert len(cluster_broker.claim(["q"], NOW, 30.0, limit=10)) == 1

@@ -18,6 +18,13 @@
 --          (broker.py: claim_after_wait); a claim that fills `limit` reads nothing more.
 --          The caller knows the claim's own writes (s = active, a + 1, sa = now, lx = now + lease_for,
 --          tk = "<base>-<position>", c = 0), which keeps the reply short.
+--          A call sent again (its connection lost before the reply was read) answers the tasks its
+--          first send leased, as that send answered, and claims nothing: a send that leased tasks
+--          keeps "<now> <due or ->" under `sent:<token base>` in the first slot for the resend
+--          window (policy(4)), which every call reads first (claimed_again()); a repeat finds its
+--          tasks by their lease deadline (now + lease_for, in LEASES of each slot it names) and
+--          their token ("<base>-<place>"). A task of it no longer leased to it (cancelled, its lease
+--          reaped) is left out and the tokens of those after it renumbered.
 -- Costs: per batch popped, one HMGET of the rows and one HSET of the new rows (plus
 --   the sorted-set writes, one command per key): a claimed task costs a few arguments, not commands.
 -- Transition: due scheduled/retry -> pending; expired leases -> pending or archived(poison);
@@ -36,7 +43,70 @@ local function first_due(due)
   return due
 end
 
+-- the reply of a call sent again whose first send leased tasks (see the header), or nil
+local function claimed_again(sent, base, lease_for)
+  local kept = redis.call('GET', sent)
+  if not kept then return nil end
+  local cut = string.find(kept, ' ', 1, true)
+  local nows, due = string.sub(kept, 1, cut - 1), string.sub(kept, cut + 1)
+  local lxs = f(tonumber(nows) + lease_for)
+  -- by place in the first send's reply: the task, its row, and its slot's keys; the places found
+  local found, places = {}, {}
+  local j = 4
+  repeat -- the leases it took in each slot it named: KEYS[1]'s, then each `seq` among the queues
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, lxs, lxs)) do
+      local id = idof(m)
+      local row = redis.call('HGET', ROWS, id)
+      local t = parse(id, row)
+      local place = t and t.s == 'active' and t.tk and string.match(t.tk, '^' .. base .. '%-(%d+)$')
+      if place then
+        place = tonumber(place)
+        found[place] = {t, row, LASTERR, LIMITS, P}
+        places[#places + 1] = place
+      end
+    end
+    repeat j = j + 1 until not A(j) or string.byte(A(j)) == BRACE
+    if A(j) then switch(A(j)) end
+  until not A(j)
+  if #places == 0 then -- none still leased to it: claimed afresh, from the first slot
+    if SEQ ~= KEYS[1] then switch(KEYS[1]) end
+    return nil
+  end
+  table.sort(places)
+  local out, extras, again = {}, {}, {}
+  for k, place in ipairs(places) do
+    local t, row, lasterr, limits, p = unpack(found[place])
+    if k ~= place then -- a task before it is gone: the tokens stay numbered by place in the reply
+      t.tk = base .. '-' .. k
+      redis.call('HSET', p .. 'rows', t.id, pack(t))
+    end
+    -- the row as it was before the claim: attempts one fewer (the rest of the claim the caller knows)
+    local _, m, q, x, a, l, ne, at = string.match(row, CLAIM_HEAD)
+    out[k] = 'pending ' .. m .. ' ' .. q .. ' ' .. x .. ' ' .. f(tonumber(a) - 1) .. ' 0 ' .. l .. ' ' .. ne
+      .. ' - - - ' .. string.sub(row, at)
+    again[k] = t.id .. '\tpending\tactive\t' .. q
+    if l == '1' or ne == '1' then
+      local n = #extras
+      extras[n + 1] = k
+      extras[n + 2] = l == '1' and redis.call('HGET', lasterr, t.id) or false
+      extras[n + 3] = ne == '1' and redis.call('LRANGE', p .. 'e:' .. t.id, 0, -1) or false
+      extras[n + 4] = ne == '1' and redis.call('HGET', limits, t.id) or false
+    end
+  end
+  local n = #places
+  local tail = #extras > 0 and cjson.encode(extras) or ''
+  if due ~= '-' then tail = '@' .. due .. (tail ~= '' and ('\n' .. tail) or '') end
+  local result = out
+  if n == 1 and tail == '' then result = out[1] else out[n + 1] = tail end
+  if WANT then return {result, nows, table.concat(again, '\n')} end
+  if type(result) == 'string' then return nows .. '\n' .. result end
+  return {result, nows}
+end
+
 -- each call:
+local sent = SENTP .. A(3)
+local kept = claimed_again(sent, A(3), tonumber(A(1)))
+if kept then return kept end
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
 promote(budget)
 reap(budget)
@@ -146,6 +216,7 @@ while A(i) and claimed < limit do
 end
 -- a string result goes back as one string, a table as a nested array (see finish())
 if claimed < limit then due = first_due(due) end
+if claimed > 0 then redis.call('SET', sent, NOWS .. ' ' .. (due or '-'), 'PX', policy(4)) end
 local tail = #extras > 0 and cjson.encode(extras) or ''
 if due then tail = '@' .. due .. (tail ~= '' and ('\n' .. tail) or '') end
 if claimed == 0 then return finish(tail) end
