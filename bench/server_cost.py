@@ -10,8 +10,8 @@ operations and has callgrind dump its counters after each (``callgrind_control -
 phase's count is that phase's alone: server instructions per task for a one-task enqueue, a batch
 enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, then
 one-task and batch enqueues whose tasks hold unique keys, then an idle worker's claim (nothing
-pending, a scheduled task in the slot: it reads the first due time), a claim of 100 and one-task
-settles of a retry, with PING as the floor. Kernel time (the
+pending, a scheduled task in the slot: it reads the first due time), a claim of 100, one-task
+settles of a retry and an operator's cancels, with PING as the floor. Kernel time (the
 socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
 counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
 from run to run). ``--cluster`` runs the server cluster-enabled, serving every slot alone: against the
@@ -56,6 +56,7 @@ PHASES = (
     ("claim_idle", "one-task claim finding nothing, a task due later in its slot"),
     ("claim_hundred", "task of a 100-task claim"),
     ("settle_retry_one", "one-outcome settle of a retry due in 5 s"),
+    ("cancel_one", "operator's cancel of a scheduled task"),
 )
 CLAIM_BATCH = 500
 CLAIM_HUNDRED = 100
@@ -230,6 +231,10 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         raise RuntimeError(f"claimed {len(held)} of {hundreds} a hundred at a time")
     retries = min(singles, hundreds)
     each("settle_retry_one", retries, lambda i: broker.settle([_retry(held[i])], time.time()))
+    later = [replace(task(i, "admin"), run_at=time.time() + 3600) for i in range(singles)]
+    broker.enqueue(later, time.time())
+    dump("enqueue_admin")
+    each("cancel_one", singles, lambda i: broker.cancel(later[i].id, time.time()))
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -243,6 +248,7 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         "claim_idle": singles,
         "claim_hundred": hundreds,
         "settle_retry_one": retries,
+        "cancel_one": singles,
     }
 
 

@@ -1,5 +1,5 @@
 """The calls on stored tasks sent again after their connection broke mid-reply answer as their first
-send did: a settle, a claim, and an operator's cancel, delete and run_now.
+send did: a settle, a claim, and an operator's cancel, delete, run_now and archive.
 
 As in ``test_redis_resend.py`` (the enqueue), a ``CuttingProxy`` forwards the call, lets the server
 run it, and closes the connection instead of forwarding the reply, so the broker sends the call again
@@ -13,7 +13,7 @@ Every test runs in layout 5 and layout 4; the last ones on the session's 3-maste
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from conveyor import Conveyor
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
+from conveyor.errors import InvalidTransition, TaskNotFound
 from conveyor.model import Event, Outcome, TaskRecord, TaskState
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
@@ -136,6 +137,23 @@ def test_a_lease_completed_through_a_lost_reply_raises_nothing(proxy: CuttingPro
         app.close()
 
 
+def answers_kept(broker: RedisBroker) -> int:
+    """The answers kept for a repeat in the broker's namespace (enqueues keep one each)."""
+    return len(broker.client.keys("{" + broker.config.namespace + "*sent:*"))
+
+
+@pytest.mark.parametrize(("settled", "kept"), [("complete", 0), ("retry later", 0), ("archive", 0), ("release", 1)])
+def test_a_settle_keeps_its_answer_only_where_its_rows_may_not_show_it(
+    broker: RedisBroker, settled: str, kept: int
+) -> None:
+    """The common completion costs no write for a repeat: its row shows the call's token."""
+    fields, _ = SETTLED[settled]
+    (record,) = claimed(broker)
+    before = answers_kept(broker)
+    assert broker.settle([outcome(record, **fields)], NOW) == [True]
+    assert answers_kept(broker) == before + kept
+
+
 CLAIM = b"_claim"
 
 
@@ -214,21 +232,83 @@ def test_a_claim_over_queues_of_several_slots_sent_again_answers_its_tasks(
     assert broker.settle([outcome(record, "complete") for record in records], NOW) == [True, True]
 
 
-def answers_kept(broker: RedisBroker) -> int:
-    """The answers kept for a repeat in the broker's namespace (enqueues keep one each)."""
-    return len(broker.client.keys("{" + broker.config.namespace + "*sent:*"))
-
-
-@pytest.mark.parametrize(("settled", "kept"), [("complete", 0), ("retry later", 0), ("archive", 0), ("release", 1)])
-def test_a_settle_keeps_its_answer_only_where_its_rows_may_not_show_it(
-    broker: RedisBroker, settled: str, kept: int
+def test_a_claim_sent_again_finding_none_of_its_tasks_claims_afresh(
+    proxy: CuttingProxy, broker: RedisBroker, redis_server: RedisServer, layout: str
 ) -> None:
-    """The common completion costs no write for a repeat: its row shows the call's token."""
-    fields, _ = SETTLED[settled]
-    (record,) = claimed(broker)
-    before = answers_kept(broker)
-    assert broker.settle([outcome(record, **fields)], NOW) == [True]
-    assert answers_kept(broker) == before + kept
+    """Its one task, in the second queue's slot, cancelled between the sends: the second send claims
+    as a new claim would, from the first queue on."""
+    namespace = broker.config.namespace
+    operator = RedisBroker(
+        RedisConfig.from_url(redis_server.namespace_url(namespace)),
+        keys=Keys(namespace) if layout == "layout 4" else None,
+    )
+    suffix = broker.id_suffixes()
+    first = task(broker)
+    in_r = replace(first, queue="r", id=first.id.split("~")[0] + (suffix("r") if suffix else ""))
+    later = task(broker)
+    broker.enqueue([in_r], NOW)
+
+    def meanwhile() -> None:
+        operator.cancel(in_r.id, NOW)
+        operator.enqueue([later], NOW)
+
+    try:
+        made = cut_once(proxy, CLAIM, then=meanwhile)
+        records = broker.claim(["q", "r"], NOW, 30.0, limit=1)
+        made()
+    finally:
+        operator.close()
+    assert [record.id for record in records] == [later.id]
+
+
+ADMIN: dict[str, tuple[bytes, Callable[[RedisBroker, str], object], object, TaskState | None]] = {
+    # the call's marker, the call, what it answers, and the state it leaves the task in (None: gone)
+    "cancel": (b"_cancel", lambda broker, task_id: broker.cancel(task_id, NOW), TaskState.ARCHIVED, TaskState.ARCHIVED),
+    "delete": (b"_delete", lambda broker, task_id: broker.delete(task_id, NOW), None, None),
+    "run_now": (b"_run_now", lambda broker, task_id: broker.run_now(task_id, NOW), None, TaskState.PENDING),
+    "archive": (b"_archive", lambda broker, task_id: broker.archive(task_id, NOW), None, TaskState.ARCHIVED),
+}
+
+
+def scheduled(broker: RedisBroker) -> str:
+    """A task of queue ``q`` due in an hour: every operator action applies to it."""
+    new = replace(task(broker), run_at=NOW + 3600)
+    broker.enqueue([new], NOW)
+    return new.id
+
+
+@pytest.mark.parametrize("action", list(ADMIN))
+def test_an_operator_action_sent_again_answers_as_its_first_send(
+    proxy: CuttingProxy, broker: RedisBroker, action: str
+) -> None:
+    marker, act, answer, state = ADMIN[action]
+    task_id = scheduled(broker)
+    made = cut_once(proxy, marker)
+    assert act(broker, task_id) == answer  # neither InvalidTransition nor TaskNotFound
+    made()
+    stored = broker.get(task_id, NOW)
+    assert (stored.state if stored else None) == state
+
+
+@pytest.mark.parametrize("action", ["cancel", "delete"])
+def test_an_operator_action_done_twice_is_still_refused_the_second_time(
+    proxy: CuttingProxy, broker: RedisBroker, action: str
+) -> None:
+    marker, act, _, _ = ADMIN[action]
+    task_id = scheduled(broker)
+    made = cut_once(proxy, marker)
+    act(broker, task_id)
+    made()
+    with pytest.raises(InvalidTransition if action == "cancel" else TaskNotFound):
+        act(broker, task_id)
+
+
+def test_a_refused_operator_action_sent_again_is_refused_again(proxy: CuttingProxy, broker: RedisBroker) -> None:
+    (record,) = claimed(broker)  # active: delete refuses it
+    made = cut_once(proxy, b"_delete")
+    with pytest.raises(InvalidTransition):
+        broker.delete(record.id, NOW)
+    made()
 
 
 @pytest.fixture
@@ -267,3 +347,15 @@ def test_a_claim_sent_again_on_a_cluster_answers_its_tasks(
         records = cluster_broker.claim(["q"], NOW, 30.0, limit=2)
     assert len(records) == 2 and [cluster_broker.get(record.id, NOW) for record in records] == records
     assert len(cluster_broker.claim(["q"], NOW, 30.0, limit=10)) == 1
+
+
+@pytest.mark.parametrize("action", ["cancel", "delete"])
+def test_an_operator_action_sent_again_on_a_cluster_answers_as_its_first_send(
+    cluster_proxies: list[CuttingProxy], cluster_broker: RedisBroker, action: str
+) -> None:
+    marker, act, answer, state = ADMIN[action]
+    task_id = scheduled(cluster_broker)
+    with cut_on_cluster(cluster_proxies, marker):
+        assert act(cluster_broker, task_id) == answer
+    stored = cluster_broker.get(task_id, NOW)
+    assert (stored.state if stored else None) == state

@@ -39,7 +39,8 @@
 --           followed by " <queue> <count>" pairs: an enqueue's registrations (enqueue.lua: register)
 --   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls> <resend window, ms>" (one
 --           argument; read as numbers only by the operations that use them: max_errors() and so on)
---   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take, settle): the call's token (see repeated())
+--   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take, settle, the operator's actions): the
+--           call's token (see repeated())
 -- Operation arguments follow: A(1) is ARGV[5] (ARGV[6] after a token). Optional strings travel as ""
 -- (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events},
@@ -249,8 +250,8 @@ end
 -- A call sent again. The broker sends a call once more when its connection broke before the reply
 -- was read (redis-py's retry in connections.py; cluster.py), so its first send may have run: it would
 -- meet its own tasks as duplicates, or store again a task that ran and was deleted meanwhile. A call
--- of scripts.TOKENED carries a random token, the same in every send of it. An enqueue or a take
--- starts with repeated(): one SET NX of SENTP .. token, kept for the resend window (policy(4), ms),
+-- of scripts.TOKENED carries a random token, the same in every send of it. An enqueue, a take or
+-- an operator's action starts with repeated(): one SET NX of SENTP .. token, kept for the resend window (policy(4), ms),
 -- which tells a first send (the key was absent) from a repeat (it was there). A first send's answer
 -- is kept in that key: "\0" (the SET's own value) stands for "" without events, the usual answer, so
 -- only another answer costs a second write (finish()); a refusal (an error reply, nothing written)
