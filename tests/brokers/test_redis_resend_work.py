@@ -311,6 +311,20 @@ def test_a_refused_operator_action_sent_again_is_refused_again(proxy: CuttingPro
     made()
 
 
+def test_a_withdraw_sent_again_answers_the_tasks_its_first_send_removed(
+    proxy: CuttingProxy, broker: RedisBroker
+) -> None:
+    """An enqueue short of replicas takes its tasks back (``replication.py``); a second send of that
+    call must not answer them as started (``ReplicationTimeout`` would tell the caller not to
+    enqueue them again: they would be lost)."""
+    new = task(broker)
+    broker.enqueue([new], NOW)
+    made = cut_once(proxy, b"_withdraw")
+    assert broker._invoke("withdraw", broker._task_prefix(new.id), repr(NOW), [new.id])[1] == "1"
+    made()
+    assert broker.get(new.id, NOW) is None
+
+
 @pytest.fixture
 def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
     with proxied_cluster(redis_cluster, monkeypatch) as proxies:

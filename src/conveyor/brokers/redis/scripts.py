@@ -84,9 +84,9 @@ NAMESPACE_ONLY = frozenset({"release", "take"})
 #: Operations whose calls carry a random token (``ARGV[5]``, the same in every send of a call), so that
 #: a call sent again after its connection broke mid-reply answers as its first send did: an enqueue
 #: rather than meeting its own tasks as duplicates, a settle rather than finding its tasks settled, an
-#: operator's action rather than finding it done (``repeated()`` in ``lua/_lib.lua``). A claim's token
+#: operator's action or a withdrawal rather than finding it done (``repeated()`` in ``lua/_lib.lua``). A claim's token
 #: is the lease token base it carries anyway (``claim.lua``).
-TOKENED = frozenset({"archive", "cancel", "delete", "enqueue", "run_now", "settle", "take"})
+TOKENED = frozenset({"archive", "cancel", "delete", "enqueue", "run_now", "settle", "take", "withdraw"})
 
 
 def new_token() -> str:

@@ -39,8 +39,8 @@
 --           followed by " <queue> <count>" pairs: an enqueue's registrations (enqueue.lua: register)
 --   ARGV[4] the policy, "<MAX_ERRORS_KEPT> <archive_retention> <max_stalls> <resend window, ms>" (one
 --           argument; read as numbers only by the operations that use them: max_errors() and so on)
---   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take, settle, the operator's actions): the
---           call's token (see repeated())
+--   ARGV[5] only in the calls of scripts.TOKENED (enqueue, take, settle, withdraw, the operator's
+--           actions): the call's token (see repeated())
 -- Operation arguments follow: A(1) is ARGV[5] (ARGV[6] after a token). Optional strings travel as ""
 -- (None) or "=" .. value.
 -- Every operation returns {result, now} or, with events wanted and some made, {result, now, events},
