@@ -250,15 +250,16 @@ end
 -- A call sent again. The broker sends a call once more when its connection broke before the reply
 -- was read (redis-py's retry in connections.py; cluster.py), so its first send may have run: it would
 -- meet its own tasks as duplicates, or store again a task that ran and was deleted meanwhile. A call
--- of scripts.TOKENED carries a random token, the same in every send of it. An enqueue, a take or
--- an operator's action starts with repeated(): one SET NX of SENTP .. token, kept for the resend window (policy(4), ms),
--- which tells a first send (the key was absent) from a repeat (it was there). A first send's answer
--- is kept in that key: "\0" (the SET's own value) stands for "" without events, the usual answer, so
--- only another answer costs a second write (finish()); a refusal (an error reply, nothing written)
--- deletes the key, so a repeat decides afresh (forget_sent()). A repeat writes nothing and answers as
--- the first send did, its events included. A settle tells a repeat by the rows its first send wrote
--- (settle.lua), and keeps its answer only where they may not show it: it reads the key (sent_answer())
--- only when an outcome finds no sign of it.
+-- of scripts.TOKENED carries a random token, the same in every send of it. An enqueue, a take, a
+-- withdraw or an operator's action starts with repeated(): one SET NX of SENTP .. token, kept for
+-- the resend window (policy(4), ms), which tells a first send (the key was absent) from a repeat (it
+-- was there). A first send's answer is kept in that key: "\0" (the SET's own value) stands for ""
+-- without events, the usual answer, so only another answer costs a second write (finish()); a
+-- refusal (an error reply, nothing written) deletes the key, so a repeat decides afresh
+-- (forget_sent()). A repeat writes nothing and answers as the first send did, its events included.
+-- A settle tells a repeat by the rows its first send wrote (settle.lua), and keeps its answer only
+-- where they may not show it: it reads the key (sent_answer()) only when an outcome finds no sign of
+-- it. A claim's token is its lease token base, and it keeps its own kind of answer (claim.lua).
 local function answer_again(result, blob)
   if blob ~= '' and WANT then return {result, NOWS, blob} end
   return NOWS .. '\n' .. result
