@@ -19,10 +19,12 @@ __all__ = [
     "ENQUEUE_CHUNK",
     "SETTLE_CHUNK",
     "SPILL_AT",
+    "Ranks",
     "chunk_args",
     "duplicates",
     "enqueue_args",
     "one_task_args",
+    "ranked",
     "settle_args",
 ]
 
@@ -80,6 +82,23 @@ def enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
     """``enqueue.lua``'s arguments, per chunk of :data:`ENQUEUE_CHUNK` tasks (:func:`chunk_args`)."""
     for start in range(0, len(tasks), ENQUEUE_CHUNK):
         yield chunk_args(tasks[start : start + ENQUEUE_CHUNK])
+
+
+#: A call's tasks' places in the order of the broker's calls, by ``id(task)`` (``Producing._ranks``).
+Ranks = dict[int, int]
+
+
+def ranked(args: tuple[Arg, ...], chunk: Sequence[NewTask], ranks: Ranks | None) -> tuple[Arg, ...]:
+    """``enqueue.lua``'s arguments for ``chunk`` with its tasks' ranks in ``A(1)`` (``ranked()`` there):
+    ``"<n> <floor>"`` where they follow one another, else ``"<n> 0 <rank> ..."``; ``args`` as they
+    are without ranks."""
+    if ranks is None:
+        return args
+    places = [ranks[id(task)] for task in chunk]
+    first = places[0]
+    if places == list(range(first, first + len(places))):
+        return (f"{len(places)} {first - 1}", *args[1:])
+    return (f"{len(places)} 0 {' '.join(map(str, places))}", *args[1:])
 
 
 def duplicates(reply: str, count: int) -> list[str | None]:

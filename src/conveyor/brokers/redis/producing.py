@@ -18,7 +18,15 @@ from collections.abc import Sequence
 from typing import cast
 
 from conveyor.brokers.redis import admin, claims
-from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, chunk_args, duplicates, enqueue_args, one_task_args
+from conveyor.brokers.redis.calls import (
+    ENQUEUE_CHUNK,
+    Ranks,
+    chunk_args,
+    duplicates,
+    enqueue_args,
+    one_task_args,
+    ranked,
+)
 from conveyor.brokers.redis.faults import Refused
 from conveyor.brokers.redis.replication import Unreplicated
 from conveyor.brokers.redis.scripts import Arg, new_token
@@ -32,27 +40,51 @@ __all__ = ["Producing"]
 class Producing(Spreading):
     """``Spreading`` with the Broker contract's ``enqueue``."""
 
+    #: How many tasks this broker's calls have sent, and the slot its last call went to alone (None:
+    #: several, or none yet): the ranks of :meth:`_ranks`.
+    _sent = 0
+    _sent_to: str | None = None
+
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         keys = self.keys
         if keys.one_slot:
             return self._enqueue(keys.prefix, tasks, now)
         groups = self._by_slot(tasks, self._enqueue_prefix)  # a partition each (spread.py)
+        ranks = self._ranks(tasks, groups)
         if len(groups) == 1:  # the most common call
-            return self._enqueue(groups[0][0], tasks, now)
+            return self._enqueue(groups[0][0], tasks, now, ranks)
         results: list[str | None] = [None] * len(tasks)
         if _contested(tasks, groups):
-            self._enqueue_in_order(tasks, _runs(groups), now, results)
+            self._enqueue_in_order(tasks, _runs(groups), now, results, ranks)
             return results
         order = {task.id: place for place, task in reversed(list(enumerate(tasks)))}  # a task's first place
         with self._events.held(lambda event: order.get(event.task_id, 0)):  # told in the tasks' order
             for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
-                stored = self._enqueue(prefix, [tasks[i] for i in places], now)
+                stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
                 for place, result in zip(places, stored, strict=True):
                     results[place] = result
         return results
 
+    def _ranks(self, tasks: Sequence[NewTask], groups: Sequence[tuple[str, list[int]]]) -> Ranks | None:
+        """Each task's place in the order of this broker's calls (``id(task)`` -> rank), for the
+        sequence numbers of its slot (``ranked()`` in ``enqueue.lua``): a tie of time between tasks
+        of two slots then goes to the one enqueued first, as in ``memory://``'s one sequence. None for
+        a call to the slot the previous call went to alone, whose numbers are past every other's
+        already (best effort across threads and processes: each broker object counts its own)."""
+        sent, single = self._sent, groups[0][0] if len(groups) == 1 else None
+        self._sent = sent + len(tasks)
+        if single is not None and single == self._sent_to:
+            return None
+        self._sent_to = single
+        return {id(task): sent + place + 1 for place, task in enumerate(tasks)}
+
     def _enqueue_in_order(
-        self, tasks: Sequence[NewTask], runs: Sequence[tuple[str, list[int]]], now: float, results: list[str | None]
+        self,
+        tasks: Sequence[NewTask],
+        runs: Sequence[tuple[str, list[int]]],
+        now: float,
+        results: list[str | None],
+        ranks: Ranks | None,
     ) -> None:
         """Store ``tasks`` run by run (``runs``: places in one slot, in the tasks' order), each task
         whose id or unique key an earlier run stored answered as its duplicate without being sent, as
@@ -78,7 +110,8 @@ class Producing(Spreading):
                 if held is None:
                     first.setdefault(task.id, place)
                     sent.append(place)
-            for place, result in zip(sent, self._enqueue(prefix, [tasks[i] for i in sent], now), strict=True):
+            stored = self._enqueue(prefix, [tasks[i] for i in sent], now, ranks)
+            for place, result in zip(sent, stored, strict=True):
                 results[place], task = result, tasks[place]
                 if result is None:
                     ids.add(task.id)
@@ -93,8 +126,10 @@ class Producing(Spreading):
         item = admin.task_item(self._client, self.keys.slot(self._task_prefix(task_id)), task_id)
         return any(record.keep_until is None or now < record.keep_until for record in self._records([item]))
 
-    def _enqueue(self, prefix: str, tasks: Sequence[NewTask], now: float) -> list[str | None]:
-        """Enqueue ``tasks``, all of the queue slot ``prefix``."""
+    def _enqueue(
+        self, prefix: str, tasks: Sequence[NewTask], now: float, ranks: Ranks | None = None
+    ) -> list[str | None]:
+        """Enqueue ``tasks``, all of the queue slot ``prefix`` (``ranks``: see :meth:`_ranks`)."""
         if not tasks:
             return []
         at = repr(float(now))
@@ -102,15 +137,15 @@ class Producing(Spreading):
             if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
                 return self._wait.enqueue(
                     tasks,
-                    lambda chunk: self._store_tasks(prefix, at, chunk),
+                    lambda chunk: self._store_tasks(prefix, at, chunk, ranks),
                     lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
                 )
             if len(tasks) == 1 and (self.keys.one_slot or not claims.needs_claims(tasks[0])):  # the most common call
-                return [self._enqueue_one(prefix, tasks[0], at) or None]
+                return [self._enqueue_one(prefix, tasks[0], at, ranks) or None]
             if not self.keys.one_slot:  # chunk by chunk, each in its queue slot alone
                 results: list[str | None] = []
                 for start in range(0, len(tasks), ENQUEUE_CHUNK):
-                    results += self._store_tasks(prefix, at, tasks[start : start + ENQUEUE_CHUNK])
+                    results += self._store_tasks(prefix, at, tasks[start : start + ENQUEUE_CHUNK], ranks)
                 return results
             stored: list[str | None] = []
 
@@ -124,28 +159,33 @@ class Producing(Spreading):
             raise QueueFull(queue, int(float(max_size))) from None
         return stored
 
-    def _enqueue_one(self, prefix: str, task: NewTask, now: str) -> str:
+    def _enqueue_one(self, prefix: str, task: NewTask, now: str, ranks: Ranks | None = None) -> str:
         """One task: "" if stored, else the existing task's id (see enqueue.lua). Without a unique key
         the call leaves the namespace slot out, which saves the server a declared key per call; the
         script refuses, before writing, when it needs it after all (a queue's first task)."""
-        return self._store_chunk(prefix, now, one_task_args(task), task.unique_key is None)
+        return self._store_chunk(prefix, now, ranked(one_task_args(task), [task], ranks), task.unique_key is None)
 
-    def _store_tasks(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
+    def _store_tasks(
+        self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None
+    ) -> list[str | None]:
         """One chunk's enqueue, per task None (stored) or the id it duplicates. With split slots its
         unique keys are claimed in the namespace slot first (``claims.py``); an ``Unreplicated`` it
         raises carries these results."""
         if not self.keys.one_slot and any(claims.needs_claims(task) for task in chunk):
-            store = lambda rest: self._store_checked(prefix, now, rest)  # noqa: E731
+            store = lambda rest: self._store_checked(prefix, now, rest, ranks)  # noqa: E731
             return claims.store_claimed(self, chunk, float(now), store, prefix)
-        return self._store_checked(prefix, now, chunk)
+        return self._store_checked(prefix, now, chunk, ranks)
 
-    def _store_checked(self, prefix: str, now: str, chunk: Sequence[NewTask]) -> list[str | None]:
+    def _store_checked(
+        self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None
+    ) -> list[str | None]:
         """:meth:`_store_tasks` once any unique keys are claimed (split slots) or left to the script."""
         if not chunk:
             return []
         alone = not self.keys.one_slot or all(task.unique_key is None for task in chunk)
         try:
-            return duplicates(self._store_chunk(prefix, now, chunk_args(chunk), alone), len(chunk))
+            args = ranked(chunk_args(chunk), chunk, ranks)
+            return duplicates(self._store_chunk(prefix, now, args, alone), len(chunk))
         except Unreplicated as short:
             short.reply = duplicates(self._result(short.reply)[0], len(chunk))
             raise
