@@ -194,15 +194,19 @@ class Broker(Protocol):
     # -- maintenance (safe to run from any number of processes) ----------------------------------
 
     def promote(self, now: float, limit: int = 1000) -> int:
-        """Move up to ``limit`` due scheduled/retry tasks to pending; returns how many moved."""
+        """Move up to ``limit`` due scheduled/retry tasks to pending, the earliest ``next_run_at`` over
+        every queue first (ties by enqueue order); returns how many moved."""
         ...
 
     def reap(self, now: float, limit: int = 1000) -> int:
-        """Reclaim up to ``limit`` expired leases (pending again, or archived poison); returns count."""
+        """Promote every due task, then reclaim up to ``limit`` expired leases (pending again, or
+        archived poison) and then archive tasks past ``expires_at`` within the same ``limit``, each
+        earliest first over every queue (ties by enqueue order); returns count."""
         ...
 
     def clean(self, now: float, limit: int = 1000) -> int:
-        """Delete up to ``limit`` tasks past ``keep_until`` or beyond ``max_archived``; returns count."""
+        """Delete up to ``limit`` tasks: those past ``keep_until`` first, then each queue's oldest
+        archived beyond ``max_archived``, queues by name; returns count."""
         ...
 
     # -- reading -------------------------------------------------------------------------------

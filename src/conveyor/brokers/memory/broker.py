@@ -153,7 +153,7 @@ class MemoryBroker(MemoryStore):
         with self._lock:
             removed = self._clean_locked(now, limit)
             cap = self.policy.max_archived
-            for queue in list(self._settings):
+            for queue in sorted(self._settings):  # by name, as queues() lists them (every broker alike)
                 archived = [r for r in self._tasks.values() if r.queue == queue and r.state is _S.ARCHIVED]
                 excess = len(archived) - cap
                 if excess > 0 and removed < limit:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from conveyor.brokers.base import EventCallback, Finding
-from conveyor.brokers.redis import admin, preflight, waits
+from conveyor.brokers.redis import admin, preflight, upkeep, waits
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, settle_args
 from conveyor.brokers.redis.codec import decode_claimed, split_due
 from conveyor.brokers.redis.config import RedisConfig
@@ -157,15 +157,22 @@ class RedisBroker(Producing):
     # -- maintenance ---------------------------------------------------------------------------
 
     def promote(self, now: float, limit: int = 1000) -> int:
-        moved = 0
-        for prefix, more in self._joined([(prefix, ()) for prefix in self._slots()]):
-            moved += int(self._call("promote", prefix, now, max(0, limit - moved), *more))
+        slots = self._slots()
+        if self.joins_slots or len(slots) < 2:  # one call: the Lua spends the limit (spend() in _lib.lua)
+            moved = 0
+            for prefix, more in self._joined([(prefix, ()) for prefix in slots]):
+                moved += int(self._call("promote", prefix, now, max(0, limit - moved), *more))
+        else:
+            moved = upkeep.promote_slots(self._client, slots, now, limit, self._call_at(now))
         self._drop_retired()
         return moved
 
     def reap(self, now: float, limit: int = 1000) -> int:
+        slots = self._slots()
+        if not self.joins_slots and len(slots) > 1:
+            return upkeep.reap_slots(self._client, slots, now, limit, self._call_at(now), MAINTENANCE_BUDGET)
         done = 0
-        for prefix, more in self._joined([(prefix, ()) for prefix in self._slots()]):
+        for prefix, more in self._joined([(prefix, ()) for prefix in slots]):
             done += int(self._call("reap", prefix, now, max(0, limit - done), MAINTENANCE_BUDGET, *more))
         return done
 
@@ -174,13 +181,17 @@ class RedisBroker(Producing):
         if self._upgrade is not None:
             with translate_errors():
                 self._upgrade.step(now)
-        queues = self._registered()
-        removed = 0
-        for prefix, group in self._slot_groups(queues):
-            if removed >= limit:
-                break
-            removed += int(self._call("clean", prefix, now, limit - removed, self.policy.max_archived, *group))
-        return removed
+        groups = self._slot_groups(self._registered())
+        cap = self.policy.max_archived
+        if len(groups) > 1:
+            return upkeep.clean_slots(self._client, groups, now, limit, cap, self._clean_in)
+        return sum(self._clean_in(prefix, now, limit, "kc", group) for prefix, group in groups)
+
+    def _call_at(self, now: float) -> upkeep.Call:
+        return lambda name, prefix, *args: self._call(name, prefix, now, *args)
+
+    def _clean_in(self, prefix: str, now: float, limit: int, passes: str, queues: Sequence[str]) -> int:
+        return int(self._call("clean", prefix, now, limit, self.policy.max_archived, passes, *queues))
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -376,7 +376,7 @@ def extend(tx: Tx, task_id: str, token: str, now: float, lease_for: float) -> Le
 def clean(tx: Tx, now: float, limit: int, max_archived: int) -> int:
     """Delete tasks past retention, then the oldest archived beyond ``max_archived`` per queue."""
     removed = tx.clean_retained(now, limit)
-    queues = [row[0] for row in tx.execute("SELECT name FROM queues ORDER BY rowid")]
+    queues = [row[0] for row in tx.execute("SELECT name FROM queues ORDER BY name")]  # the reference's order
     for queue in queues:
         excess = tx.count(queue, (_S.ARCHIVED,)) - max_archived
         if excess > 0 and removed < limit:

@@ -1,20 +1,23 @@
 -- clean.lua: the janitor. Bounded work: at most `limit` deletions, ZRANGE windows of that size.
 -- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
 --       (release.lua).
--- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue), A(3..) the slot's queues, in
---       the order to visit them (the caller reads them from the registry).
+-- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue), A(3) the passes to make: "kc"
+--       both, "k" the first alone, "c" the second alone (a call per slot over several slots spends
+--       the limit on every slot's first pass before any second, as memory:// does: broker.py),
+--       A(4..) the slot's queues, in the order to visit them (the caller reads them from the registry).
 -- Returns: how many tasks were deleted.
 -- Transition: completed/archived past keep_until -> deleted (not reported); then the oldest archived
 --             tasks beyond max_archived per queue -> deleted (not reported).
-local limit, cap = tonumber(A(1)), tonumber(A(2))
+local limit, cap, passes = tonumber(A(1)), tonumber(A(2)), A(3)
 local removed = 0
 local queues = {}
-local i = 3
+local i = 4
 while A(i) do
-  queues[i - 2] = A(i)
+  queues[i - 3] = A(i)
   i = i + 1
 end
-for _, q in ipairs(queues) do
+local kept, capped = passes ~= 'c', passes ~= 'k'
+for _, q in ipairs(kept and queues or {}) do
   for _, s in ipairs({'completed', 'archived'}) do
     if removed >= limit then break end
     local key = qkey(q, s .. ':keep')
@@ -30,7 +33,7 @@ for _, q in ipairs(queues) do
     end
   end
 end
-for _, q in ipairs(queues) do
+for _, q in ipairs(capped and queues or {}) do
   if removed >= limit then break end
   local excess = redis.call('ZCARD', qkey(q, 'archived')) - cap
   if excess > 0 then
