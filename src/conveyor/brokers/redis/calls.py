@@ -18,13 +18,14 @@ from conveyor.model import NewTask, Outcome
 __all__ = [
     "ENQUEUE_CHUNK",
     "SETTLE_CHUNK",
+    "SPAN",
     "SPILL_AT",
     "Ranks",
     "chunk_args",
     "duplicates",
     "enqueue_args",
+    "numbered",
     "one_task_args",
-    "ranked",
     "settle_args",
 ]
 
@@ -87,18 +88,27 @@ def enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
 #: A call's tasks' places in the order of the broker's calls, by ``id(task)`` (``Producing._ranks``).
 Ranks = dict[int, int]
 
+#: ``enqueue.lua``'s ``A(1) = n + SPAN * step`` (``numbers()`` there): more than the tasks of a chunk.
+SPAN = 1024
 
-def ranked(args: tuple[Arg, ...], chunk: Sequence[NewTask], ranks: Ranks | None) -> tuple[Arg, ...]:
-    """``enqueue.lua``'s arguments for ``chunk`` with its tasks' ranks in ``A(1)`` (``ranked()`` there):
-    ``"<n> <floor>"`` where they follow one another, else ``"<n> 0 <rank> ..."``; ``args`` as they
-    are without ranks."""
+
+def numbered(
+    args: Sequence[Arg], chunk: Sequence[NewTask], ranks: Ranks | None, last: int
+) -> tuple[Sequence[Arg], int]:
+    """``enqueue.lua``'s arguments for ``chunk`` with its tasks' numbers in ``A(1)`` (``numbers()``
+    there), and the slot's ``seq`` after the call as far as this broker knows (``last``: before it).
+    Without ``ranks`` the call moves it by the chunk's size; with them, to the chunk's last rank (past
+    ``last`` and what the chunk needs), its tasks taking the numbers their ranks say."""
+    count = len(chunk)
     if ranks is None:
-        return args
+        return args, last + count
     places = [ranks[id(task)] for task in chunk]
-    first = places[0]
-    if places == list(range(first, first + len(places))):
-        return (f"{len(places)} {first - 1}", *args[1:])
-    return (f"{len(places)} 0 {' '.join(map(str, places))}", *args[1:])
+    first, final = places[0], places[-1]
+    top = max(final, last + final - first + 1)
+    if places == list(range(first, first + count)):
+        return (count + SPAN * (top - last), *args[1:]), top
+    backs = " ".join(str(final - place) for place in places)
+    return (f"{count} {top - last} {backs}", *args[1:]), top
 
 
 def duplicates(reply: str, count: int) -> list[str | None]:

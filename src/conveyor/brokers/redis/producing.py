@@ -24,8 +24,8 @@ from conveyor.brokers.redis.calls import (
     chunk_args,
     duplicates,
     enqueue_args,
+    numbered,
     one_task_args,
-    ranked,
 )
 from conveyor.brokers.redis.faults import Refused
 from conveyor.brokers.redis.replication import Unreplicated
@@ -40,10 +40,11 @@ __all__ = ["Producing"]
 class Producing(Spreading):
     """``Spreading`` with the Broker contract's ``enqueue``."""
 
-    #: How many tasks this broker's calls have sent, and the slot its last call went to alone (None:
-    #: several, or none yet): the ranks of :meth:`_ranks`.
+    #: How many tasks this broker's calls have sent, the slot its last call went to alone (None:
+    #: several, or none yet), and each slot's ``seq`` as its calls left it: see :meth:`_ranks`.
     _sent = 0
     _sent_to: str | None = None
+    _seqs: dict[str, int] | None = None
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         keys = self.keys
@@ -66,11 +67,12 @@ class Producing(Spreading):
         return results
 
     def _ranks(self, tasks: Sequence[NewTask], groups: Sequence[tuple[str, list[int]]]) -> Ranks | None:
-        """Each task's place in the order of this broker's calls (``id(task)`` -> rank), for the
-        sequence numbers of its slot (``ranked()`` in ``enqueue.lua``): a tie of time between tasks
-        of two slots then goes to the one enqueued first, as in ``memory://``'s one sequence. None for
-        a call to the slot the previous call went to alone, whose numbers are past every other's
-        already (best effort across threads and processes: each broker object counts its own)."""
+        """Each task's place in the order of this broker's calls (``id(task)`` -> rank), which its
+        slot's call makes its sequence number (``numbers()`` in ``enqueue.lua``; this broker keeps
+        what its calls left in each slot's ``seq``): a tie of time between tasks of two slots then
+        goes to the one enqueued first, as in ``memory://``'s one sequence. None for a call to the
+        slot the previous call went to alone, whose numbers are past every other's already. Exact
+        for one broker object's calls; across processes ties go as the slots' numbers fall."""
         sent, single = self._sent, groups[0][0] if len(groups) == 1 else None
         self._sent = sent + len(tasks)
         if single is not None and single == self._sent_to:
@@ -163,7 +165,7 @@ class Producing(Spreading):
         """One task: "" if stored, else the existing task's id (see enqueue.lua). Without a unique key
         the call leaves the namespace slot out, which saves the server a declared key per call; the
         script refuses, before writing, when it needs it after all (a queue's first task)."""
-        return self._store_chunk(prefix, now, ranked(one_task_args(task), [task], ranks), task.unique_key is None)
+        return self._store_chunk(prefix, now, one_task_args(task), task.unique_key is None, [task], ranks)
 
     def _store_tasks(
         self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None
@@ -184,21 +186,34 @@ class Producing(Spreading):
             return []
         alone = not self.keys.one_slot or all(task.unique_key is None for task in chunk)
         try:
-            args = ranked(chunk_args(chunk), chunk, ranks)
-            return duplicates(self._store_chunk(prefix, now, args, alone), len(chunk))
+            return duplicates(self._store_chunk(prefix, now, chunk_args(chunk), alone, chunk, ranks), len(chunk))
         except Unreplicated as short:
             short.reply = duplicates(self._result(short.reply)[0], len(chunk))
             raise
 
-    def _store_chunk(self, prefix: str, now: str, args: Sequence[Arg], alone: bool) -> str:
+    def _store_chunk(
+        self, prefix: str, now: str, args: Sequence[Arg], alone: bool, chunk: Sequence[NewTask], ranks: Ranks | None
+    ) -> str:
         """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`);
-        else, in layout 4, declaring the namespace slot too."""
+        else, in layout 4, declaring the namespace slot too. Numbered by ``ranks`` (``calls.numbered``)."""
+        seqs = self._seqs
+        if seqs is None:
+            seqs = self._seqs = {}
+        args, top = numbered(args, chunk, ranks, seqs.get(prefix, 0))
         token = new_token()  # one call, however often sent: a repeat finds what its first send did
-        reply = self._enqueue_here(prefix, now, args, token) if alone else None
-        if reply is None:
-            if not self.keys.one_slot:  # two slots in one call: refused by a cluster
-                raise BrokerError("an enqueue could not register its queue: forget_queue kept undoing it")
-            reply = cast("str", self._invoke("enqueue", prefix, now, args, namespace=True, token=token)[1])
+        refused = False
+        try:
+            reply = self._enqueue_here(prefix, now, args, token) if alone else None
+            if reply is None:
+                if not self.keys.one_slot:  # two slots in one call: refused by a cluster
+                    raise BrokerError("an enqueue could not register its queue: forget_queue kept undoing it")
+                reply = cast("str", self._invoke("enqueue", prefix, now, args, namespace=True, token=token)[1])
+        except Refused:  # nothing written
+            refused = True
+            raise
+        finally:
+            if not refused:  # written, or maybe (a reply lost, replicas short)
+                seqs[prefix] = top
         return reply
 
 

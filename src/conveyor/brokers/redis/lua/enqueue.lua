@@ -5,8 +5,9 @@
 --       of the queues not yet registered (see register() below); its tasks' unique keys were claimed
 --       by the caller beforehand (take.lua), so it checks them only within the call, and a unique key
 --       it frees (an invisible task replaced) is returned for release.lua.
--- ARGV: head (_lib.lua) with the call's token, then A(1) = n, or "<n> <floor>", or "<n> <floor> <rank 1>
---       .. <rank n>" (see ranked() below), and the n * 8 strings, per task: id,
+-- ARGV: head (_lib.lua) with the call's token, then A(1) = n, or n + SPAN * step, or "<n> <step> <back
+--       1> .. <back n>" (the numbers of the call's tasks: see numbers() below), and the n * 8
+--       strings, per task: id,
 --       queue, body (name, options and payload, made by the caller: codec.encode_body), priority,
 --       run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
@@ -96,28 +97,28 @@ end
 -- m for sequence number seq (the zero-padded sequence, then the id)
 local function member(seq, id) return string.format('%016d', seq) .. id end
 
--- Sequence numbers in the enqueue order of the caller over every slot. A slot's numbers only grow,
--- one per task; a caller whose previous call went elsewhere sends a floor (A(1) "<n> <floor>"): the
--- call's tasks are then numbered on from the floor, or from the slot's last where that is past it;
--- where the call's tasks of this slot are not neighbours in the caller's order it sends a rank per
--- task ("<n> 0 <rank> ..."), and each gets at least its rank. The upkeep over several slots, which
--- breaks ties of time by member, then takes them in the order of the caller's calls, as memory://
--- takes them by its one sequence (spend() in _lib.lua; exact for one broker object's calls).
--- A(1) "<n> <floor>[ <ranks>]" read: n, the floor and the ranks (nil: none)
-local function ranked()
-  local count, floor, rest = string.match(A(1), '^(%d+) (%d+) ?(.*)$')
-  local ranks = nil
-  if rest ~= '' then
-    ranks = {}
-    for r in string.gmatch(rest, '%d+') do ranks[#ranks + 1] = tonumber(r) end
+-- Sequence numbers in the enqueue order of the caller over every slot. A call moves its slot's `seq`
+-- by n (its tasks', a duplicate's number left unused) and its i-th task gets the i-th number, so a
+-- caller can tell what its calls leave there. One whose previous call went elsewhere moves it by a
+-- `step` instead (A(1) = n + SPAN * step: one number, which a one-task call reads as cheaply as n),
+-- past the numbers it gave elsewhere meanwhile, and the call's tasks get the last n numbers; where
+-- its tasks of this slot are not neighbours in its order it sends "<n> <step> <back> ..." and the
+-- i-th gets the new top minus its back. The upkeep over several slots, which breaks ties of time by
+-- member, then takes them in the order of the caller's calls, as memory:// takes them by its one
+-- sequence (spend() in _lib.lua; exact for one broker object's calls: producing.py).
+local SPAN = 1024 -- more than the tasks of a call (calls.ENQUEUE_CHUNK; a test checks)
+-- A(1): n, the step (nil: n) and the backs (nil: n - i)
+local function numbers()
+  local a1 = tonumber(A(1))
+  if a1 then
+    if a1 < SPAN then return a1, nil, nil end
+    local n = a1 % SPAN
+    return n, (a1 - n) / SPAN, nil
   end
-  return tonumber(count), tonumber(floor), ranks
-end
--- the i-th task's sequence number, after `seq` (the slot's last), when the caller gave ranks
-local function next_seq(seq, i, floor, ranks)
-  local least = floor + ranks[i]
-  if least > seq + 1 then return least end
-  return seq + 1
+  local count, step, rest = string.match(A(1), '^(%d+) (%d+) (.*)$')
+  local backs = {}
+  for b in string.gmatch(rest, '%d+') do backs[#backs + 1] = tonumber(b) end
+  return tonumber(count), tonumber(step), backs
 end
 
 -- The tail of a new task's row (new_tail, _lib.lua): fa ("-" or the task's group), priority, enqueued,
@@ -164,24 +165,18 @@ end
 -- each call:
 local kept = repeated()
 if kept then return kept end
-local n, floor, ranks = tonumber(A(1)), nil, nil
-if not n then n, floor, ranks = ranked() end
+local n, step, backs = tonumber(A(1)), nil, nil
+if not n or n >= SPAN then n, step, backs = numbers() end
 if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no tables of the chunk's
   local id, q = A(2), A(3)
   if not QUEUES and not settings(q).known and not proven(q) then return forget_sent(unregistered({q})) end
   -- plain, and room for it (a full queue's refusal comes after the duplicate check, below)
+  local seq = nil
   if (A(6) or '') == '' and (A(8) or '') == '' and not over_max_size(q, 1) then
     -- its row is written with HSETNX, which is also the check that its id is free (one command
     -- less); an id in use (a duplicate, or an invisible task to replace) takes the general path below,
-    -- which reads the task there (this call then skipped a sequence number: only their order matters)
-    local seq = redis.call('INCRBY', SEQ, 1)
-    if floor then
-      local least = floor + (ranks and ranks[1] or 1)
-      if least > seq then
-        seq = least
-        redis.call('SET', SEQ, seq)
-      end
-    end
+    -- which reads the task there and stores it with this number
+    seq = redis.call('INCRBY', SEQ, step or 1)
     local m, x = member(seq, id), num(A(7))
     local kind = plain_kind(q, A(5) or '0')
     if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, kind[1], A(4))) == 1 then
@@ -196,17 +191,15 @@ if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no t
   end
   local old = load(id)
   local dup = duplicate_of(ARGV, BASE + 2, old)
-  if dup then return finish(dup, true) end
+  if dup then
+    if not seq then redis.call('INCRBY', SEQ, step or 1) end -- its number, unused (see numbers())
+    return finish(dup, true)
+  end
   local full = over_max_size(q, 1)
   if full then return forget_sent(full) end
   register(q)
   local rows = {}
-  local seq = redis.call('INCRBY', SEQ, 1)
-  if floor and floor + (ranks and ranks[1] or 1) > seq then
-    seq = floor + (ranks and ranks[1] or 1)
-    redis.call('SET', SEQ, seq)
-  end
-  store(ARGV, BASE + 2, seq, old, rows)
+  store(ARGV, BASE + 2, seq or redis.call('INCRBY', SEQ, step or 1), old, rows)
   redis.call('HSET', ROWS, rows[1], rows[2])
   return finish('', true)
 end
@@ -244,17 +237,12 @@ if not QUEUES then
   end
   if #missing > 0 then return forget_sent(unregistered(missing)) end
 end
-local new = 0
 for q, count in pairs(adding) do
   local full = over_max_size(q, count)
   if full then return forget_sent(full) end
-  new = new + count
 end
 DEFER = true -- no sorted set is read below
-local seq = new > 0 and redis.call('INCRBY', SEQ, new) - new or 0
-local last = seq + new
--- a floor alone: the call's tasks are neighbours in the caller's order, numbered on from it
-if floor and not ranks and seq < floor then seq = floor end
+local top = redis.call('INCRBY', SEQ, step or n) -- task i's number: top - n + i, or top - backs[i]
 for q, _ in pairs(adding) do register(q) end
 local rows = {}
 -- plain tasks' writes, one command per key: per queue the count of its tasks in this call's group
@@ -264,7 +252,7 @@ local kinds, grouped, expiring, nx = {}, {}, {}, 0
 local group = 'g' .. NOWS -- this call's `waiting` member for its plain tasks
 for i = 1, n do
   if results[i] == '' then
-    if ranks then seq = next_seq(seq, i, floor, ranks) else seq = seq + 1 end
+    local seq = backs and top - backs[i] or top - n + i
     local b = i * 8 - 7
     local id, q, stale_ = V[b], V[b + 1], stale[V[b]]
     if stale_ or V[b + 6] ~= '' or (V[b + 4] ~= '' and tonumber(V[b + 4]) > NOW) then
@@ -296,7 +284,6 @@ for i = 1, n do
     end
   end
 end
-if seq > last then redis.call('SET', SEQ, seq) end
 if #rows > 0 then redis.call('HSET', ROWS, unpack(rows)) end
 flush_z() -- store()'s sorted-set writes first: none may undo the group's below
 for q, byp in pairs(kinds) do
