@@ -11,6 +11,8 @@ from typing import cast
 import pytest
 
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SPAN
+from conveyor.brokers.redis.scripts import read_source
 from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskState
 
 NOW = 1_000.0
@@ -93,3 +95,9 @@ def test_a_member_chosen_but_moved_meanwhile_is_not_counted(broker: RedisBroker)
     assert broker._call("promote", prefix, NOW + 2, 1, member) == 1
     assert broker._call("promote", prefix, NOW + 2, 1, member) == 0
     assert _states(broker, "due") == [TaskState.PENDING]
+
+
+def test_a_step_and_a_chunks_size_share_enqueues_first_argument() -> None:
+    """``A(1) = n + SPAN * step``: every chunk's size stays below ``SPAN``, the same in Lua and Python."""
+    assert ENQUEUE_CHUNK < SPAN
+    assert f"local SPAN = {SPAN} " in read_source("enqueue")
