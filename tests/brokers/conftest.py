@@ -1,4 +1,5 @@
-"""Two SQLite broker objects on one file, as two processes (or a worker's fetcher and acker) hold."""
+"""Two SQLite broker objects on one file, as two processes (or a worker's fetcher and acker) hold; and
+the re-sent call tests' cutting proxy and key layouts (``resent.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import pytest
 
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.model import BrokerPolicy
+from conveyor.testing.redis_server import RedisServer
+
+from .cutting_proxy import CuttingProxy
+from .resent import LAYOUTS
 
 
 @pytest.fixture
@@ -32,3 +37,16 @@ def consumer(db_path: Path) -> Iterator[SQLiteBroker]:
 def producer(db_path: Path) -> Iterator[SQLiteBroker]:
     """Another connection that enqueues and settles."""
     yield from _opened(db_path)
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[CuttingProxy]:
+    """A proxy in front of the session's server that can drop a reply (``cutting_proxy.py``)."""
+    with CuttingProxy("127.0.0.1", redis_server.port) as started:
+        yield started
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request: pytest.FixtureRequest) -> str:
+    """The key layouts the re-sent call tests run in (``resent.LAYOUTS``)."""
+    return str(request.param)

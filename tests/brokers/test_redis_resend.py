@@ -30,20 +30,9 @@ from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
-from .resent import LAYOUTS, NOW, cut_on_cluster, cut_once, open_broker, pending, proxied_cluster, task
+from .resent import NOW, cut_on_cluster, cut_once, open_broker, pending, proxied_cluster, task
 
 ENQUEUE, TAKE = b"_enqueue", b"_take"  # in the function names the calls carry (scripts.py)
-
-
-@pytest.fixture
-def proxy(redis_server: RedisServer) -> Iterator[CuttingProxy]:
-    with CuttingProxy("127.0.0.1", redis_server.port) as started:
-        yield started
-
-
-@pytest.fixture(params=LAYOUTS)
-def layout(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture
