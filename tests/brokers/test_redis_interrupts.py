@@ -118,17 +118,6 @@ def test_an_interrupt_ends_an_idle_wait_at_once(broker: RedisBroker, name: str) 
     poll_until(lambda: blocked_pops(broker) == base, timeout=PROMPT, message="no pop left blocked")
 
 
-def test_an_interrupt_between_a_claim_and_the_wait_ends_that_wait_at_once(broker: RedisBroker) -> None:
-    """A fetcher checks its stop flag after each claim: a stop just after that check must not leave its
-    next wait to block."""
-    assert broker.claim(QUEUES, time.time(), 30.0, 10) == []
-    broker.interrupt_waits()  # no wait in progress
-    started = time.monotonic()
-    assert broker.wait_for_work(QUEUES, WAIT)
-    assert time.monotonic() - started < PROMPT
-    assert not broker.wait_for_work(QUEUES, 0.2)  # one interrupt ends one wait of the thread
-
-
 def test_the_first_wait_of_a_thread_that_never_claimed_ends_after_an_interrupt(broker: RedisBroker) -> None:
     """A worker's second claimer may go to its first wait without a claim of its own (the first found
     the queues empty), after a stop's interrupt ended the first claimer's wait."""

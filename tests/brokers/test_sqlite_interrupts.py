@@ -56,15 +56,6 @@ def test_an_interrupt_ends_the_wait_in_progress_at_once(consumer: SQLiteBroker, 
     assert waiter.ended("the interrupted wait to end") is True
 
 
-def test_an_interrupt_between_a_claim_and_the_wait_ends_that_wait_at_once(consumer: SQLiteBroker) -> None:
-    assert consumer.claim(QUEUES, time.time(), 30.0, 10) == []
-    consumer.interrupt_waits()  # no wait in progress
-    started = time.monotonic()
-    assert consumer.wait_for_work(QUEUES, WAIT)
-    assert time.monotonic() - started < PROMPT
-    assert not consumer.wait_for_work(QUEUES, 0.2)  # one interrupt ends one wait of the thread
-
-
 def test_an_interrupt_ends_only_the_waits_of_its_broker(
     consumer: SQLiteBroker, producer: SQLiteBroker, db_path: Path
 ) -> None:
