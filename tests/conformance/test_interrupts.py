@@ -20,7 +20,7 @@ PROMPT = 5.0
 def test_an_interrupt_between_a_claim_and_the_wait_ends_that_wait_at_once(app: Conveyor) -> None:
     broker = app.broker
     assert isinstance(broker, WaitsForWork) and isinstance(broker, InterruptsWaits)
-    assert broker.claim(["default"], app.clock.now(), 30.0, 10) == []
+    assert broker.claim(["default"], app.clock(), 30.0, 10) == []
     broker.interrupt_waits()  # no wait in progress yet
     started = time.monotonic()
     assert broker.wait_for_work(["default"], WAIT) is True
