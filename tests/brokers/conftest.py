@@ -10,10 +10,11 @@ import pytest
 
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.model import BrokerPolicy
+from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
-from .resent import LAYOUTS
+from .resent import LAYOUTS, proxied_cluster
 
 
 @pytest.fixture
@@ -50,3 +51,11 @@ def proxy(redis_server: RedisServer) -> Iterator[CuttingProxy]:
 def layout(request: pytest.FixtureRequest) -> str:
     """The key layouts the re-sent call tests run in (``resent.LAYOUTS``)."""
     return str(request.param)
+
+
+@pytest.fixture
+def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
+    """A cutting proxy in front of each node of the session's cluster, which the cluster client is
+    pointed at (``resent.proxied_cluster``)."""
+    with proxied_cluster(redis_cluster, monkeypatch) as proxies:
+        yield proxies

@@ -30,7 +30,7 @@ from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
-from .resent import NOW, cut_on_cluster, cut_once, open_broker, pending, proxied_cluster, task
+from .resent import NOW, cut_on_cluster, cut_once, open_broker, pending, task
 
 ENQUEUE, TAKE = b"_enqueue", b"_take"  # in the function names the calls carry (scripts.py)
 
@@ -188,12 +188,6 @@ def test_an_app_enqueue_sent_again_returns_its_handle(proxy: CuttingProxy, layou
             app.enqueue("job", [2], task_id="invoice-42")
     finally:
         app.close()
-
-
-@pytest.fixture
-def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
-    with proxied_cluster(redis_cluster, monkeypatch) as proxies:
-        yield proxies
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
-from .resent import NOW, cut_on_cluster, cut_once, open_broker, proxied_cluster, task
+from .resent import NOW, cut_on_cluster, cut_once, open_broker, task
 
 SETTLE = b"_settle"  # in the function names the calls carry (scripts.py)
 
@@ -312,12 +312,6 @@ def test_a_withdraw_sent_again_answers_the_tasks_its_first_send_removed(
     assert broker._invoke("withdraw", broker._task_prefix(new.id), repr(NOW), [new.id])[1] == "1"
     made()
     assert broker.get(new.id, NOW) is None
-
-
-@pytest.fixture
-def cluster_proxies(redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CuttingProxy]]:
-    with proxied_cluster(redis_cluster, monkeypatch) as proxies:
-        yield proxies
 
 
 @pytest.fixture
