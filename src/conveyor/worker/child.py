@@ -35,6 +35,20 @@ log = logging.getLogger("conveyor.worker")
 FLUSH_DELAY = 0.02
 
 
+#: A report before it is written: kind, task id, lease token, timeout (a start's), monotonic time.
+_Line = tuple[str, str, str, float | None, float]
+
+
+def _text(line: _Line) -> str:
+    """The protocol's line (module docstring) of a report."""
+    kind, task_id, token, timeout, at = line
+    if kind == "start":
+        return f"start {task_id} {token} {'-' if timeout is None else repr(timeout)} {at!r}\n"
+    if kind == "cancel":
+        return f"cancel {task_id} {token} {at!r}\n"
+    return f"end {task_id}\n"
+
+
 class PipeReporter:
     """Reports for the supervisor, written together by one thread (``start``s it), at most
     :data:`FLUSH_DELAY` after the first of them."""
@@ -43,7 +57,7 @@ class PipeReporter:
         self.fd = fd
         self.delay = delay
         self._lock = threading.Lock()
-        self._lines: dict[int, str] = {}  # unsent, in order (by sequence number)
+        self._lines: dict[int, _Line] = {}  # unsent, in order (by sequence number)
         self._next = 0
         self._by_task: dict[str, list[int]] = {}  # task id → its unsent start and cancel lines
         self._started: set[str] = set()  # ids whose start line is unsent
@@ -66,10 +80,10 @@ class PipeReporter:
     def started(self, held: Held) -> None:
         timeout = held.job.options.timeout if held.job is not None else None
         at = held.started if held.started is not None else time.monotonic()
-        self._add(held.id, f"start {held.id} {held.token} {'-' if timeout is None else repr(timeout)} {at!r}", True)
+        self._add(held.id, ("start", held.id, held.token, timeout, at))
 
     def cancelled(self, held: Held) -> None:
-        self._add(held.id, f"cancel {held.id} {held.token} {time.monotonic()!r}", False)
+        self._add(held.id, ("cancel", held.id, held.token, None, time.monotonic()))
 
     def finished(self, held: Held) -> None:
         with self._lock:
@@ -78,18 +92,21 @@ class PipeReporter:
                 for seq in self._by_task.pop(held.id):
                     del self._lines[seq]
                 return
-        self._add(held.id, f"end {held.id}", False)
+        self._add(held.id, ("end", held.id, "", None, 0.0))
 
-    def _add(self, task_id: str, line: str, start: bool) -> None:
+    def _add(self, task_id: str, line: _Line) -> None:
+        # Kept as a tuple, written as text at the flush: most starts never are (their task ends first).
+        kind = line[0]
         with self._lock:
             seq = self._next
             self._next += 1
             self._lines[seq] = line
-            if start or not line.startswith("end"):
+            if kind != "end":
                 self._by_task.setdefault(task_id, []).append(seq)
-            if start:
+            if kind == "start":
                 self._started.add(task_id)
-        self._pending.set()
+        if not self._pending.is_set():  # a flush clears it under the lock, after taking the lines
+            self._pending.set()
 
     def _run(self) -> None:
         while not self._closed:
@@ -106,7 +123,7 @@ class PipeReporter:
             self._lines.clear()
             self._by_task.clear()
             self._started.clear()
-        data = "".join(line + "\n" for line in lines).encode()
+        data = "".join(map(_text, lines)).encode()
         try:
             while data:  # one thread writes, so lines never interleave; a signal may cut a write short
                 data = data[os.write(self.fd, data) :]
