@@ -157,15 +157,17 @@ COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
 def test_server_cost_counts_each_phase_on_its_own() -> None:
     out = run_bench("bench.server_cost", "--tasks", "40", "--singles", "10", timeout=230)
     costs = {m.group(2): int(m.group(1).replace(",", "")) for m in map(COST_LINE.match, out.splitlines()) if m}
-    assert len(costs) == 10, out
+    assert len(costs) == 13, out
     ping = costs["PING"]
     assert ping > 0
     # every broker call runs a Lua function: several times the work of a PING, per call
-    for unit in ("one-task enqueue", "one-task claim", "one-outcome settle"):
+    singles = ("one-task enqueue", "one-task claim", "one-outcome settle", "one-outcome settle of a retry due in 5 s")
+    for unit in (*singles, "operator's cancel of a scheduled task"):
         assert costs[unit] > 5 * ping, out
     # a batch shares a call's fixed cost among its tasks: less per task than a call of one
     assert costs["task of a batch enqueue"] < costs["one-task enqueue"], out
     assert costs["task of a 500-task claim"] < costs["one-task claim"], out
+    assert costs["task of a 100-task claim"] < costs["one-task claim"], out
     assert costs["outcome of a 500-outcome settle"] < costs["one-outcome settle"], out
     # a unique key costs its claim in the namespace's unique-key hash on top of the plain enqueue
     assert costs["one-task enqueue with a unique key"] > costs["one-task enqueue"], out
