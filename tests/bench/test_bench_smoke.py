@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,14 +39,29 @@ def run_python(*args: str, timeout: float, env: dict[str, str] | None = None) ->
     return done.stdout
 
 
+@dataclass(frozen=True)
+class SmokeRun:
+    """One ``python -m bench --smoke --no-peers`` over every Conveyor backend: its output and directory."""
+
+    out: str
+    dir: Path
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """The smoke run the tests below read, made once (~35 s): what each checks is in the one report."""
+    out_dir = tmp_path_factory.mktemp("smoke")
+    out = run_bench("bench", "--smoke", "--no-peers", "--out", str(out_dir), timeout=140, env={"N": "500"})
+    return SmokeRun(out, out_dir)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None:
-    run_bench("bench", "--smoke", "--no-peers", "--out", str(tmp_path), timeout=140, env={"N": "500"})
-    report = (tmp_path / "benchmarks.md").read_text()
+def test_smoke_run_writes_a_report_with_measured_figures(smoke_run: SmokeRun) -> None:
+    report = (smoke_run.dir / "benchmarks.md").read_text()
     assert "| Conveyor (memory) |" in report
     assert "**Command:** `python -m bench --smoke --no-peers --out " in report, report
-    figures = json.loads((tmp_path / "results.json").read_text())["figures"]
+    figures = json.loads((smoke_run.dir / "results.json").read_text())["figures"]
     measured = {(f["library"], f["workload"]): f["value"] for f in figures if f["value"] is not None}
     assert measured[("server floor", "round_trip")] > 0
     assert measured[("Conveyor (memory)", "enqueue_single")] > 0
@@ -55,13 +71,12 @@ def test_smoke_run_writes_a_report_with_measured_figures(tmp_path: Path) -> None
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Path) -> None:
+def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(smoke_run: SmokeRun) -> None:
     """Issue 42's SQLite sections: the bare commit floor and enqueue beside it per ``synchronous``
     mode, the aims, and 1/2/4 worker processes on one file as commands and as ``-p N``."""
-    args = ("bench", "--smoke", "--no-peers", "--conveyor", "sqlite,redis", "--out", str(tmp_path))
-    out = run_bench(*args, timeout=140, env={"N": "500"})
+    out = smoke_run.out
     assert "## Floors: SQLite on this run's disk" in out and "| -p 4 |" in out, out  # printed at the end too
-    figures = json.loads((tmp_path / "results.json").read_text())["figures"]
+    figures = json.loads((smoke_run.dir / "results.json").read_text())["figures"]
     measured = {(f["library"], f["variant"], f["workload"]): f["value"] for f in figures if f["value"] is not None}
     for mode in ("FULL", "NORMAL"):
         assert measured[("sqlite floor", f"synchronous={mode}", "commit")] > 0
@@ -71,7 +86,7 @@ def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Pa
         assert measured[("sqlite processes", shape, "drain")] > 0, shape
         assert measured[("sqlite processes", shape, "locked")] == 0, shape
         assert measured[("sqlite processes", shape, "warnings")] == 0, shape
-    report = (tmp_path / "benchmarks.md").read_text()
+    report = (smoke_run.dir / "benchmarks.md").read_text()
     assert re.search(
         r"^\| FULL \(Conveyor's default\) \| [\d,]+ \| [\d,]+ \| [\d.]+x \| [01] of 1 passes \|$", report, re.M
     )
@@ -96,8 +111,8 @@ def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(tmp_path: Pa
 @pytest.mark.timeout(120)
 def test_repetitions_are_made_in_passes_over_every_library(tmp_path: Path) -> None:
     """Each pass runs every library once, so a figure's runs are spread over the whole run."""
-    args = ("bench", "--smoke", "--no-peers", "--reps", "2", "--conveyor", "memory,sqlite", "--out", str(tmp_path))
-    lines = run_bench(*args, timeout=110, env={"N": "300"}).splitlines()
+    args = ("bench", "--smoke", "--no-peers", "--reps", "2", "--conveyor", "memory,sqlite", "--curve-shapes", "")
+    lines = run_bench(*args, "--out", str(tmp_path), timeout=110, env={"N": "100"}).splitlines()
     passes = [i for i, line in enumerate(lines) if line.startswith("pass ")]
     assert [lines[i] for i in passes] == ["pass 1 of 2", "pass 2 of 2"], lines
     for start, end in zip(passes, [*passes[1:], len(lines)], strict=True):

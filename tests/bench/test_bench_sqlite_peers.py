@@ -90,8 +90,9 @@ def test_drain_ratio_on_sqlite_alone_runs_only_the_sqlite_peers() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_make_bench_publishes_the_sqlite_peer_rows(tmp_path: Path) -> None:
-    args = ("--n", "200", "--reps", "1", "--peers", "huey_sqlite", "--conveyor", "sqlite", "--out", str(tmp_path))
-    run_bench("bench", *args, timeout=110)
+    # a smoke run naming a peer runs it: the smallest sizes, one pass, no process curve
+    args = ("--smoke", "--n", "200", "--peers", "huey_sqlite", "--conveyor", "sqlite", "--curve-shapes", "")
+    run_bench("bench", *args, "--out", str(tmp_path), timeout=110)
     figures = json.loads((tmp_path / "results.json").read_text())["figures"]
     measured = {(f["library"], f["variant"], f["workload"]) for f in figures if f["value"] is not None}
     for threads in ("1 thread", "8 threads"):
