@@ -119,7 +119,9 @@ def test_a_batch_withdraws_only_the_tasks_it_stored(waiting: RedisBroker, deploy
 def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_running(
     deployment: Replicated, namespace: str
 ) -> None:
-    producer = deployment.open(namespace, wait_replicas="1", wait_timeout="3000")
+    # each of the enqueue's write calls (3 here, a take among them) waits the whole timeout: 1 s each
+    # (3 s took 9 s a test) leaves the claimer, polling every 5 ms, ample time to claim
+    producer = deployment.open(namespace, wait_replicas="1", wait_timeout="1000")
     worker = deployment.open(namespace)
     claimed: list[TaskRecord] = []
 
