@@ -118,17 +118,6 @@ def test_an_interrupt_ends_an_idle_wait_at_once(broker: RedisBroker, name: str) 
     poll_until(lambda: blocked_pops(broker) == base, timeout=PROMPT, message="no pop left blocked")
 
 
-def test_the_first_wait_of_a_thread_that_never_claimed_ends_after_an_interrupt(broker: RedisBroker) -> None:
-    """A worker's second claimer may go to its first wait without a claim of its own (the first found
-    the queues empty), after a stop's interrupt ended the first claimer's wait."""
-    broker.interrupt_waits()
-    result: list[bool] = []
-    thread = threading.Thread(target=lambda: result.append(broker.wait_for_work(QUEUES, WAIT)))
-    thread.start()
-    poll_until(lambda: not thread.is_alive(), timeout=PROMPT, message="the wait to end")
-    assert result == [True]
-
-
 @pytest.mark.parametrize("first", ["enqueue", "interrupt", "together"])
 def test_a_task_arriving_around_an_interrupt_is_claimed_or_stays_pending(broker: RedisBroker, first: str) -> None:
     """Whichever comes first, the task is in the interrupted claim's reply or taken by the next claim:

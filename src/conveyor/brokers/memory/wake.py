@@ -16,7 +16,8 @@ backoff settled after the claim) ends the wait, at once; a later one ends none (
 ring or at its timeout, and a test moves the clock and claims).
 
 A stopping worker interrupts the waits (``InterruptsWaits``): a ring of every queue, so its fetcher
-returns at once instead of at its timeout, up to ``poll_interval`` later.
+returns at once instead of at its timeout, up to ``poll_interval`` later; as on every broker
+(``conveyor.brokers.interrupts``), a thread that never claimed counts interrupts from the start.
 """
 
 from __future__ import annotations
@@ -75,12 +76,15 @@ class Wakes:
         once per claim: a caller that waits again before claiming sleeps); False when the timeout passed."""
         mine = self._mine
         with self._condition:
+            # A thread that never claimed counts rings from now, but interrupts from the start: a
+            # worker's second claimer may reach its first wait after the stop's interrupt.
             seen: int = getattr(mine, "seen", self._rings)
+            interrupts_seen: int = getattr(mine, "seen", 0)
             claimed_now: float | None = getattr(mine, "now", None)
             deadline = time.monotonic() + timeout
             try:
                 while True:
-                    if self._interrupted > seen or any(self._rung.get(queue, 0) > seen for queue in queues):
+                    if self._interrupted > interrupts_seen or any(self._rung.get(queue, 0) > seen for queue in queues):
                         return True
                     due = next_due(queues) if claimed_now is not None else None
                     due_at = math.inf if due is None or claimed_now is None else self._deadline(due, claimed_now)
