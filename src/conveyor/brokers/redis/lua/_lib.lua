@@ -646,26 +646,13 @@ end
 
 -- promote up to n due scheduled/retry tasks (ready_at = next_run_at)
 local function promote(n)
-  local moved = 0
-  if n <= 0 then return 0 end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', DUE, '-inf', NOWS, 'LIMIT', 0, n)) do
-    moved = moved + promote_one(m)
-  end
-  return moved
+  return upkeep(DUE, n, promote_one)
 end
 
 -- reclaim up to n expired leases, then archive expired waiting tasks (within the same budget)
 local function reap(n)
-  local done = 0
-  if n <= 0 then return 0 end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', NOWS, 'LIMIT', 0, n)) do
-    done = done + reap_one(m)
-  end
-  if done >= n then return done end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', EXPIRING, '-inf', NOWS, 'LIMIT', 0, n - done)) do
-    done = done + expire_one(m)
-  end
-  return done
+  local done = upkeep(LEASES, n, reap_one)
+  return done + upkeep(EXPIRING, n - done, expire_one)
 end
 
 -- Upkeep over the queue slots of one call (promote.lua, reap.lua): `slots`, their `seq` keys, the
