@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from conveyor.brokers.redis.faults import translate_errors
+from conveyor.brokers.redis.keys import Slot
 
 if TYPE_CHECKING:
     import redis
@@ -46,12 +47,13 @@ def counts(client: redis.Redis, keys: Sequence[str], now: float) -> list[int]:
 
 
 def _earliest(client: redis.Redis, prefixes: Sequence[str], name: str, now: float, n: int) -> list[tuple[str, str]]:
-    """The first ``n`` entries due by ``now`` over the sorted sets ``<prefix><name>``, earliest first
-    (ties by member): ``(prefix, member)`` each."""
+    """The first ``n`` entries due by ``now`` over each slot's sorted set ``name`` (a key of
+    :class:`Slot`: ``due``, ``leases`` or ``expiring``), earliest first (ties by member): ``(prefix,
+    member)`` each."""
     with translate_errors():
         pipe = client.pipeline(transaction=False)
         for prefix in prefixes:
-            pipe.zrangebyscore(prefix + name, "-inf", repr(float(now)), start=0, num=n, withscores=True)
+            pipe.zrangebyscore(getattr(Slot(prefix), name), "-inf", repr(float(now)), start=0, num=n, withscores=True)
         replies = cast("list[list[tuple[str, float]]]", pipe.execute())
     entries: list[tuple[float, str, str]] = []
     for prefix, reply in zip(prefixes, replies, strict=True):
@@ -61,7 +63,7 @@ def _earliest(client: redis.Redis, prefixes: Sequence[str], name: str, now: floa
 
 
 def spend(client: redis.Redis, prefixes: Sequence[str], name: str, now: float, limit: int, move: Spend) -> int:
-    """Up to ``limit`` of the entries of ``<prefix><name>`` due by ``now`` over ``prefixes``, earliest
+    """Up to ``limit`` of the entries of each slot's ``name`` (:func:`_earliest`) due by ``now``, earliest
     first, each slot's chosen members sent to ``move`` (in the order of ``prefixes``); how many moved."""
     done = 0
     for _ in range(_ROUNDS):
@@ -83,7 +85,7 @@ def spend(client: redis.Redis, prefixes: Sequence[str], name: str, now: float, l
 
 def promote_slots(client: redis.Redis, slots: Sequence[str], now: float, limit: int, call: Call) -> int:
     """``promote`` over several slots, a call per slot holding due tasks."""
-    due = counts(client, [prefix + "due" for prefix in slots], now)
+    due = counts(client, [Slot(prefix).due for prefix in slots], now)
     busy = [prefix for prefix, count in zip(slots, due, strict=True) if count]
     if sum(due) > limit:
         move: Spend = lambda prefix, members: int(call("promote", prefix, limit, *members))  # noqa: E731
@@ -98,8 +100,8 @@ def reap_slots(client: redis.Redis, slots: Sequence[str], now: float, limit: int
     """``reap`` over several slots, a call per slot holding due tasks, leases or deadlines: every due
     task promoted (``budget`` at most per slot), then the limit spent on the earliest expired leases,
     then on the earliest deadlines, over every slot."""
-    names = ("due", "leases", "expiring")
-    found = counts(client, [prefix + name for prefix in slots for name in names], now)
+    names = [(slot.due, slot.leases, slot.expiring) for slot in map(Slot, slots)]
+    found = counts(client, [name for three in names for name in three], now)
     due, leases, expiring = found[0::3], found[1::3], found[2::3]
     busy = [prefix for place, prefix in enumerate(slots) if due[place] or leases[place] or expiring[place]]
     done = 0
@@ -128,10 +130,11 @@ def clean_slots(
     with translate_errors():
         pipe = client.pipeline(transaction=False)
         for prefix, queues in groups:
+            names = Slot(prefix)
             for queue in queues:
                 for part in ("completed:keep", "archived:keep"):
-                    pipe.zcount(f"{prefix}q:{queue}:{part}", "-inf", repr(float(now)))
-                pipe.zcard(f"{prefix}q:{queue}:archived")
+                    pipe.zcount(names.queue(queue, part), "-inf", repr(float(now)))
+                pipe.zcard(names.queue(queue, "archived"))
         found = [int(count) for count in pipe.execute()]
     work: list[int] = []
     place = 0
