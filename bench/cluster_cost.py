@@ -1,7 +1,7 @@
 """The Redis broker on one server against a private 3-master cluster: what each costs per task.
 
     .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3] [--partitions 6]
-                                           [--one-master]
+                                           [--one-master] [--namespace-length 8] [--backlog N]
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
 ``conveyor.testing``, on layout 4's keys, the namespace in one slot; with ``--partitions N``, also both
@@ -15,6 +15,11 @@ PING per call (in rotation over the masters where the queue is partitioned), and
 server CPU beside the total. On this 2-core machine wall-clock scaling cannot show, so server CPU per
 task and its spread over masters are the figures that decide it: a master's capacity is 1 / its CPU
 per task. Each run uses a namespace of its own; targets alternate.
+
+``--backlog N`` enqueues N tasks one by one, untimed, before the timed one-task enqueues, so these
+meet a queue of N tasks and more: a sorted set of up to 128 members is a listpack, whose insert
+reads every member (``zset-max-listpack-entries``), so without a backlog the one-task enqueues into
+N partitions meet lists N times shorter than the whole queue's, that stay listpacks N times longer.
 
 ``--one-master`` (with ``--partitions``) adds ``cluster1/pN``: layout 5 on a cluster of one master,
 which serves every slot. It tells the two parts of the gap apart: cluster mode itself (the same
@@ -95,8 +100,13 @@ def _pings(servers: Sequence[RedisServer], count: int, rotate: bool) -> dict[str
             client.close()
 
 
+def _namespace(length: int) -> str:
+    """A fresh namespace of ``length`` characters (2 to 33)."""
+    return "t" + uuid.uuid4().hex[: length - 1]
+
+
 def run(
-    url: str, servers: Sequence[RedisServer], tasks: int, singles: int, partitions: int = 0
+    url: str, servers: Sequence[RedisServer], tasks: int, singles: int, partitions: int = 0, backlog: int = 0
 ) -> dict[str, dict[str, object]]:
     config = RedisConfig.from_url(url)
     keys = Keys5(config.namespace) if partitions else Keys(config.namespace)
@@ -106,6 +116,8 @@ def run(
             broker.configure_queue(QueueSettings("q", partitions=partitions))
         suffix = broker.id_suffixes()
         broker.enqueue([_task(suffix)], NOW)  # first use: client chosen, library loaded
+        for _ in range(backlog):  # one by one, as the phase below: each sorted set grows as it will
+            broker.enqueue([_task(suffix)], NOW)
         out = {"ping": _pings(servers, singles, bool(partitions))}
         out["enqueue 1"] = _phase(
             servers, singles, lambda: [broker.enqueue([_task(suffix)], NOW) for _ in range(singles)]
@@ -120,7 +132,7 @@ def run(
             while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
                 broker.settle([Outcome(r.id, r.lease_token or "", "complete") for r in claimed], NOW)
 
-        out["drain"] = _phase(servers, tasks + singles + 1, drain)
+        out["drain"] = _phase(servers, tasks + singles + backlog + 1, drain)
         return out
     finally:
         broker.close()
@@ -133,28 +145,41 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=0, help="also run split slots, the queue in N partitions")
     parser.add_argument("--one-master", action="store_true", help="also a one-master cluster (with --partitions)")
+    parser.add_argument("--backlog", type=int, default=0, help="one-task enqueues before the timed ones")
+    parser.add_argument("--namespace-length", type=int, default=8, choices=range(2, 34), metavar="2..33")
     args = parser.parse_args()
     results: dict[str, dict[str, list[dict[str, object]]]] = {}
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(RedisServer())
         cluster = stack.enter_context(LocalCluster(masters=3))
         one = stack.enter_context(LocalCluster(masters=1)) if args.one_master and args.partitions else None
+        n = args.namespace_length
         for _ in range(args.reps):
             targets: list[tuple[str, str, Sequence[RedisServer], int]] = [
-                ("server", server.namespace_url(), [server], 0),
-                ("cluster", cluster.namespace_url(), list(cluster.masters), 0),
+                ("server", server.namespace_url(_namespace(n)), [server], 0),
+                ("cluster", cluster.namespace_url(_namespace(n)), list(cluster.masters), 0),
             ]
             if args.partitions:
                 targets += [
-                    (f"server/p{args.partitions}", server.namespace_url(), [server], args.partitions),
-                    (f"cluster/p{args.partitions}", cluster.namespace_url(), list(cluster.masters), args.partitions),
+                    (f"server/p{args.partitions}", server.namespace_url(_namespace(n)), [server], args.partitions),
+                    (
+                        f"cluster/p{args.partitions}",
+                        cluster.namespace_url(_namespace(n)),
+                        list(cluster.masters),
+                        args.partitions,
+                    ),
                 ]
             if one is not None:
                 targets.append(
-                    (f"cluster1/p{args.partitions}", one.namespace_url(), list(one.masters), args.partitions)
+                    (
+                        f"cluster1/p{args.partitions}",
+                        one.namespace_url(_namespace(n)),
+                        list(one.masters),
+                        args.partitions,
+                    )
                 )
             for name, url, servers, partitions in targets:
-                for phase, figures in run(url, servers, args.tasks, args.singles, partitions).items():
+                for phase, figures in run(url, servers, args.tasks, args.singles, partitions, args.backlog).items():
                     results.setdefault(name, {}).setdefault(phase, []).append(figures)
     for name, phases in results.items():
         for phase, runs in phases.items():

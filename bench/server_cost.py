@@ -1,7 +1,8 @@
 """The Redis broker's server cost in instructions, counted by callgrind: nearly the same every run.
 
     .venv/bin/python -m bench.server_cost [--tasks 10000] [--singles 1000] [--server valkey|redis-server]
-                                          [--layout 4|5] [--cluster]
+                                          [--layout 4|5] [--cluster] [--namespace NS]
+                                          [--partitions N]
 
 Timings on this shared machine move by 40% between runs, which hides a 5% change in a script. This
 runs a private server under ``valgrind --tool=callgrind`` (it counts the instructions the server
@@ -36,7 +37,7 @@ from bench.bench_redis import task as bench_task
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys
-from conveyor.model import BrokerPolicy, NewTask, Outcome, TaskRecord
+from conveyor.model import BrokerPolicy, NewTask, Outcome, QueueSettings, TaskRecord
 from conveyor.testing.redis_cluster import SLOTS
 from conveyor.testing.redis_server import find_server_binary, free_port
 
@@ -58,6 +59,8 @@ PHASES = (
     ("settle_retry_one", "one-outcome settle of a retry due in 5 s"),
     ("cancel_one", "operator's cancel of a scheduled task"),
 )
+#: The queues the phases use (``--partitions`` splits each).
+QUEUES = ("warm", "one", "batch", "uone", "ubatch", "idle", "hundred", "admin")
 CLAIM_BATCH = 500
 CLAIM_HUNDRED = 100
 
@@ -127,13 +130,21 @@ def _serve_every_slot(port: int, timeout: float = 60.0) -> None:
 
 
 def measure(
-    tasks: int = 10_000, singles: int = 1_000, server: str | None = None, layout: int = 5, cluster: bool = False
+    tasks: int = 10_000,
+    singles: int = 1_000,
+    server: str | None = None,
+    layout: int = 5,
+    cluster: bool = False,
+    namespace: str = "cost",
+    partitions: int = 1,
 ) -> dict[str, float]:
     """Server instructions per unit of each phase (see :data:`PHASES`), counted by callgrind, with the
-    keys of ``layout`` (5, what runs, or 4, what the version before stored:
-    :class:`~conveyor.brokers.redis.keys.Keys`); with ``cluster``, on a cluster-enabled server that
-    serves every slot alone (a one-master cluster, reached by a ``redis+cluster://`` URL): what cluster
-    mode costs per command, apart from the spread over masters."""
+        keys of ``layout`` (5, what runs, or 4, what the version before stored:
+        :class:`~conveyor.brokers.redis.keys.Keys`); with ``cluster``, on a cluster-enabled server that
+        serves every slot alone (a one-master cluster, reached by a ``redis+cluster://`` URL): what cluster
+        mode costs per command, apart from the spread over masters. ``namespace`` is in every key and hash
+    tag: a cluster-enabled server hashes the tag once per command, so its length shows there. With
+    ``partitions`` above 1 (layout 5), every queue of the run is split so (``configure_queue``)."""
     if not available():
         raise RuntimeError("valgrind (with callgrind_control) is not installed")
     with tempfile.TemporaryDirectory(prefix="conveyor-cg-") as tmp:
@@ -153,9 +164,12 @@ def measure(
             if cluster:
                 _serve_every_slot(port)
             where = f"redis+cluster://127.0.0.1:{port}/" if cluster else f"redis://127.0.0.1:{port}/0"
-            config = RedisConfig.from_url(where + "?namespace=cost")
+            config = RedisConfig.from_url(f"{where}?namespace={namespace}")
             broker = RedisBroker(config, BrokerPolicy(), keys=Keys(config.namespace) if layout == 4 else None)
             try:
+                if partitions > 1:
+                    for queue in QUEUES:
+                        broker.configure_queue(QueueSettings(queue, partitions=partitions))
                 units = _run_phases(broker, proc.pid, tasks, singles)
             finally:
                 broker.close()
@@ -259,10 +273,15 @@ def main() -> None:
     parser.add_argument("--server", default=None, help="valkey (default) or redis-server")
     parser.add_argument("--layout", type=int, choices=(4, 5), default=5, help="the keys' layout (4: one slot)")
     parser.add_argument("--cluster", action="store_true", help="a cluster-enabled server holding every slot")
+    parser.add_argument("--namespace", default="cost", help="the namespace (in every key and hash tag)")
+    parser.add_argument("--partitions", type=int, default=1, help="every queue in N partitions (layout 5)")
     args = parser.parse_args()
-    costs = measure(args.tasks, args.singles, args.server, args.layout, args.cluster)
+    if args.partitions > 1 and args.layout == 4:
+        parser.error("--partitions needs layout 5 (layout 4 keeps a queue in its one slot)")
+    costs = measure(args.tasks, args.singles, args.server, args.layout, args.cluster, args.namespace, args.partitions)
     batches = f"{args.tasks} tasks in batches, {args.singles} one at a time"
     mode = ", cluster mode (one master)" if args.cluster else ""
+    mode += f", every queue in {args.partitions} partitions" if args.partitions > 1 else ""
     print(f"server instructions (callgrind), layout {args.layout}{mode}, {batches}")
     for name, unit in PHASES:
         print(f"{costs[name]:12,.0f}  per {unit}  ({costs[name] / costs['ping']:.1f}x PING)")

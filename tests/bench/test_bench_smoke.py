@@ -189,6 +189,26 @@ def test_server_cost_counts_each_phase_on_its_own() -> None:
     assert costs["task of a batch enqueue, each with a unique key"] > costs["task of a batch enqueue"], out
 
 
+CLUSTER_LINE = re.compile(r"^(\S+)\s+(ping|enqueue 1|enqueue 500|drain)\s.*server CPU\s+[\d.]+ us/task.*\[(.*)\]$")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_cluster_cost_reports_every_target_and_phase() -> None:
+    out = run_bench(
+        "bench.cluster_cost",
+        *("--tasks", "500", "--singles", "20", "--reps", "1", "--partitions", "6", "--backlog", "10"),
+        *("--one-master", "--namespace-length", "5"),
+        timeout=170,
+    )
+    rows = {(m.group(1), m.group(2)): m.group(3) for m in map(CLUSTER_LINE.match, out.splitlines()) if m}
+    targets = ("server", "cluster", "server/p6", "cluster/p6", "cluster1/p6")
+    assert set(rows) == {(t, p) for t in targets for p in ("ping", "enqueue 1", "enqueue 500", "drain")}, out
+    # a queue in 6 partitions on 3 masters: each master runs a share of its one-task enqueues
+    shares = [float(share) for share in rows[("cluster/p6", "enqueue 1")].split(",")]
+    assert len(shares) == 3 and min(shares) > 0.2, out
+
+
 FLUSH_CHECK = """
 from bench.server import Placement, Server
 
