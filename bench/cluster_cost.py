@@ -14,7 +14,10 @@ share of the commands each master ran (``INFO commandstats`` deltas); and first,
 PING per call (in rotation over the masters where the queue is partitioned), and the user part of the
 server CPU beside the total. On this 2-core machine wall-clock scaling cannot show, so server CPU per
 task and its spread over masters are the figures that decide it: a master's capacity is 1 / its CPU
-per task. Each run uses a namespace of its own; targets alternate.
+per task. Each run uses a namespace of its own, ``t`` and hex digits, 8 characters in all unless
+``--namespace-length`` says otherwise (a cluster-enabled server hashes each key's tag, which holds
+the namespace, once per command: its length weighs on the cluster's figures alone); targets
+alternate.
 
 ``--backlog N`` enqueues N tasks one by one, untimed, before the timed one-task enqueues, so these
 meet a queue of N tasks and more: a sorted set of up to 128 members is a listpack, whose insert
