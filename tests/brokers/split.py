@@ -11,13 +11,22 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.keys import Keys5
 from conveyor.model import NewTask
 
-__all__ = ["NOW", "SplitKeys", "blocked_pops", "task", "url_of"]
+__all__ = ["NOW", "PerSlotBroker", "SplitKeys", "blocked_pops", "task", "url_of"]
 
 NOW = 1_000_000.0
 
 #: Keys of a namespace whose queues each have a slot of their own, ``{ns|label}:v5:``; a task id names
 #: its queue's label after its last ``~``.
 SplitKeys = Keys5
+
+
+class PerSlotBroker(RedisBroker):
+    """A broker that makes one call per slot on one server too, as on a cluster (where a take and its
+    enqueue, or a claim over several slots, are a call each)."""
+
+    @property
+    def joins_slots(self) -> bool:
+        return False
 
 
 def task(

@@ -1,9 +1,11 @@
 """Unique keys claimed in the namespace slot, then stored in the queue slot (``claims.py``, issue 33).
 
 With split slots (``SplitKeys``: every queue a slot of its own) an enqueue claims its tasks' unique
-keys with ``take`` first, then stores the tasks in their queue slot. Each test runs on a real server;
-those that state a rule of uniqueness run in layout 4 as well, where the enqueue script checks the
-keys itself, and must give the same answers there.
+keys with ``take`` first, then stores the tasks in their queue slot: on one server in one call while
+every entry is free (``take_enqueue``, "split"), on a cluster in two ("split, per call" makes them
+two on one server too). Each test runs on a real server; those that state a rule of uniqueness run
+in layout 4 as well, where the enqueue script checks the keys itself, and must give the same answers
+there.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from conveyor.model import NewTask, Outcome, QueueSettings, TaskState
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
-from .split import NOW, SplitKeys, task
+from .split import NOW, PerSlotBroker, SplitKeys, task
 
-LAYOUTS = ["split", "layout 4"]
+LAYOUTS = ["split", "split, per call", "layout 4"]
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def open_broker(server: RedisServer, layout: str, query: str = "") -> RedisBroke
 def open_url(url: str, layout: str) -> RedisBroker:
     config = RedisConfig.from_url(url)
     keys = Keys(config.namespace) if layout == "layout 4" else SplitKeys(config.namespace)
-    return RedisBroker(config, keys=keys)
+    return (PerSlotBroker if layout == "split, per call" else RedisBroker)(config, keys=keys)
 
 
 #: ``split on a cluster``: the queues' slots spread over the session's 3-master cluster, which refuses
@@ -59,9 +61,9 @@ def broker(request: pytest.FixtureRequest) -> Iterator[RedisBroker]:
         opened.close()
 
 
-@pytest.fixture
-def split(server: RedisServer) -> Iterator[RedisBroker]:
-    opened = open_broker(server, "split")
+@pytest.fixture(params=["split", "split, per call"])
+def split(server: RedisServer, request: pytest.FixtureRequest) -> Iterator[RedisBroker]:
+    opened = open_broker(server, request.param)
     try:
         yield opened
     finally:
@@ -142,11 +144,12 @@ def test_a_unique_key_whose_release_never_ran_is_free(server: RedisServer, layou
         broker.close()
 
 
-def test_a_key_claimed_for_a_task_never_stored_is_refused_until_the_bound(server: RedisServer) -> None:
+@pytest.mark.parametrize("layout", ["split", "split, per call"])
+def test_a_key_claimed_for_a_task_never_stored_is_refused_until_the_bound(server: RedisServer, layout: str) -> None:
     """The crash between the two steps: ``take`` wrote the entry, the queue slot's call never ran.
     Its key is refused (an enqueue of that task may still be on its way) until the entry is older
     than twice the socket timeout, then taken over; the task named was never acknowledged."""
-    broker = open_broker(server, "split", "?socket_timeout=1")  # the bound: 2 s
+    broker = open_broker(server, layout, "?socket_timeout=1")  # the bound: 2 s
     try:
         started = time.monotonic()
         assert claims._take(broker, [("u", "u", "1~a", "")], NOW) == [""]  # step 1 alone
@@ -230,14 +233,17 @@ def test_an_id_claimed_for_a_task_refused_is_freed_at_once(split: RedisBroker) -
     assert entry(split, "order-9") is None and entry(split, "order-8") == "a"
 
 
+@pytest.mark.parametrize("layout", ["split", "split, per call"])
 @pytest.mark.parametrize("same_queue", [True, False])
-def test_a_custom_id_whose_task_write_never_ran_is_usable_afterwards(server: RedisServer, same_queue: bool) -> None:
+def test_a_custom_id_whose_task_write_never_ran_is_usable_afterwards(
+    server: RedisServer, same_queue: bool, layout: str
+) -> None:
     """The crash between a custom id's two writes: its entry names queue a's slot, the task was never
     stored there. A read finds no task (the truth); an enqueue of the id in queue a stores it at once
     (its slot checks the id itself); in queue b it is refused until the entry is older than twice
     the socket timeout (the enqueue in a may still be on its way), then stored; nothing is lost and
     the task runs."""
-    broker = open_broker(server, "split", "?socket_timeout=1")  # the bound: 2 s
+    broker = open_broker(server, layout, "?socket_timeout=1")  # the bound: 2 s
     try:
         started = time.monotonic()
         assert claims._take(broker, [("i", "order-7", "a", "")], NOW) == [""]  # step 1 alone
@@ -264,10 +270,11 @@ def test_a_custom_id_whose_task_write_never_ran_is_usable_afterwards(server: Red
         broker.close()
 
 
-def test_entries_of_tasks_withdrawn_short_of_replicas_are_freed(server: RedisServer) -> None:
+@pytest.mark.parametrize("layout", ["split", "split, per call"])
+def test_entries_of_tasks_withdrawn_short_of_replicas_are_freed(server: RedisServer, layout: str) -> None:
     """``wait_replicas`` with no replica: the chunk is stored, then withdrawn (``ReplicationTimeout``),
     and its tasks' entries go with them, so the key and the id are free at once."""
-    broker = open_broker(server, "split", "?wait_replicas=1&wait_timeout=10")
+    broker = open_broker(server, layout, "?wait_replicas=1&wait_timeout=10")
     plain = open_broker(server, "split")
     try:
         with pytest.raises(ReplicationTimeout) as short:
@@ -278,3 +285,31 @@ def test_entries_of_tasks_withdrawn_short_of_replicas_are_freed(server: RedisSer
     finally:
         plain.close()
         broker.close()
+
+
+def fcalls(broker: RedisBroker) -> int:
+    """The script calls the broker's server has run."""
+    stats = broker.client.info("commandstats").get("cmdstat_fcall")
+    return int(stats["calls"]) if stats else 0
+
+
+def test_a_chunk_whose_entries_are_free_is_one_call_on_one_server(split: RedisBroker) -> None:
+    """On one server the take and the enqueue are one call (``take_enqueue.lua``) while every entry is
+    free; made per call, as on a cluster, they are two. An entry held sends the take's answers back
+    and the broker goes on as after a take of its own: the same answers either way."""
+    joined = split.joins_slots
+    assert split.enqueue([task("0~a")], NOW) == [None]  # the queue registered: no refusal below
+    for new in (task("1~a", unique_key="u"), custom("order-1", "a"), custom("order-2", "a", unique_key="v")):
+        before = fcalls(split)
+        assert split.enqueue([new], NOW) == [None]
+        assert fcalls(split) - before == (1 if joined else 2)
+    before = fcalls(split)
+    assert split.enqueue([task("3~a", unique_key="w"), task("4~a", unique_key="x")], NOW) == [None, None]
+    assert fcalls(split) - before == (1 if joined else 2)
+    assert holder(split, "w") == "3~a" and holder(split, "x") == "4~a"
+    assert entry(split, "order-1") == "a"
+    before = fcalls(split)  # a key held by a live task: the joined call refuses, the take's writes made
+    assert split.enqueue([custom("order-3", "a", unique_key="u"), task("5~a", unique_key="y")], NOW) == ["1~a", None]
+    assert fcalls(split) - before == 3  # the take (refused joined), the enqueue, the id's release
+    assert holder(split, "u") == "1~a" and holder(split, "y") == "5~a"
+    assert entry(split, "order-3") is None  # its task refused by its key: the id freed

@@ -175,6 +175,26 @@ def test_a_resent_take_still_frees_the_key_it_claimed_when_the_queue_is_full(
     assert broker.enqueue([task(broker, unique_key="k")], NOW) == [None]
 
 
+def test_a_resent_take_that_found_a_key_held_still_frees_the_key_it_claimed(
+    proxy: CuttingProxy, broker: RedisBroker, layout: str
+) -> None:
+    """On one server the take is joined to the enqueue (``take_enqueue.lua``); where an entry is held,
+    the call makes the take's writes alone and refuses with its answers, which its second send
+    repeats (a kept refusal): the other key is still this call's own, so it is freed at once when the
+    queue then refuses the task, rather than held until it is old."""
+    if layout == "layout 4":
+        pytest.skip("layout 4 claims nothing before the enqueue")
+    held = task(broker, unique_key="held")
+    assert broker.enqueue([held], NOW) == [None]
+    broker.configure_queue(QueueSettings("q", max_size=2))  # the warm-up task and the holder
+    made = cut_once(proxy, TAKE)
+    with pytest.raises(QueueFull):
+        broker.enqueue([task(broker, unique_key="held"), task(broker, unique_key="k")], NOW)
+    made()
+    broker.configure_queue(QueueSettings("q", max_size=None))
+    assert broker.enqueue([task(broker, unique_key="k")], NOW) == [None]
+
+
 def test_an_app_enqueue_sent_again_returns_its_handle(proxy: CuttingProxy, layout: str, namespace: str) -> None:
     url = f"redis://127.0.0.1:{proxy.port}/0?namespace={namespace}"
     app = Conveyor(url) if layout == "layout 5" else Conveyor(broker=open_broker(proxy, layout, namespace))

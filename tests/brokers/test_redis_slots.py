@@ -31,7 +31,7 @@ from conveyor.model import BrokerPolicy, Outcome, QueueSettings, TaskState
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
-from .split import NOW, SplitKeys, task
+from .split import NOW, PerSlotBroker, SplitKeys, task
 
 
 @dataclass
@@ -135,14 +135,6 @@ def run_every_operation(broker: RedisBroker, url: str) -> None:
         waiting.close()
 
 
-class PerSlotBroker(RedisBroker):
-    """A broker that makes one call per slot on one server too, as on a cluster."""
-
-    @property
-    def joins_slots(self) -> bool:
-        return False
-
-
 @pytest.mark.parametrize("layout", ["split", "split, joined", "layout 4"])
 def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, layout: str) -> None:
     """``split``: every queue in a slot of its own (layout 5), one call per slot as on a cluster;
@@ -164,10 +156,13 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
         monitor.disconnect()  # type: ignore[no-untyped-call]
         reader.close()
         broker.close()
-    # layout 4 checks unique keys in the enqueue script itself: it never claims them with `take`; the move
-    # from layout 4 runs only where layout 4 holds data (test_redis_upgrade.py)
+    # layout 4 checks unique keys in the enqueue script itself: it never claims them with `take`; split
+    # slots on one server take and enqueue in one call, `take_enqueue` (`take` alone only to take an
+    # entry over), never on a cluster; the move from layout 4 runs only where layout 4 holds data
+    # (test_redis_upgrade.py)
     moves = {"upgrade", "upgrade_drop", "upgrade_slot"}
-    unused = moves | {"take"} if layout == "layout 4" else moves
+    taking = {"layout 4": {"take", "take_enqueue"}, "split": {"take_enqueue"}, "split, joined": {"take"}}
+    unused = moves | taking[layout]
     assert {call.operation for call in calls} == set(OPERATIONS) - unused
     enqueues = [call for call in calls if call.operation == "enqueue"]
     # refused for a's registration, then sent again: with both slots in layout 4, else in a's slot alone
@@ -175,7 +170,7 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
     assert [len(call.declared) for call in enqueues][:3] == ([1, 2, 1] if layout == "layout 4" else [1, 1, 1])
     if layout != "layout 4":  # no call declares two slots: unique keys are claimed by `take` first
         assert all(len(call.declared) == 1 and keys.uniq not in call.touched for call in enqueues)
-    namespace_keys = {keys.queues, keys.uniq}
+    namespace_keys = {keys.queues, keys.uniq, keys.ids}
     slots_used = set()
     joined: set[str] = set()
     for call in calls:
@@ -184,8 +179,12 @@ def test_every_script_touches_only_the_slots_it_declares(server: RedisServer, la
             kept = {key for key in call.touched if key.startswith(keys.sent(""))}  # a take's answer, for a repeat
             assert set(call.touched) - kept <= {keys.uniq, keys.ids}, call
             continue
-        # an enqueue in layout 4 declares the namespace slot (the same slot) when it needs it
-        assert len(call.declared) in ({1, 2} if call.operation == "enqueue" and layout == "layout 4" else {1}), call
+        # an enqueue in layout 4 declares the namespace slot (the same slot) when it needs it, and a
+        # take joined to its enqueue (one server) always
+        if call.operation == "take_enqueue":
+            assert len(call.declared) == 2, call
+        else:
+            assert len(call.declared) in ({1, 2} if call.operation == "enqueue" and layout == "layout 4" else {1}), call
         both = len(call.declared) == 2
         prefix = call.declared[0].removesuffix("seq")
         assert call.declared[0] == prefix + "seq", call

@@ -368,17 +368,22 @@ class RedisCalls:
 
     # -- the registry, written around the queue slot's calls ------------------------------------
 
-    def _enqueue_here(self, prefix: str, now: str, args: Sequence[Arg], token: str) -> str | None:
+    def _enqueue_here(
+        self, prefix: str, now: str, args: Sequence[Arg], token: str, take: Sequence[Arg] = ()
+    ) -> str | None:
         """An enqueue call in its queue slot alone: its reply, or None when it needs the namespace slot
         declared too (layout 4), or could not register its queues in :data:`_REGISTER_TRIES` tries. A
         queue not registered yet (a refusal naming queues and their forget counters) is added to the
         registry first, then the call is sent again with the counters (enqueue.lua: register); in
         layout 4, where the slots are one, the call is sent again with both instead. ``token``: the
-        call's, the same in each send (see :meth:`_head`)."""
+        call's, the same in each send (see :meth:`_head`). ``take``: ``take.lua``'s arguments, on one
+        server, to take the entries in the same call (``take_enqueue.lua``, which declares both slots)."""
         proof = ""
+        name, joined = ("take_enqueue", (len(take), *take, *args)) if take else ("enqueue", args)
         for _ in range(_REGISTER_TRIES):
             try:
-                return cast("str", self._invoke("enqueue", prefix, now, args, proof=proof, token=token)[1])
+                reply = self._invoke(name, prefix, now, joined, namespace=bool(take), proof=proof, token=token)[1]
+                return cast("str", reply)
             except Refused as exc:
                 named = exc.text.split(" ")
                 if named[0] != "CONVEYOR_NAMESPACE":

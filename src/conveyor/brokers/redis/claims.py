@@ -22,6 +22,12 @@ never stored: the key, or the id in another queue, is refused until the entry is
 bound, then free; a read of the id finds no task; nothing acknowledged is lost. Deleting a task
 frees its entries after its row (``remove_task()`` in ``_lib.lua``).
 
+On one server, which checks no slots, steps 1 and 2 are one call (``take_enqueue.lua``) while every
+entry is free: it judges each by take's rule, stores the tasks by enqueue's body and then writes the
+entries, as the two calls would; a refusal of the enqueue (``QueueFull``, a queue to register) then
+writes nothing at all. Where some entry is not free it makes take's writes alone and refuses with
+take's answers (:data:`TAKEN`), and the rounds go on from those answers as after a take of their own.
+
 A task with a unique key but no ``unique_until`` (which the app never makes) holds nothing, as in
 ``memory://``, but is checked as any other: its entry is written, and taken over by the next task with
 that key, since a holder without ``unique_until`` is never live.
@@ -37,12 +43,13 @@ from conveyor.brokers.redis.codec import ROW_NAMES, escape_key
 from conveyor.brokers.redis.faults import Refused, translate_errors
 from conveyor.brokers.redis.partitions import prefix_label
 from conveyor.brokers.redis.replication import Unreplicated
+from conveyor.brokers.redis.scripts import Arg
 from conveyor.model import NewTask
 
 if TYPE_CHECKING:
     from conveyor.brokers.redis.addressing import RedisCalls
 
-__all__ = ["ROUNDS", "needs_claims", "store_claimed"]
+__all__ = ["ROUNDS", "TAKEN", "Store", "needs_claims", "store_claimed"]
 
 #: Take-overs tried per entry and call; an entry whose holder keeps changing is then a duplicate.
 ROUNDS = 3
@@ -50,8 +57,15 @@ ROUNDS = 3
 _UNFINISHED = frozenset({"pending", "scheduled", "retry", "active"})
 _UU, _KU = ROW_NAMES.index("uu"), ROW_NAMES.index("ku")
 
-#: What ``store`` does with a chunk's tasks: per task None (stored) or the id it duplicates.
-Store = Callable[[Sequence[NewTask]], list[str | None]]
+#: What ``store`` does with a chunk's tasks: per task None (stored) or the id it duplicates. Given
+#: ``take.lua``'s arguments too (one server), it takes the entries in the same call
+#: (``take_enqueue.lua``) if every one is free, and stores the tasks; else it raises ``Refused``
+#: (:data:`TAKEN`, then take's answers), having made take's writes alone. Its other refusals
+#: (``QueueFull``) then write nothing, the entries included.
+Store = Callable[[Sequence[NewTask], Sequence[Arg]], list[str | None]]
+
+#: How ``take_enqueue.lua`` refuses when some entry is not free: take's answers follow, tab-separated.
+TAKEN = "CONVEYOR_TAKEN "
 
 
 @dataclass
@@ -93,27 +107,64 @@ def store_claimed(
                 entries[index, field] = _Entry(index, field, value, [place])
             else:
                 entry.places.append(place)
-    _claim(calls, chunk, list(entries.values()), now)
+    claimed = list(entries.values())
+    first: list[str] | None = None  # take's answers, from the joined call
+    if calls.joins_slots:  # one server: steps 1 and 2 in one call while every entry is free
+        args = _take_args(calls, [(entry.index, entry.field, entry.value, "") for entry in claimed])
+        try:
+            joined = lambda tasks: store(tasks, args)  # noqa: E731
+            return _stored(calls, chunk, claimed, [None] * len(chunk), joined, now, joined=True)
+        except Refused as refused:
+            if not refused.text.startswith(TAKEN):
+                raise
+            answers = refused.text.removeprefix(TAKEN).split("\t")
+            first = answers + [""] * (len(claimed) - len(answers))  # in case a reply lost trailing tabs
+    _claim(calls, chunk, claimed, now, first)
     results: list[str | None] = [None] * len(chunk)
-    for entry in sorted(entries.values(), key=lambda entry: entry.index == "i"):  # a duplicate id first
+    for entry in sorted(claimed, key=lambda entry: entry.index == "i"):  # a duplicate id first
         for place in entry.places if entry.holder is not None else ():
             results[place] = entry.holder
+    return _stored(calls, chunk, claimed, results, lambda tasks: store(tasks, ()), now)
+
+
+def _stored(
+    calls: RedisCalls,
+    chunk: Sequence[NewTask],
+    entries: Sequence[_Entry],
+    results: list[str | None],
+    store: Callable[[Sequence[NewTask]], list[str | None]],
+    now: float,
+    joined: bool = False,
+) -> list[str | None]:
+    """Step 2 and what follows it, once ``entries`` are claimed or refused: ``store`` stores the tasks
+    not refused (``results`` None), then the claims of tasks it refused are settled. ``joined``:
+    ``store`` claims every entry in the same call, which writes them only where it stores the tasks."""
     sent = [place for place in range(len(chunk)) if results[place] is None]
     try:
-        for place, result in zip(sent, store([chunk[place] for place in sent]), strict=True):
-            results[place] = result
-    except Refused:  # QueueFull: nothing of the chunk was written
-        _settle(calls, chunk, entries.values(), [task.id for task in chunk], now, full=True)
+        stored = store([chunk[place] for place in sent])
+    except Refused:  # QueueFull: nothing of the chunk was written (nor, joined, any entry)
+        if not joined:
+            _settle(calls, chunk, entries, [task.id for task in chunk], now, full=True)
         raise
     except Unreplicated as short:  # stored; the broker withdraws the stored tasks, freeing their entries
+        _claimed(entries, joined)
         for place, result in zip(sent, short.reply, strict=True):
             results[place] = result
-        _settle(calls, chunk, entries.values(), results, now)
+        _settle(calls, chunk, entries, results, now)
         short.reply = results
         raise
+    _claimed(entries, joined)
+    for place, result in zip(sent, stored, strict=True):
+        results[place] = result
     _ids_first(chunk, sent, results)
-    _settle(calls, chunk, entries.values(), results, now)
+    _settle(calls, chunk, entries, results, now)
     return results
+
+
+def _claimed(entries: Iterable[_Entry], joined: bool) -> None:
+    """After a joined call stored its tasks: every entry was free and this call wrote it."""
+    for entry in entries if joined else ():
+        entry.claim = "fresh"
 
 
 def _ids_first(chunk: Sequence[NewTask], sent: Sequence[int], results: list[str | None]) -> None:
@@ -130,13 +181,19 @@ def _ids_first(chunk: Sequence[NewTask], sent: Sequence[int], results: list[str 
             results[place] = task_id
 
 
-def _claim(calls: RedisCalls, chunk: Sequence[NewTask], entries: list[_Entry], now: float) -> None:
-    """Step 1 for ``entries``: each ends claimed (``claim`` set) or refused (``holder`` set)."""
+def _claim(
+    calls: RedisCalls, chunk: Sequence[NewTask], entries: list[_Entry], now: float, first: list[str] | None
+) -> None:
+    """Step 1 for ``entries``: each ends claimed (``claim`` set) or refused (``holder`` set). ``first``:
+    the first round's answers when a joined call took them already."""
     todo = entries
     for _ in range(ROUNDS):
         if not todo:
             return
-        answers = _take(calls, [(entry.index, entry.field, entry.value, entry.expected) for entry in todo], now)
+        if first is not None:
+            answers, first = first, None
+        else:
+            answers = _take(calls, [(entry.index, entry.field, entry.value, entry.expected) for entry in todo], now)
         named: list[tuple[_Entry, str, bool]] = []  # entries naming another task (or slot), and whether old
         for entry, answer in zip(todo, answers, strict=True):
             if answer == "":
@@ -196,11 +253,17 @@ def _settle(
 
 def _take(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]], now: float) -> list[str]:
     """``take.lua``'s answers for ``(index, field, value, expected or "")``."""
+    args = _take_args(calls, quads)
+    return str(calls._invoke("take", calls.keys.namespace_prefix, repr(float(now)), args)[1]).split("\n")
+
+
+def _take_args(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]]) -> list[Arg]:
+    """``take.lua``'s arguments for ``(index, field, value, expected or "")``."""
     # layout 4's slot while it holds data: the namespace slot's own, {ns}, so take.lua may read it
-    args = [repr(2 * calls.config.socket_timeout), calls._old() or ""]
+    args: list[Arg] = [repr(2 * calls.config.socket_timeout), calls._old() or ""]
     for quad in quads:
         args += quad
-    return str(calls._invoke("take", calls.keys.namespace_prefix, repr(float(now)), args)[1]).split("\n")
+    return args
 
 
 def _rows(calls: RedisCalls, chunk: Sequence[NewTask], named: Sequence[tuple[_Entry, str, bool]]) -> list[str | None]:

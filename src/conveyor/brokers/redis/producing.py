@@ -171,31 +171,41 @@ class Producing(Spreading):
         self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None
     ) -> list[str | None]:
         """One chunk's enqueue, per task None (stored) or the id it duplicates. With split slots its
-        unique keys are claimed in the namespace slot first (``claims.py``); an ``Unreplicated`` it
-        raises carries these results."""
+        unique keys are claimed in the namespace slot first (``claims.py``; on one server in the same
+        call); an ``Unreplicated`` it raises carries these results."""
         if not self.keys.one_slot and any(claims.needs_claims(task) for task in chunk):
-            store = lambda rest: self._store_checked(prefix, now, rest, ranks)  # noqa: E731
+            store = lambda rest, take: self._store_checked(prefix, now, rest, ranks, take)  # noqa: E731
             return claims.store_claimed(self, chunk, float(now), store, prefix)
         return self._store_checked(prefix, now, chunk, ranks)
 
     def _store_checked(
-        self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None
+        self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None, take: Sequence[Arg] = ()
     ) -> list[str | None]:
-        """:meth:`_store_tasks` once any unique keys are claimed (split slots) or left to the script."""
+        """:meth:`_store_tasks` once any unique keys are claimed (split slots), or with ``take``,
+        ``take.lua``'s arguments, claimed in the same call (one server), or left to the script."""
         if not chunk:
             return []
         alone = not self.keys.one_slot or all(task.unique_key is None for task in chunk)
         try:
-            return duplicates(self._store_chunk(prefix, now, chunk_args(chunk), alone, chunk, ranks), len(chunk))
+            reply = self._store_chunk(prefix, now, chunk_args(chunk), alone, chunk, ranks, take)
+            return duplicates(reply, len(chunk))
         except Unreplicated as short:
             short.reply = duplicates(self._result(short.reply)[0], len(chunk))
             raise
 
     def _store_chunk(
-        self, prefix: str, now: str, args: Sequence[Arg], alone: bool, chunk: Sequence[NewTask], ranks: Ranks | None
+        self,
+        prefix: str,
+        now: str,
+        args: Sequence[Arg],
+        alone: bool,
+        chunk: Sequence[NewTask],
+        ranks: Ranks | None,
+        take: Sequence[Arg] = (),
     ) -> str:
-        """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`);
-        else, in layout 4, declaring the namespace slot too. Numbered by ``ranks`` (``calls.numbered``)."""
+        """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`,
+        which runs ``take`` first in the same call); else, in layout 4, declaring the namespace slot
+        too. Numbered by ``ranks`` (``calls.numbered``)."""
         seqs = self._seqs
         if seqs is None:
             seqs = self._seqs = {}
@@ -203,7 +213,7 @@ class Producing(Spreading):
         token = new_token()  # one call, however often sent: a repeat finds what its first send did
         refused = False
         try:
-            reply = self._enqueue_here(prefix, now, args, token) if alone else None
+            reply = self._enqueue_here(prefix, now, args, token, take) if alone else None
             if reply is None:
                 if not self.keys.one_slot:  # two slots in one call: refused by a cluster
                     raise BrokerError("an enqueue could not register its queue: forget_queue kept undoing it")

@@ -40,7 +40,7 @@ import redis
 from conveyor.brokers.base import Finding
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK
 from conveyor.brokers.redis.faults import translate_errors
-from conveyor.brokers.redis.scripts import READ_ONLY, is_missing_function
+from conveyor.brokers.redis.scripts import ENQUEUES, READ_ONLY, is_missing_function
 from conveyor.errors import BrokerError, ReplicationTimeout
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class ReplicaWait:
                 raise reply
         acknowledged = int(replies[-1])
         if acknowledged < self.replicas:
-            if name == "enqueue":
+            if name in ENQUEUES:
                 raise Unreplicated(replies[-2], acknowledged)
             self._short(name, acknowledged)
         return replies[:-2], replies[-2]

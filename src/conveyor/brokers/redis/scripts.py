@@ -30,6 +30,7 @@ from conveyor.brokers.redis.connections import Arg, Command, Connections
 
 __all__ = [
     "EACH_CALL",
+    "ENQUEUES",
     "NAMESPACE_ONLY",
     "OPERATIONS",
     "READ_ONLY",
@@ -61,6 +62,7 @@ OPERATIONS = (
     "settle",
     "stats",
     "take",
+    "take_enqueue",
     "upgrade",
     "upgrade_drop",
     "upgrade_slot",
@@ -77,7 +79,8 @@ READ_ONLY = frozenset({"list", "stats"})
 #: the namespace's, may declare the registry too (``KEYS[2]``: unique keys checked in the script, a
 #: queue registered in it). With split slots an enqueue's unique keys are claimed by ``take`` first
 #: (``claims.py``), the operations that delete tasks free theirs with ``release`` afterwards, and the
-#: broker writes the registry around the queue slot's calls: no call declares two slots.
+#: broker writes the registry around the queue slot's calls: no call declares two slots, but on one
+#: server, which checks no slots, ``take_enqueue`` (both steps of such an enqueue in one call).
 NAMESPACE_ONLY = frozenset({"release", "take"})
 
 
@@ -86,7 +89,12 @@ NAMESPACE_ONLY = frozenset({"release", "take"})
 #: rather than meeting its own tasks as duplicates, a settle rather than finding its tasks settled, an
 #: operator's action or a withdrawal rather than finding it done (``repeated()`` in ``lua/_lib.lua``). A claim's token
 #: is the lease token base it carries anyway (``claim.lua``).
-TOKENED = frozenset({"archive", "cancel", "delete", "enqueue", "run_now", "settle", "take", "withdraw"})
+TOKENED = frozenset({"archive", "cancel", "delete", "enqueue", "run_now", "settle", "take", "take_enqueue", "withdraw"})
+
+#: Operations that store new tasks: an enqueue, alone or joined to its take on one server
+#: (``take_enqueue``, ``claims.py``): ``replication.py`` raises on a shortfall of replicas after them,
+#: and the broker withdraws what they stored.
+ENQUEUES = frozenset({"enqueue", "take_enqueue"})
 
 
 def new_token() -> str:

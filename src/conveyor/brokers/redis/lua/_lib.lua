@@ -9,7 +9,8 @@
 -- test checks they match, and another that a call touches no key outside the slots it declares).
 -- KEYS[2], declared only by an enqueue in layout 4 (one slot): the `queues` registry of the *namespace
 -- slot* (keys.Keys.queues), whose prefix gives QUEUES and UNIQ; without it both are nil (with split
--- slots the broker claims unique keys and registers queues in calls of their own).
+-- slots the broker claims unique keys and registers queues in calls of their own; on one server a
+-- take joined to its enqueue, take_enqueue.lua, declares it too and runs the enqueue without it).
 -- `seq`, not another, because it always exists once the slot holds anything (the first enqueue or
 -- `configure` makes it; nothing deletes it): while a cluster migrates the slot, the source node runs a
 -- call as long as the declared key is still there and sends it to the target (ASK) once it is gone, so
@@ -65,6 +66,7 @@ local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
 local DUE_SOON = 60 -- seconds: a task scheduled or retried to fall due sooner pushes WAKE (index())
 local SENT -- events of the slots a call over several left already (switch()), nil in a call of one slot
+local CHECKED -- whether the call has asked repeated() already (a joined call's parts ask once)
 
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
 -- match): a task expired before it started, a retry whose outcome gave no error, an expired lease
@@ -115,7 +117,7 @@ local function begin(keys, argv, tokened)
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = EMIT and {} or nil, false, false, nil, nil, {}, nil
-  SENT = nil
+  SENT, CHECKED = nil, false
 end
 
 -- begin() of the operations of the namespace slot alone (scripts.NAMESPACE_ONLY): KEYS[1] is its
@@ -127,6 +129,7 @@ local function begin_namespace(keys, argv, tokened)
   P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL = nil
   QUEUES, UNIQ, IDS, SENTP = unpack(namespace_names(KEYS[1]))
   EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = false, nil, false, false, nil, nil, {}, nil
+  CHECKED = false
 end
 
 -- Sorted-set writes while DEFER is on are buffered per key (order kept per key) and sent as one
@@ -260,6 +263,9 @@ end
 -- A settle tells a repeat by the rows its first send wrote (settle.lua), and keeps its answer only
 -- where they may not show it: it reads the key (sent_answer()) only when an outcome finds no sign of
 -- it. A claim's token is its lease token base, and it keeps its own kind of answer (claim.lua).
+-- A refusal that wrote something (take_enqueue.lua's) is kept too, "\1" and its text, and a repeat
+-- refuses with it again (refuse_kept()). A call joining two operations asks once, for both: the
+-- second repeated() of a call answers nil.
 local function answer_again(result, blob)
   if blob ~= '' and WANT then return {result, NOWS, blob} end
   return NOWS .. '\n' .. result
@@ -269,9 +275,16 @@ local function kept_answer(kept)
   return answer_again(string.sub(kept, 1, cut - 1), string.sub(kept, cut + 1))
 end
 local function repeated()
+  if CHECKED then return nil end
+  CHECKED = true
   local kept = redis.call('SET', SENTP .. TOKEN, '\0', 'PX', policy(4), 'NX', 'GET')
   if not kept then return nil end
+  if string.byte(kept) == 1 then return redis.error_reply(string.sub(kept, 2)) end
   return kept_answer(kept)
+end
+local function refuse_kept(refusal)
+  redis.call('SET', SENTP .. TOKEN, '\1' .. refusal, 'PX', policy(4))
+  return redis.error_reply(refusal)
 end
 local function sent_answer()
   local kept = redis.call('GET', SENTP .. TOKEN)
@@ -551,6 +564,57 @@ end
 -- whether an entry of UNIQ names task `id`: "<id>" (written by enqueue.lua) or "<id> <since>" (take.lua)
 local function entry_names(entry, id)
   return entry == id or (entry and string.sub(entry, 1, #id + 1) == id .. ' ')
+end
+
+-- The server's TIME as text, "<seconds>.<6 digits>": an entry's `since` (below), so its age does not
+-- depend on the callers' clocks (made without tonumber() and string.format(), dear in a hot call).
+local function server_time()
+  local t = redis.call('TIME')
+  local us = t[2]
+  if #us < 6 then us = string.sub('00000' .. us, -6) end
+  return t[1] .. '.' .. us
+end
+
+-- The rule of the namespace slot's entries (take.lua, take_enqueue.lua; the broker: claims.py), for
+-- the entry `field` of `index` (kind "u": `uniq`, unique key -> "<id> <since>"; "i": `ids`, custom id
+-- -> "<label> <since>"), read as `entry` (false: absent), that a task claims to name `value`, taking
+-- it over from `expected` ("" none): its answer, "" (free, or naming `expected`), "=" (naming `value`
+-- already) or "<what it names> <1 if older than `bound` seconds at `now`, else 0>", and whether the
+-- entry is to be written (value .. " " .. now), which the caller does. `v4`: layout 4's prefix while it
+-- holds data (upgrade.py), else "": a free entry that layout 4 still holds, for a task it has, is
+-- answered as held, and young, by its holder (a custom id: by ":v4", a label no queue has), unless
+-- that is `expected`. `bound` and `now` are text, read only for an entry held by another.
+local function entry_answer(kind, entry, field, value, expected, v4, bound, now)
+  local holder, at = nil, nil
+  if entry then holder, at = string.match(entry, '^(%S+) ?(%S*)$') end
+  if not entry and v4 ~= '' then -- layout 4's own entry, for a task it still has
+    local held = kind == 'i' and field or redis.call('HGET', v4 .. 'uniq', field)
+    if held and redis.call('HEXISTS', v4 .. 'rows', held) == 1 then
+      holder = kind == 'i' and ':v4' or held
+      if holder ~= expected then entry, at = true, nil end -- held since now: young
+    end
+  end
+  if not entry or holder == expected or holder == value then
+    return (holder == value and holder ~= expected) and '=' or '', true
+  end
+  local old = at == '' or (at ~= nil and tonumber(at) + tonumber(bound) < tonumber(now))
+  return holder .. (old and ' 1' or ' 0'), false
+end
+
+-- take.lua's step over its arguments A(from) .. A(last): A(from - 2) the bound, A(from - 1) layout 4's
+-- prefix or "", then the quadruples (kind, field, value, expected), each entry judged and written in
+-- turn (entry_answer()); its answers joined by newlines
+local function take_entries(from, last)
+  local bound, v4, now = A(from - 2), A(from - 1), server_time()
+  local since, out = ' ' .. now, {}
+  for i = from, last, 4 do
+    local kind, field, value = A(i), A(i + 1), A(i + 2)
+    local index = kind == 'i' and IDS or UNIQ
+    local answer, free = entry_answer(kind, redis.call('HGET', index, field), field, value, A(i + 3), v4, bound, now)
+    if free then redis.call('HSET', index, field, value .. since) end
+    out[#out + 1] = answer
+  end
+  return table.concat(out, '\n')
 end
 
 -- a task's row, side hashes and failures deleted (the move from layout 4: upgrade*.lua)

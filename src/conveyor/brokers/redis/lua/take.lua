@@ -2,8 +2,8 @@
 -- slot is not the namespace's (the broker: claims.py): `uniq` (unique key -> "<id> <since>": the task
 -- holding it) and `ids` (custom id -> "<label> <since>": the slot its task is in). An entry is written
 -- where it is free or names `expected` (a holder the broker found gone, finished or past its window);
--- the queue slot's call then stores the task. `since` is the server's TIME, so an entry's age does not
--- depend on the callers' clocks.
+-- the queue slot's call then stores the task. The rule is entry_answer()'s (_lib.lua), the loop
+-- take_entries()'s, which take_enqueue.lua shares; `since` is the server's TIME (server_time()).
 -- KEYS: the namespace slot's `queues` registry (begin_namespace() in _lib.lua).
 -- ARGV: head (_lib.lua) with the call's token, then A(1) the age in seconds past which an entry
 --       counts as old, A(2) layout 4's prefix while it holds data (upgrade.py; "{ns}:v4:", this slot),
@@ -22,29 +22,4 @@
 -- Transition: none.
 local kept = repeated()
 if kept then return kept end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local since, bound, v4 = ' ' .. string.format('%.17g', now), tonumber(A(1)), A(2)
-local out, i = {}, 3
-while A(i) do
-  local index, field, value, expected = A(i) == 'i' and IDS or UNIQ, A(i + 1), A(i + 2), A(i + 3)
-  local entry = redis.call('HGET', index, field)
-  local holder, at = nil, nil
-  if entry then holder, at = string.match(entry, '^(%S+) ?(%S*)$') end
-  if not entry and v4 ~= '' then -- layout 4's own entry, for a task it still has
-    local held = A(i) == 'i' and field or redis.call('HGET', v4 .. 'uniq', field)
-    if held and redis.call('HEXISTS', v4 .. 'rows', held) == 1 then
-      holder = A(i) == 'i' and ':v4' or held
-      if holder ~= expected then entry, at = true, tostring(now) end
-    end
-  end
-  if not entry or holder == expected or holder == value then
-    redis.call('HSET', index, field, value .. since)
-    out[#out + 1] = (holder == value and holder ~= expected) and '=' or ''
-  else
-    local old = at == '' or tonumber(at) + bound < now
-    out[#out + 1] = holder .. (old and ' 1' or ' 0')
-  end
-  i = i + 4
-end
-return finish(table.concat(out, '\n'), true)
+return finish(take_entries(3, #ARGV - BASE), true)
