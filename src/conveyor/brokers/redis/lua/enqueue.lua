@@ -170,16 +170,19 @@ if not n or n >= SPAN then n, step, backs = numbers() end
 if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no tables of the chunk's
   local id, q = A(2), A(3)
   if not QUEUES and not settings(q).known and not proven(q) then return forget_sent(unregistered({q})) end
-  -- plain, and room for it (a full queue's refusal comes after the duplicate check, below)
-  local seq = nil
-  if (A(6) or '') == '' and (A(8) or '') == '' and not over_max_size(q, 1) then
+  -- plain, and room for it (a full queue's refusal comes after the duplicate check, below); a task
+  -- with a unique key is plain too where the caller claimed its key (no UNIQ: take.lua), its row then
+  -- carrying the key and its unique_until
+  local seq, uk = nil, A(8) or ''
+  if (A(6) or '') == '' and (uk == '' or not UNIQ) and not over_max_size(q, 1) then
     -- its row is written with HSETNX, which is also the check that its id is free (one command
     -- less); an id in use (a duplicate, or an invisible task to replace) takes the general path below,
     -- which reads the task there and stores it with this number
     seq = redis.call('INCRBY', SEQ, step or 1)
     local m, x = member(seq, id), num(A(7))
     local kind = plain_kind(q, A(5) or '0')
-    if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, kind[1], A(4))) == 1 then
+    local tail = uk == '' and kind[1] or row_tail(tonumber(A(5)) or 0, '-', num(A(9)), opt(uk))
+    if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, tail, A(4))) == 1 then
       register(q)
       redis.call('ZADD', qkey(q, 'pending'), kind[2], m)
       redis.call('ZADD', qkey(q, 'waiting'), NOWS, m)
@@ -255,9 +258,11 @@ for i = 1, n do
     local seq = backs and top - backs[i] or top - n + i
     local b = i * 8 - 7
     local id, q, stale_ = V[b], V[b + 1], stale[V[b]]
-    if stale_ or V[b + 6] ~= '' or (V[b + 4] ~= '' and tonumber(V[b + 4]) > NOW) then
+    local uk = V[b + 6]
+    if stale_ or (uk ~= '' and UNIQ) or (V[b + 4] ~= '' and tonumber(V[b + 4]) > NOW) then
       store(V, b, seq, stale_, rows)
-    else -- plain (see plain_kind), written as store() and index() would write it
+    else -- plain (see plain_kind), written as store() and index() would write it; with a unique key
+      -- the caller claimed (no UNIQ: take.lua) too, its row's tail its own
       local byp = kinds[q]
       if not byp then
         byp = {}
@@ -271,8 +276,9 @@ for i = 1, n do
         byp[prt] = kind
       end
       local m, x = member(seq, id), num(V[b + 5])
+      local tail = uk == '' and kind[1] or row_tail(tonumber(prt) or 0, '-', num(V[b + 7]), opt(uk), group)
       local r = #rows
-      rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, kind[1], V[b + 2])
+      rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, tail, V[b + 2])
       local c = kind[5]
       kind[4][c + 1], kind[4][c + 2], kind[5] = kind[2], m, c + 2
       grouped[q] = grouped[q] + 1
