@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from conveyor import Conveyor
-from conveyor.model import TaskState
+from conveyor.brokers.capabilities import KeepsHistory
 
 __all__ = ["completed", "shares", "start_worker", "write_app"]
 
@@ -63,5 +63,10 @@ def shares(directory: Path) -> list[int]:
 
 
 def completed(app: Conveyor) -> int:
-    """Tasks completed in all queues of ``app``'s broker."""
-    return sum(q.counts.get(TaskState.COMPLETED, 0) for q in app.broker.queues(app.now()))
+    """Tasks completed in all queues of ``app``'s broker, from its per-minute history counters.
+
+    A few rows, read in microseconds: counting the tasks table by state (``broker.queues``) took 7-8 ms
+    of CPU at 20,000 tasks, and polled every 5 ms it took most of a core from the workers it timed."""
+    broker = app.broker
+    assert isinstance(broker, KeepsHistory), "the SQLite broker keeps per-minute history"
+    return sum(minute.completed for minute in broker.history(0, 2**62))

@@ -8,9 +8,15 @@ times the drain from that commit to the last completion, with the CPU of the wor
 (children included) over that span. Each worker process counts the tasks it ran (written as it
 exits), which gives the shares between processes (fairness), and its log is searched for any line
 that mentions a locked database and for lines at WARNING or above. Every shape runs once per
-``--reps``, in turn, so a slow phase of the shared machine weighs on all of them alike; each row
-also gives its drain rate as a ratio to the same repetition's one-command row (the aim: 2 and 4
-processes at least as fast as one).
+``--reps``, in turn, each repetition starting one shape further on (``--rotate``: by that many
+more), so a slow phase of the shared machine does not fall on the same shape each time; each row
+gives its drain rate as a ratio to the same repetition's one-command row (the aim: 2 and 4
+processes at least as fast as one), and the end the median of those over the repetitions.
+
+The default drain is 60,000 tasks (about 2 s on 2 cores): at 20,000 a drain lasted 0.6 s and the
+ratios moved by a third between repetitions with nothing changed. The drain's end is read from the
+per-minute history counters (``counting_app.completed``), a few rows: counting the tasks table took
+most of a core from the workers it timed.
 
 Importable: ``curve(n_tasks, processes, mode)`` returns one dict per shape (see :func:`curve`).
 ``--json`` prints one JSON line instead, ``{"points": [...]}`` (each with its ``label``), for ``make
@@ -37,10 +43,12 @@ from bench.counting_app import completed, shares, start_worker, write_app
 from bench.procs import tree_cpu
 from conveyor import Conveyor
 
-__all__ = ["MODES", "curve", "describe", "drain", "main", "shape_label"]
+__all__ = ["MODES", "TASKS", "curve", "describe", "drain", "main", "order", "shape_label"]
 
 #: ``commands``: N separate ``conveyor worker`` commands; ``pool``: one ``conveyor worker -p N``.
 MODES = ("commands", "pool")
+#: Tasks per drain by default.
+TASKS = 60_000
 #: The log levels a point counts as ``warning_lines``.
 _LOUD = ("WARNING", "ERROR", "CRITICAL")
 
@@ -50,6 +58,13 @@ def shape_label(mode: str, processes: int) -> str:
     if mode == "pool":
         return f"-p {processes}"
     return f"{processes} command" + ("s" if processes > 1 else "")
+
+
+def order(modes: Sequence[str], counts: Sequence[int], rep: int) -> list[tuple[str, int]]:
+    """The shapes of repetition ``rep`` (from 0): every mode by every count, started ``rep`` shapes on."""
+    shapes = [(mode, count) for mode in modes for count in counts]
+    first = rep % len(shapes) if shapes else 0
+    return shapes[first:] + shapes[:first]
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -137,7 +152,7 @@ def drain(
 
 
 def curve(
-    n_tasks: int = 20_000,
+    n_tasks: int = TASKS,
     processes: Sequence[int] = (1, 2, 4),
     mode: str = "commands",
     synchronous: str = "FULL",
@@ -168,12 +183,45 @@ def describe(point: dict[str, Any], one: float | None) -> str:
     return text + f", locked lines {point['locked_lines']}, warnings {point['warning_lines']}"
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def summary(points: Sequence[dict[str, Any]], reps: int) -> list[str]:
+    """Per shape over the repetitions (``points`` in the order run, ``reps`` of them): the median drain,
+    CPU and ratio to the same repetition's one command, with the ratios' range."""
+    per_rep = len(points) // max(1, reps)
+    ones = [
+        next(
+            (p["rate"] for p in points[r * per_rep : (r + 1) * per_rep] if p["label"] == shape_label("commands", 1)),
+            None,
+        )
+        for r in range(reps)
+    ]
+    lines = []
+    for label in dict.fromkeys(
+        p["label"] for p in sorted(points, key=lambda p: (p["mode"] != "commands", p["processes"]))
+    ):
+        rows = [(r, p) for r in range(reps) for p in points[r * per_rep : (r + 1) * per_rep] if p["label"] == label]
+        rates = [p["rate"] for _, p in rows]
+        cpu = _median([p["cpu_us"] for _, p in rows])
+        text = f"{label:14s} drain {_median(rates):8,.0f}/s median, CPU {cpu:5.1f} µs/task"
+        ratios = [p["rate"] / one for r, p in rows if (one := ones[r])]
+        if ratios and label != shape_label("commands", 1):
+            text += f", {_median(ratios):.2f}x one command ({min(ratios):.2f}-{max(ratios):.2f})"
+        lines.append(text)
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sqlite_procs", description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--tasks", type=int, default=TASKS)
     parser.add_argument("--processes", default="1,2,4", help="comma-separated process counts")
     parser.add_argument("--mode", default="commands,pool", help="comma-separated: commands, pool")
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--rotate", type=int, default=0, help="start the first repetition this many shapes on")
     parser.add_argument("--synchronous", default="FULL")
     parser.add_argument("--worker-args", default="", help="extra `conveyor worker` arguments")
     parser.add_argument("--dir", type=Path, default=None, help="where the files go (default: the system's tmp)")
@@ -183,24 +231,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = [m for m in args.mode.split(",") if m]
     extra = args.worker_args.split()
     os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the workers inherit it
-    if args.json:
-        points = [
-            point
-            for _ in range(args.reps)
-            for mode in modes
-            for point in curve(args.tasks, counts, mode, args.synchronous, extra, args.dir)
-        ]
-        print(json.dumps({"points": points}))
-        return 0
-    print(f"{os.cpu_count()} CPUs, synchronous={args.synchronous}, {args.tasks:,} tasks, args {extra or 'defaults'}")
+    points: list[dict[str, Any]] = []
+    if not args.json:
+        print(
+            f"{os.cpu_count()} CPUs, synchronous={args.synchronous}, {args.tasks:,} tasks, args {extra or 'defaults'}"
+        )
     for rep in range(args.reps):
-        one: float | None = None
-        for mode in modes:
-            for count in counts:
-                point = drain(args.tasks, count, mode, args.synchronous, extra, args.dir)
-                if mode == "commands" and count == 1:
-                    one = point["rate"]
-                print(f"rep {rep + 1}: {describe(point, one)}", flush=True)
+        done = [drain(args.tasks, count, mode, args.synchronous, extra, args.dir)
+                for mode, count in order(modes, counts, args.rotate + rep)]  # fmt: skip
+        points += done
+        if args.json:
+            continue
+        one = next((p["rate"] for p in done if p["label"] == shape_label("commands", 1)), None)
+        for point in sorted(done, key=lambda p: (p["mode"] != "commands", p["processes"])):
+            print(f"rep {rep + 1}: {describe(point, one)}", flush=True)
+    if args.json:
+        print(json.dumps({"points": points}))
+    elif args.reps > 1:
+        print(f"over {args.reps} repetitions:", *summary(points, args.reps), sep="\n")
     return 0
 
 

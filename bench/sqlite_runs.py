@@ -4,7 +4,7 @@ Each pass measures, on the disk of the run's SQLite files: the bare one-row WAL 
 ``enqueue`` call's rate at ``synchronous=FULL`` and ``NORMAL`` (``bench/sqlite_floors.py``, library
 ``sqlite floor``, one variant per mode), and the drain of 1, 2 and 4 ``conveyor worker`` processes on
 one file, as N commands and as ``-p N`` (``bench/sqlite_procs.py``, library ``sqlite processes``,
-one variant per shape). Each runs in its own subprocess, so the harness never opens a database.
+one variant per shape, 3N tasks a drain). Each runs in its own subprocess, so the harness never opens a database.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from bench.sqlite_procs import shape_label
 if TYPE_CHECKING:
     from bench.suite import Suite
 
-__all__ = ["CURVE", "FLOOR", "sqlite_curve", "sqlite_floors"]
+__all__ = ["CURVE", "CURVE_TASKS_PER_N", "FLOOR", "sqlite_curve", "sqlite_floors"]
 
 FLOOR = "sqlite floor"
 CURVE = "sqlite processes"
+#: The curve drains this many times the run's N tasks per shape.
+CURVE_TASKS_PER_N = 3
 
 
 def sqlite_floors(suite: Suite, sqlite_dir: Path) -> None:
@@ -46,7 +48,7 @@ def sqlite_floors(suite: Suite, sqlite_dir: Path) -> None:
 def sqlite_curve(suite: Suite, sqlite_dir: Path) -> None:
     """One pass of the curve: every shape as N commands, then as ``-p N``, each on a fresh file."""
     shapes = suite.plan.curve_shapes
-    n = suite.plan.n
+    n = CURVE_TASKS_PER_N * suite.plan.n  # a drain of N tasks lasted 0.6 s: startup and noise made the ratios
     labels = [shape_label(mode, p) for mode in ("commands", "pool") for p in shapes]
     workloads = ("drain", "worker_cpu", "share_min", "locked", "warnings")
     figures = {(label, w): suite.fig(CURVE, label, w) for label in labels for w in workloads}
@@ -54,7 +56,8 @@ def sqlite_curve(suite: Suite, sqlite_dir: Path) -> None:
 
     def once() -> None:
         cmd = ["-m", "bench.sqlite_procs", "--json", "--dir", str(work), "--tasks", str(n)]
-        cmd += ["--processes", ",".join(map(str, shapes))]
+        # each pass starts one shape further on, so a slow phase of the host does not always meet one shape
+        cmd += ["--processes", ",".join(map(str, shapes)), "--rotate", str(len(figures[(labels[0], "drain")].runs))]
         result = suite.run_json(cmd, 300 + 6 * len(shapes) * max(60.0, n / 500))
         for point in result["points"]:
             label = point["label"]
