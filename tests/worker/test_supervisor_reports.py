@@ -117,3 +117,41 @@ def test_reports_are_written_together_by_the_reporting_thread(pipe: tuple[int, i
     finally:
         reporter.close()
     assert lines == ["start a tok-a - 1.0", "start b tok-b - 2.0", "end a"]
+
+
+def _lines_until(fd: int, count: int) -> list[str]:
+    lines: list[str] = []
+    while len(lines) < count:
+        assert select.select([fd], [], [], 10.0)[0], lines
+        lines += _read_all(fd).splitlines()
+    return lines
+
+
+def test_the_end_of_a_reported_task_is_written_with_no_other_report_to_carry_it(pipe: tuple[int, int]) -> None:
+    """The pool only notes which tasks run; an end alone must still reach the supervisor, or it would
+    kill the child for a task past its timeout that had ended long before."""
+    read_fd, write_fd = pipe
+    reporter = PipeReporter(write_fd, delay=0.01)
+    reporter.start()
+    try:
+        held = _held("a", 1.0)
+        reporter.started(held)
+        assert _lines_until(read_fd, 1) == ["start a tok-a - 1.0"]
+        reporter.finished(held)
+        assert _lines_until(read_fd, 1) == ["end a"]
+    finally:
+        reporter.close()
+
+
+def test_a_cancel_noted_just_before_its_start_is_written_after_that_start(pipe: tuple[int, int]) -> None:
+    """The heartbeat may note a cancel between ``Inflight.start`` and the pool's ``started``."""
+    read_fd, write_fd = pipe
+    reporter = PipeReporter(write_fd)  # not started: each close() looks once
+    held = _held("a", 1.0)
+    reporter.cancelled(held)
+    reporter._flush()
+    assert _read_all(read_fd) == ""
+    reporter.started(held)
+    reporter.close()
+    start, cancel = _read_all(read_fd).splitlines()
+    assert start == "start a tok-a - 1.0" and cancel.startswith("cancel a tok-a ")

@@ -7,14 +7,15 @@ not ended ``CANCEL_GRACE`` after ``at``) and ``end <task_id>``. ``started`` and 
 ``time.monotonic()`` readings of this process: the system-wide monotonic clock the supervisor reads
 too, so a report that arrives late still sets the right deadline.
 
-Reports are not written one by one: a pool thread writing its own line for every start and end
-released the GIL for a system call and woke the supervisor twice per task, which halved the drain of
-short tasks (docs/architecture.md, "Several processes on one file"). They wait here for at most
-:data:`FLUSH_DELAY` and one thread writes them together; a task that starts and ends within that
-wait is never reported at all (the supervisor only acts on tasks that run past a timeout or a cancel,
-each at least a second away). A child killed meanwhile takes its last unsent starts with it: the
-supervisor then recovers those tasks through their leases, as it does the tasks the child had
-claimed and not started.
+Reports are not written as they happen: a pool thread writing its own line for every start and
+end released the GIL for a system call and woke the supervisor twice per task, which halved the
+drain of short tasks (docs/architecture.md, "Several processes on one file"). The pool threads only
+note which tasks run (two dict operations a task); one thread compares that with what it last wrote,
+at most :data:`FLUSH_DELAY` after a start, and writes the differences together. A task that starts
+and ends between two looks is never reported at all (the supervisor only acts on tasks that run past
+a timeout or a cancel, each at least a second away). A child killed meanwhile takes its last unsent
+starts with it: the supervisor then recovers those tasks through their leases, as it does the tasks
+the child had claimed and not started.
 """
 
 from __future__ import annotations
@@ -35,33 +36,29 @@ log = logging.getLogger("conveyor.worker")
 FLUSH_DELAY = 0.02
 
 
-#: A report before it is written: kind, task id, lease token, timeout (a start's), monotonic time.
-_Line = tuple[str, str, str, float | None, float]
-
-
-def _text(line: _Line) -> str:
-    """The protocol's line (module docstring) of a report."""
-    kind, task_id, token, timeout, at = line
-    if kind == "start":
-        return f"start {task_id} {token} {'-' if timeout is None else repr(timeout)} {at!r}\n"
-    if kind == "cancel":
-        return f"cancel {task_id} {token} {at!r}\n"
-    return f"end {task_id}\n"
+def _start(held: Held) -> str:
+    """The protocol's ``start`` line (module docstring) of a running task."""
+    timeout = held.job.options.timeout if held.job is not None else None
+    at = held.started if held.started is not None else time.monotonic()
+    return f"start {held.id} {held.token} {'-' if timeout is None else repr(timeout)} {at!r}\n"
 
 
 class PipeReporter:
     """Reports for the supervisor, written together by one thread (``start``s it), at most
-    :data:`FLUSH_DELAY` after the first of them."""
+    :data:`FLUSH_DELAY` after the start that called for them."""
 
     def __init__(self, fd: int, delay: float = FLUSH_DELAY) -> None:
         self.fd = fd
         self.delay = delay
-        self._lock = threading.Lock()
-        self._lines: dict[int, _Line] = {}  # unsent, in order (by sequence number)
-        self._next = 0
-        self._by_task: dict[str, list[int]] = {}  # task id → its unsent start and cancel lines
-        self._started: set[str] = set()  # ids whose start line is unsent
-        self._pending = threading.Event()
+        # running tasks, by their Held (identity: a task claimed again is another Held of the same id);
+        # one dict store and one pop a task, atomic under the GIL, where a lock and the bookkeeping of
+        # unsent lines cost a microsecond a task (a few percent of a no-op task's whole cost)
+        self._running: dict[Held, None] = {}
+        self._sent: dict[Held, None] = {}  # those whose start was written, and no end yet
+        self._cancels: list[tuple[Held, float]] = []  # reported cancels not written yet (rare)
+        self._waited: set[tuple[Held, float]] = set()  # those kept from the last look (``_flush``)
+        self._lock = threading.Lock()  # one flush at a time; guards ``_cancels``
+        self._pending = threading.Event()  # something may have started since the last look
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -78,34 +75,19 @@ class PipeReporter:
         self._flush()
 
     def started(self, held: Held) -> None:
-        timeout = held.job.options.timeout if held.job is not None else None
-        at = held.started if held.started is not None else time.monotonic()
-        self._add(held.id, ("start", held.id, held.token, timeout, at))
+        self._running[held] = None
+        if not self._pending.is_set():
+            self._pending.set()
 
     def cancelled(self, held: Held) -> None:
-        self._add(held.id, ("cancel", held.id, held.token, None, time.monotonic()))
+        with self._lock:
+            self._cancels.append((held, time.monotonic()))
+        if not self._pending.is_set():
+            self._pending.set()
 
     def finished(self, held: Held) -> None:
-        with self._lock:
-            if held.id in self._started:  # its start never left: nothing about this run needs to
-                self._started.discard(held.id)
-                for seq in self._by_task.pop(held.id):
-                    del self._lines[seq]
-                return
-        self._add(held.id, ("end", held.id, "", None, 0.0))
-
-    def _add(self, task_id: str, line: _Line) -> None:
-        # Kept as a tuple, written as text at the flush: most starts never are (their task ends first).
-        kind = line[0]
-        with self._lock:
-            seq = self._next
-            self._next += 1
-            self._lines[seq] = line
-            if kind != "end":
-                self._by_task.setdefault(task_id, []).append(seq)
-            if kind == "start":
-                self._started.add(task_id)
-        if not self._pending.is_set():  # a flush clears it under the lock, after taking the lines
+        self._running.pop(held, None)
+        if held in self._sent and not self._pending.is_set():  # its start was written: its end must be
             self._pending.set()
 
     def _run(self) -> None:
@@ -113,22 +95,39 @@ class PipeReporter:
             self._pending.wait()
             if self._closed:
                 return
-            time.sleep(self.delay)  # let reports gather; a task ending meanwhile cancels its start
-            self._flush()
+            time.sleep(self.delay)  # let starts gather; a task ending meanwhile is never reported
+            self._pending.clear()  # before the look: a start or an end after it sets it again
+            if self._flush():
+                self._pending.set()
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Write the ends, starts and cancels since the last flush; True if it must look again: a cancel
+        waits for its start, or a task whose start it wrote has ended already (its ``finished`` may
+        have looked at the ``_sent`` before this one)."""
         with self._lock:
-            self._pending.clear()
-            lines = list(self._lines.values())
-            self._lines.clear()
-            self._by_task.clear()
-            self._started.clear()
-        data = "".join(map(_text, lines)).encode()
-        try:
-            while data:  # one thread writes, so lines never interleave; a signal may cut a write short
-                data = data[os.write(self.fd, data) :]
-        except OSError:  # the supervisor is gone; the parent watch stops us
-            pass
+            running = self._running.copy()  # one C call: atomic against the pool threads' stores
+            sent = self._sent
+            lines = [f"end {held.id}\n" for held in sent if held not in running]
+            lines += [_start(held) for held in running if held not in sent]
+            # A cancel goes with its task's start. One whose task is not running is dropped if it ended
+            # (nothing is left to stop), or kept for the next look once: its pool thread may be between
+            # ``Inflight.start`` and ``started``.
+            kept: list[tuple[Held, float]] = []
+            for held, at in self._cancels:
+                if held in running:
+                    lines.append(f"cancel {held.id} {held.token} {at!r}\n")
+                elif held not in sent and (held, at) not in self._waited:
+                    kept.append((held, at))
+            self._cancels, self._waited = kept, set(kept)
+            self._sent = running
+            if lines:
+                data = "".join(lines).encode()
+                try:
+                    while data:  # one writer at a time, so lines never interleave; a signal may cut one short
+                        data = data[os.write(self.fd, data) :]
+                except OSError:  # the supervisor is gone; the parent watch stops us
+                    pass
+        return bool(kept) or any(held not in self._running for held in running)
 
 
 def watch_parent(parent_pid: int, stop: Callable[[], None], every: float = 0.5) -> threading.Thread:
