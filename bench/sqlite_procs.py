@@ -7,11 +7,15 @@ Once every process has registered, it enqueues ``--tasks`` no-op tasks in one tr
 times the drain from that commit to the last completion, with the CPU of the worker processes
 (children included) over that span. Each worker process counts the tasks it ran (written as it
 exits), which gives the shares between processes (fairness), and its log is searched for any line
-that mentions a locked database and for lines at WARNING or above. Every shape runs once per
-``--reps``, in turn, each repetition starting one shape further on (``--rotate``: by that many
-more), so a slow phase of the shared machine does not fall on the same shape each time; each row
-gives its drain rate as a ratio to the same repetition's one-command row (the aim: 2 and 4
-processes at least as fast as one), and the end the median of those over the repetitions.
+that mentions a locked database and for lines at WARNING or above.
+
+Each repetition (``--reps``) runs one command, then each other shape followed by one command again,
+and gives each shape's drain rate as a ratio to the mean of the one-command drains just before and
+after it (``over_one``; the aim: 2 and 4 processes at least as fast as one): the load of the shared
+host moves within a minute, and a shape compared with one reference drain of its repetition, run up
+to a minute apart, gave ratios from 0.85x to 1.7x in two passes of the same code. Each repetition
+starts one shape further on (``--rotate``: that many more), and with ``--reps`` the command ends with
+each shape's median drain, CPU and ratio, with the ratios' range.
 
 The default drain is 60,000 tasks (about 2 s on 2 cores): at 20,000 a drain lasted 0.6 s and the
 ratios moved by a third between repetitions with nothing changed. The drain's end is read from the
@@ -19,10 +23,11 @@ per-minute history counters (``counting_app.completed``), a few rows: counting t
 most of a core from the workers it timed.
 
 Importable: ``curve(n_tasks, processes, mode)`` returns one dict per shape (see :func:`curve`).
-``--json`` prints one JSON line instead, ``{"points": [...]}`` (each with its ``label``), for ``make
-bench`` (``bench/sqlite_runs.py``); ``--dir`` puts the files on the disk of the run's databases. The
-workers may use every core whatever affinity the command inherited: the harness pins its clients to
-one, where N processes could not add up.
+``--json`` prints one JSON line instead, ``{"points": [...]}`` (each with its ``label``, in the order
+run; every shape but the reference with ``reference`` and ``over_one``), for ``make bench``
+(``bench/sqlite_runs.py``); ``--dir`` puts the files on the disk of the run's databases. The workers
+may use every core whatever affinity the command inherited: the harness pins its clients to one,
+where N processes could not add up.
 """
 
 from __future__ import annotations
@@ -61,10 +66,23 @@ def shape_label(mode: str, processes: int) -> str:
 
 
 def order(modes: Sequence[str], counts: Sequence[int], rep: int) -> list[tuple[str, int]]:
-    """The shapes of repetition ``rep`` (from 0): every mode by every count, started ``rep`` shapes on."""
-    shapes = [(mode, count) for mode in modes for count in counts]
+    """The drains of repetition ``rep`` (from 0): one command, then every other shape (each mode by each
+    count, started ``rep`` shapes on), each followed by one command again."""
+    reference = ("commands", 1)
+    shapes = [(mode, count) for mode in modes for count in counts if (mode, count) != reference]
     first = rep % len(shapes) if shapes else 0
-    return shapes[first:] + shapes[:first]
+    return [reference, *(drain for shape in shapes[first:] + shapes[:first] for drain in (shape, reference))]
+
+
+def _pair(points: list[dict[str, Any]]) -> None:
+    """Give each point of one repetition (in :func:`order`'s order) but the reference ``reference``, the
+    mean rate of the one-command drains before and after it, and ``over_one``, its rate over that."""
+    for index, point in enumerate(points):
+        if point["label"] == shape_label("commands", 1):
+            continue
+        around = [p["rate"] for p in (points[index - 1], points[index + 1]) if p["label"] == shape_label("commands", 1)]
+        point["reference"] = sum(around) / len(around)
+        point["over_one"] = point["rate"] / point["reference"]
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -170,14 +188,14 @@ def curve(
     return [drain(n_tasks, count, mode, synchronous, worker_args, directory) for count in processes]
 
 
-def describe(point: dict[str, Any], one: float | None) -> str:
-    """One line for a point of :func:`curve`; ``one``: the one-command drain rate to compare with."""
+def describe(point: dict[str, Any]) -> str:
+    """One line for a point of :func:`curve` or of a repetition (with its ``over_one`` if it has one)."""
     shape = f"{point['processes']} command(s)" if point["mode"] == "commands" else f"-p {point['processes']}"
     total = sum(point["shares"]) or 1
     shares = " / ".join(f"{100 * s / total:.0f}%" for s in point["shares"])
     text = f"{shape:14s} drain {point['rate']:8,.0f}/s, CPU {point['cpu_us']:5.0f} µs/task"
-    if one:
-        text += f", {point['rate'] / one:.2f}x one command"
+    if "over_one" in point or point["label"] == shape_label("commands", 1):
+        text += f", {point.get('over_one', 1.0):.2f}x one command"
     if point["processes"] > 1:
         text += f", shares {shares}"
     return text + f", locked lines {point['locked_lines']}, warnings {point['warning_lines']}"
@@ -189,27 +207,17 @@ def _median(values: Sequence[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def summary(points: Sequence[dict[str, Any]], reps: int) -> list[str]:
-    """Per shape over the repetitions (``points`` in the order run, ``reps`` of them): the median drain,
-    CPU and ratio to the same repetition's one command, with the ratios' range."""
-    per_rep = len(points) // max(1, reps)
-    ones = [
-        next(
-            (p["rate"] for p in points[r * per_rep : (r + 1) * per_rep] if p["label"] == shape_label("commands", 1)),
-            None,
-        )
-        for r in range(reps)
-    ]
+def summary(points: Sequence[dict[str, Any]]) -> list[str]:
+    """Per shape over the repetitions: the median drain and CPU, and the median ``over_one`` with its range."""
     lines = []
     for label in dict.fromkeys(
         p["label"] for p in sorted(points, key=lambda p: (p["mode"] != "commands", p["processes"]))
     ):
-        rows = [(r, p) for r in range(reps) for p in points[r * per_rep : (r + 1) * per_rep] if p["label"] == label]
-        rates = [p["rate"] for _, p in rows]
-        cpu = _median([p["cpu_us"] for _, p in rows])
-        text = f"{label:14s} drain {_median(rates):8,.0f}/s median, CPU {cpu:5.1f} µs/task"
-        ratios = [p["rate"] / one for r, p in rows if (one := ones[r])]
-        if ratios and label != shape_label("commands", 1):
+        rows = [p for p in points if p["label"] == label]
+        cpu = _median([p["cpu_us"] for p in rows])
+        text = f"{label:14s} drain {_median([p['rate'] for p in rows]):8,.0f}/s median, CPU {cpu:5.1f} µs/task"
+        ratios = [p["over_one"] for p in rows if "over_one" in p]
+        if ratios:
             text += f", {_median(ratios):.2f}x one command ({min(ratios):.2f}-{max(ratios):.2f})"
         lines.append(text)
     return lines
@@ -237,18 +245,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{os.cpu_count()} CPUs, synchronous={args.synchronous}, {args.tasks:,} tasks, args {extra or 'defaults'}"
         )
     for rep in range(args.reps):
-        done = [drain(args.tasks, count, mode, args.synchronous, extra, args.dir)
-                for mode, count in order(modes, counts, args.rotate + rep)]  # fmt: skip
+        done = []
+        for mode, count in order(modes, counts, args.rotate + rep):
+            done.append(drain(args.tasks, count, mode, args.synchronous, extra, args.dir))
+            if not args.json:
+                print(f"  ({done[-1]['label']}: {done[-1]['rate']:,.0f}/s)", flush=True)
+        _pair(done)
         points += done
-        if args.json:
-            continue
-        one = next((p["rate"] for p in done if p["label"] == shape_label("commands", 1)), None)
-        for point in sorted(done, key=lambda p: (p["mode"] != "commands", p["processes"])):
-            print(f"rep {rep + 1}: {describe(point, one)}", flush=True)
+        if not args.json:
+            for point in done:
+                print(f"rep {rep + 1}: {describe(point)}", flush=True)
     if args.json:
         print(json.dumps({"points": points}))
     elif args.reps > 1:
-        print(f"over {args.reps} repetitions:", *summary(points, args.reps), sep="\n")
+        print(f"over {args.reps} repetitions:", *summary(points), sep="\n")
     return 0
 
 

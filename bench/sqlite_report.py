@@ -99,6 +99,23 @@ _CURVE_METHOD = (
     " processes (children included) over that span."
 )
 
+#: How the curve's ratios are taken.
+_CURVE_RATIO = (
+    "Each pass drains with one command, then with each other shape followed by one command again; a"
+    " shape's ratio is to the mean of the one-command drains just before and after it (the host's load"
+    " moves within a minute), and the one-command row gives the mean of its drains."
+)
+
+
+def _over_one(by_key: dict[Key, Figure], label: str, one: Figure | None) -> list[float]:
+    """A shape's drain over one command's, pass by pass: its ``over_one`` runs (each over the one-command
+    drains just before and after it), or from a run that has none, over the pass's one-command drain."""
+    paired = by_key.get((CURVE, label, "over_one"))
+    if paired is not None and paired.runs:
+        return list(paired.runs)
+    drain = _measured(by_key, (CURVE, label, "drain"))
+    return per_pass(drain, [one]) if drain and one else []
+
 
 def _curve_rows(by_key: dict[Key, Figure]) -> list[str]:
     shapes = sorted({_processes(k[1]) for k in by_key if k[0] == CURVE})
@@ -107,7 +124,7 @@ def _curve_rows(by_key: dict[Key, Figure]) -> list[str]:
     one = _measured(by_key, (CURVE, shape_label("commands", 1), "drain"))
     lines = [
         "",
-        f"Measured by `bench/sqlite_procs.py`: {_CURVE_METHOD} Log lines",
+        f"Measured by `bench/sqlite_procs.py`: {_CURVE_METHOD} {_CURVE_RATIO} Log lines",
         "are summed over the passes.",
         "",
         "| shape | drain /s | over 1 command | worker CPU µs/task | smallest share of the tasks | "
@@ -125,7 +142,7 @@ def _curve_rows(by_key: dict[Key, Figure]) -> list[str]:
             share = _measured(by_key, (CURVE, label, "share_min"))
             locked = by_key.get((CURVE, label, "locked"))
             warnings = by_key.get((CURVE, label, "warnings"))
-            ratios = per_pass(drain, [one]) if drain and one and (mode, processes) != ("commands", 1) else []
+            ratios = _over_one(by_key, label, one) if (mode, processes) != ("commands", 1) else []
             fair = f"{fmt(share.value)}% (even: {100 / processes:.0f}%)" if share else "—"
             lines.append(
                 f"| {label} | {fmt(drain.value if drain else None)} | {ratio_text(ratios) if ratios else reference} "
@@ -150,9 +167,9 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     one = _measured(by_key, (CURVE, shape_label("commands", 1), "drain"))
     several = [
         ratio
-        for key, figure in by_key.items()
-        if key[0] == CURVE and key[2] == "drain" and _processes(key[1]) > 1 and one is not None
-        for ratio in per_pass(figure, [one])
+        for key in by_key
+        if key[0] == CURVE and key[2] == "drain" and _processes(key[1]) > 1
+        for ratio in _over_one(by_key, key[1], one)
     ]
     locked = sum(sum(f.runs) for k, f in by_key.items() if k[0] == CURVE and k[2] == "locked")
 

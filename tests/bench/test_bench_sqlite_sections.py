@@ -44,7 +44,11 @@ def test_the_curve_drains_with_each_shape_and_every_task_runs_once(tmp_path: Pat
     args = ("--json", "--dir", str(tmp_path), "--tasks", "300", "--processes", "1,2", "--synchronous", "NORMAL")
     out = run_python("-m", "bench.sqlite_procs", *args, timeout=110)
     points = json.loads(out.splitlines()[-1])["points"]
-    assert [p["label"] for p in points] == ["1 command", "2 commands", "-p 1", "-p 2"], points
+    # one command first and after each other shape: each is compared with the one-command drains beside it
+    labels = ["1 command", "2 commands", "1 command", "-p 1", "1 command", "-p 2", "1 command"]
+    assert [p["label"] for p in points] == labels, points
+    for before, point, after in zip(points[:-1:2], points[1::2], points[2::2], strict=True):
+        assert point["over_one"] == pytest.approx(point["rate"] / ((before["rate"] + after["rate"]) / 2))
     for point in points:
         assert sum(point["shares"]) == 300, point  # each process counted its own; none ran a task twice
         assert len(point["shares"]) == point["processes"], point
@@ -99,6 +103,9 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
             fig("sqlite processes", "2 commands", "drain", [6000.0, 5400.0]),
             fig("sqlite processes", "2 commands", "share_min", [40.0, 45.0]),
             fig("sqlite processes", "2 commands", "locked", [0.0, 0.0], higher=False),
+            # paired with the one-command drains beside it: its own ratios, not its drain over the pass's
+            fig("sqlite processes", "4 commands", "drain", [4000.0, 7000.0]),
+            fig("sqlite processes", "4 commands", "over_one", [1.1, 0.9]),
         ],
     }
     run_python("-c", REPORT, json.dumps(data), str(tmp_path / "report.md"), timeout=30)
@@ -123,9 +130,10 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
         == "| FULL (Conveyor's default) | 1,500 | 700 | 2.08x (1.67-2.50) | 1 of 2 passes |"
     )
     assert row("| 2 and 4 processes") == (
-        "| 2 and 4 processes drain ≥ 1 command (every shape, every pass) | 1.05x (0.90-1.20) "
-        "| 1 of 2 drains (shapes by passes) |"
+        "| 2 and 4 processes drain ≥ 1 command (every shape, every pass) | 1.00x (0.90-1.20) "
+        "| 2 of 4 drains (shapes by passes) |"
     )
+    assert row("| 4 commands |").startswith("| 4 commands | 5,500 | 1.00x (0.90-1.10) |")
     assert row("| 2 commands |") == "| 2 commands | 5,700 | 1.05x (0.90-1.20) | — | 42.5% (even: 50%) | 0 | — |"
     assert row("| 1 command |").startswith("| 1 command | 5,500 | reference |")
     # the floor and the curve are sections of their own, not rows of the results table or peers
