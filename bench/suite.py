@@ -59,6 +59,7 @@ def _fig(library: str, variant: str, workload: str) -> Figure:
         "share_min": ("smallest process's share of the tasks", "%", True),
         "locked": ("log lines mentioning a locked database", "lines", False),
         "warnings": ("log lines at WARNING or above", "lines", False),
+        "over_one": ("drain over the one-command drains beside it", "x", True),
     }[workload]
     return Figure(library, variant, workload, metric, unit, higher_is_better=higher)
 

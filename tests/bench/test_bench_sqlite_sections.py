@@ -163,3 +163,33 @@ def test_the_latency_row_runs_at_synchronous_normal_when_asked() -> None:
     for line in lines:
         p50, p99 = (float(part.split()[1]) for part in line.split(": ")[2].split(", "))
         assert 0 < p50 <= p99, line
+
+
+HARNESS_PASSES = """
+import json, sys
+from pathlib import Path
+from bench.sqlite_runs import sqlite_curve
+from bench.suite import Plan, Suite
+
+suite = Suite(None, Plan(n=100, reps=2, latency_n=0, time_cap=600.0, curve_shapes=(1, 2)), Path(sys.argv[1]), print)
+for _ in range(2):
+    sqlite_curve(suite, Path(sys.argv[1]))
+figures = [(f.variant, f.workload, f.runs, f.note) for f in suite.figures]
+print(json.dumps(figures))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_harness_pass_keeps_one_figure_a_shape_and_pairs_the_ratios(tmp_path: Path) -> None:
+    out = run_python("-c", HARNESS_PASSES, str(tmp_path), timeout=290)
+    figures = {(variant, workload): (runs, note) for variant, workload, runs, note in json.loads(out.splitlines()[-1])}
+    assert ("1 command", "over_one") not in figures  # the reference has no ratio of its own
+    for label in ("1 command", "2 commands", "-p 1", "-p 2"):
+        for workload in ("drain", "worker_cpu", "share_min", "locked", "warnings"):
+            runs, note = figures[(label, workload)]
+            assert len(runs) == 2 and not note, (label, workload, runs, note)  # one a pass, from the mean
+        assert figures[(label, "locked")][0] == [0.0, 0.0]
+        assert all(0 < share <= 100 for share in figures[(label, "share_min")][0])
+        if label != "1 command":
+            assert all(ratio > 0 for ratio in figures[(label, "over_one")][0])
