@@ -22,6 +22,7 @@ from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.idle import IdleWaits
+from conveyor.brokers.sqlite.rows import ClaimedRows
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
 from conveyor.brokers.sqlite.tx import Tx
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
@@ -140,8 +141,9 @@ class SQLiteBroker:
     def claim(self, queues: Sequence[str], now: float, lease_for: float, limit: int = 1) -> list[TaskRecord]:
         names = list(queues)
         self._idle.claiming()  # before the claim: no commit after it goes unseen
-        records, due = self._write(lambda tx: ops.claim_noting_due(tx, names, now, lease_for, limit), durable=False)
+        claimed, due = self._write(lambda tx: ops.claim_noting_due(tx, names, now, lease_for, limit), durable=False)
         self._idle.claimed(due, now)
+        records = claimed.records()  # after the commit: the write lock is not held for it
         if len(records) >= limit:  # there may be more: a ring wakes one idle consumer, so pass it on
             for queue in {record.queue for record in records}:
                 self._idle.bell(queue).ring()
@@ -169,14 +171,14 @@ class SQLiteBroker:
         """``settle`` then ``claim`` in one transaction: one commit (one disk sync under FULL) for both."""
         batch, names = list(outcomes), list(queues)
 
-        def run(tx: Tx) -> tuple[list[bool], tuple[list[TaskRecord], float | None]]:
+        def run(tx: Tx) -> tuple[list[bool], tuple[ClaimedRows, float | None]]:
             applied = ops.settle(tx, batch, now)
             return applied, ops.claim_noting_due(tx, names, now, lease_for, limit)
 
         self._idle.claiming()  # as in claim()
-        applied, (records, due) = self._write(run, durable=bool(batch))  # a claim alone need not be synced
+        applied, (claimed, due) = self._write(run, durable=bool(batch))  # a claim alone need not be synced
         self._idle.claimed(due, now)
-        return applied, records
+        return applied, claimed.records()
 
     def extend(self, task_id: str, token: str, now: float, lease_for: float) -> LeaseStatus | None:
         return self._write(lambda tx: ops.extend(tx, task_id, token, now, lease_for))

@@ -9,8 +9,7 @@ from typing import Any
 
 from conveyor.brokers import transitions
 from conveyor.brokers.base import ready_key
-from conveyor.brokers.sqlite.rows import CLAIMED, FRESH, fresh
-from conveyor.brokers.sqlite.rows import claimed as from_claimed
+from conveyor.brokers.sqlite.rows import CLAIMED, FRESH, ClaimedRows
 from conveyor.brokers.sqlite.tx import LISTENING, Param, Tx, set_clause
 from conveyor.errors import QueueFull
 from conveyor.history import KEEP_MINUTES, Tally, window
@@ -19,7 +18,6 @@ from conveyor.model import (
     LeaseStatus,
     NewTask,
     Outcome,
-    TaskRecord,
     TaskState,
 )
 
@@ -218,30 +216,31 @@ def _duplicate_of(
 # -- consuming ---------------------------------------------------------------------------------
 
 
-def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: int) -> list[TaskRecord]:
+def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: int) -> ClaimedRows:
     """Claim up to ``limit`` tasks, queue by queue, each in its pending order.
 
     The sweep first archives every pending task past ``expires_at`` (``reap``), so what is pending
     after it can be claimed as it is: one index read picks a queue's tasks and one ``UPDATE ...
     RETURNING`` activates them all, reading back the few columns a fresh task has (``rows.FRESH``);
     the rare task with more to it is read whole by one more statement. The returned rows come in no
-    particular order; they are put back in the order the index gave. A lease token is a random base
-    (``os.urandom``, fork-safe) plus the row's ``seq``, as on Redis.
+    particular order; they are put back in the order the index gave, and made into records only after
+    the commit (``ClaimedRows.records``). A lease token is a random base (``os.urandom``, fork-safe)
+    plus the row's ``seq``, as on Redis.
     """
     if tx.anything_due(now):
         tx.promote(now, None)
         tx.reap(now, None)
-    claimed: list[TaskRecord] = []
+    claimed = ClaimedRows()
     conn = tx.conn
     events = tx.events
     base = ""
     for queue in queues:
-        if len(claimed) >= limit:
+        if claimed.count >= limit:
             break
         settings = tx.settings(queue)
         if settings.paused:
             continue
-        need = limit - len(claimed)
+        need = limit - claimed.count
         if settings.concurrency is not None:
             need = min(need, settings.concurrency - tx.count(queue, (_S.ACTIVE,)))
             if need <= 0:
@@ -256,24 +255,19 @@ def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: in
         rows = conn.execute(_claim_sql(len(seqs)), (now, expires, base, *seqs)).fetchall()
         rows.sort(key=lambda row: order[row[0]])
         more = [row[0] for row in rows if row[-1]]
-        if more:
-            whole = {row[0]: row for row in conn.execute(f"{_CLAIMED_WHOLE} ({_marks(more)})", more)}
-            claimed.extend(
-                [from_claimed(whole[row[0]], now, expires) if row[-1] else fresh(row, now, expires) for row in rows]
-            )
-        else:
-            claimed.extend([fresh(row, now, expires) for row in rows])
+        whole = {row[0]: row for row in conn.execute(f"{_CLAIMED_WHOLE} ({_marks(more)})", more)} if more else {}
+        claimed.add(rows, whole, now, expires)
         events.extend([(row[1], _PENDING, _ACTIVE, queue, now) for row in rows])
     return claimed
 
 
 def claim_noting_due(
     tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: int
-) -> tuple[list[TaskRecord], float | None]:
+) -> tuple[ClaimedRows, float | None]:
     """:func:`claim`, and when it took less than ``limit`` (its consumer may go idle), when the next
     task of ``queues`` falls due (:func:`next_due`): the consumer's wait for work ends then."""
-    records = claim(tx, queues, now, lease_for, limit)
-    return records, next_due(tx, queues) if len(records) < limit else None
+    claimed = claim(tx, queues, now, lease_for, limit)
+    return claimed, next_due(tx, queues) if claimed.count < limit else None
 
 
 def next_due(tx: Tx, queues: Sequence[str]) -> float | None:
