@@ -12,7 +12,9 @@ phase's count is that phase's alone: server instructions per task for a one-task
 enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, then
 one-task and batch enqueues whose tasks hold unique keys, then an idle worker's claim (nothing
 pending, a scheduled task in the slot: it reads the first due time), a claim of 100, one-task
-settles of a retry and an operator's cancels, with PING as the floor. Kernel time (the
+settles of a retry and an operator's cancels, and last batch enqueues of 500 tasks into a queue in
+:data:`PARTS` partitions (a call per partition on a cluster, one joined call on one server), with PING
+as the floor. Kernel time (the
 socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
 counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
 from run to run). ``--cluster`` runs the server cluster-enabled, serving every slot alone: against the
@@ -58,11 +60,15 @@ PHASES = (
     ("claim_hundred", "task of a 100-task claim"),
     ("settle_retry_one", "one-outcome settle of a retry due in 5 s"),
     ("cancel_one", "operator's cancel of a scheduled task"),
+    ("enqueue_batch_parts", "task of a 500-task enqueue into a queue in 6 partitions"),
 )
 #: The queues the phases use (``--partitions`` splits each).
 QUEUES = ("warm", "one", "batch", "uone", "ubatch", "idle", "hundred", "admin")
 CLAIM_BATCH = 500
 CLAIM_HUNDRED = 100
+#: Partitions of the queue of the last phase, and its tasks per enqueue call (an app's batch).
+PARTS = 6
+PARTS_BATCH = 500
 
 
 def available() -> bool:
@@ -249,6 +255,15 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
     broker.enqueue(later, time.time())
     dump("enqueue_admin")
     each("cancel_one", singles, lambda i: broker.cancel(later[i].id, time.time()))
+    broker.configure_queue(QueueSettings("parts", partitions=PARTS))
+    broker.enqueue([task(-4 - i, "parts") for i in range(PARTS)], time.time())  # registered in every slot
+    dump("parts_ready")
+    batches = max(1, tasks // PARTS_BATCH)
+    each(
+        "enqueue_batch_parts",
+        batches,
+        lambda b: broker.enqueue([task(b * PARTS_BATCH + i, "parts") for i in range(PARTS_BATCH)], time.time()),
+    )
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -263,6 +278,7 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
         "claim_hundred": hundreds,
         "settle_retry_one": retries,
         "cancel_one": singles,
+        "enqueue_batch_parts": batches * PARTS_BATCH,
     }
 
 
