@@ -24,6 +24,7 @@ __all__ = [
     "chunk_args",
     "duplicates",
     "enqueue_args",
+    "joined_args",
     "numbered",
     "one_task_args",
     "settle_args",
@@ -79,6 +80,17 @@ def chunk_args(chunk: Sequence[NewTask]) -> tuple[Arg, ...]:
     return _batch_args(len(chunk), values, (2,))  # long bodies apart
 
 
+def joined_args(chunk: Sequence[NewTask]) -> tuple[Arg, ...]:
+    """One slot's part of an enqueue over several slots (``joined()`` in ``enqueue.lua``): the batch
+    form whatever its size, the places of the long bodies always there ("" for none), so the part's
+    length tells where the next slot's starts."""
+    values: list[str] = []
+    for task in chunk:
+        values.extend(encode_task(task))
+    args = _batch_args(len(chunk), values, (2,))
+    return args if len(args) > 2 else (*args, "")
+
+
 def enqueue_args(tasks: Sequence[NewTask]) -> Iterator[tuple[Arg, ...]]:
     """``enqueue.lua``'s arguments, per chunk of :data:`ENQUEUE_CHUNK` tasks (:func:`chunk_args`)."""
     for start in range(0, len(tasks), ENQUEUE_CHUNK):
@@ -98,7 +110,8 @@ def numbered(
     """``enqueue.lua``'s arguments for ``chunk`` with its tasks' numbers in ``A(1)`` (``numbers()``
     there), and the slot's ``seq`` after the call as far as this broker knows (``last``: before it).
     Without ``ranks`` the call moves it by the chunk's size; with them, to the chunk's last rank (past
-    ``last`` and what the chunk needs), its tasks taking the numbers their ranks say."""
+    ``last`` and what the chunk needs), its tasks taking the numbers their ranks say: as one step
+    where they are neighbours, a stride where evenly spaced, else a back per task."""
     count = len(chunk)
     if ranks is None:
         return args, last + count
@@ -107,6 +120,9 @@ def numbered(
     top = max(final, last + final - first + 1)
     if places == list(range(first, first + count)):
         return (count + SPAN * (top - last), *args[1:]), top
+    stride = places[1] - places[0]
+    if stride > 0 and places == list(range(first, final + 1, stride)):  # a partitioned queue's rotation
+        return (f"{count} {top - last} *{stride}", *args[1:]), top
     backs = " ".join(str(final - place) for place in places)
     return (f"{count} {top - last} {backs}", *args[1:]), top
 

@@ -15,13 +15,14 @@
 --       bodies as arguments of their own, A(3) onwards: batch_values() in _lib.lua), for
 --       n = 1 as they are in A(2)..A(9) (no JSON to make or to decode for the most common call), where
 --       the caller leaves out the trailing ones at their defaults (priority "0", then ""): each
---       argument costs a one-task call server time.
+--       argument costs a one-task call server time. On one server, A(1) = "" starts a call over
+--       several queue slots, each slot's chunk in the batch form (see joined() below).
 -- Returns: one string: "" when every task was stored, else per task "" (stored) or the id of the
 --          existing task (duplicate, not stored), joined by newlines (ids hold none); or the error
 --          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing
 --          written). A call sent again (its connection lost before the reply was read) answers as
 --          its first send did, if that one ran, and writes nothing (repeated() in _lib.lua): it never
---          meets its own tasks as duplicates.
+--          meets its own tasks as duplicates. A call over several slots answers as joined() says.
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
 
@@ -103,10 +104,13 @@ local function member(seq, id) return string.format('%016d', seq) .. id end
 -- `step` instead (A(1) = n + SPAN * step: one number, which a one-task call reads as cheaply as n),
 -- past the numbers it gave elsewhere meanwhile, and the call's tasks get the last n numbers; where
 -- its tasks of this slot are not neighbours in its order it sends "<n> <step> <back> ..." and the
--- i-th gets the new top minus its back. The upkeep over several slots, which breaks ties of time by
+-- i-th gets the new top minus its back, or "<n> <step> *<stride>" where they are evenly spaced (a
+-- partitioned queue's generated ids go to its partitions in rotation): back i = stride * (n - i),
+-- no number per task to read. The upkeep over several slots, which breaks ties of time by
 -- member, then takes them in the order of the caller's calls, as memory:// takes them by its one
 -- sequence (spend() in _lib.lua; exact for one broker object's calls: producing.py).
 local SPAN = 1024 -- more than the tasks of a call (calls.ENQUEUE_CHUNK; a test checks)
+local STRIDE = 42 -- "*", before the stride of evenly spaced places
 -- A(1): n, the step (nil: n) and the backs (nil: n - i)
 local function numbers()
   local a1 = tonumber(A(1))
@@ -117,6 +121,11 @@ local function numbers()
   end
   local count, step, rest = string.match(A(1), '^(%d+) (%d+) (.*)$')
   local backs = {}
+  if string.byte(rest) == STRIDE then -- "*<stride>": the backs of places evenly spaced, no list to read
+    local n, stride = tonumber(count), tonumber(string.sub(rest, 2))
+    for i = 1, n do backs[i] = stride * (n - i) end
+    return n, tonumber(step), backs
+  end
   for b in string.gmatch(rest, '%d+') do backs[#backs + 1] = tonumber(b) end
   return tonumber(count), tonumber(step), backs
 end
@@ -162,9 +171,144 @@ local function plain_kind(q, prt, grouped)
   return {row_tail(pr, '-', nil, nil, grouped), (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
 end
 
+-- The chunk of n tasks of A(1).. (A(2) their JSON array: batch_values()) stored in the current slot,
+-- checked before its first write: its result ("" when every task was stored, else per task "" or the
+-- id it duplicates, joined by newlines), or the refusal (an error reply) with nothing written.
+local function store_batch(n, step, backs)
+  local V = batch_values()
+  local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
+  local dups = false
+  local ids = {}
+  for i = 0, n - 1 do ids[i + 1] = V[1 + i * 8] end
+  local existing_rows = redis.call('HMGET', ROWS, unpack(ids)) -- usually none: no id is taken
+  for i = 1, n do
+    local b = i * 8 - 7
+    local id, q, row = V[b], V[b + 1], existing_rows[i]
+    if not row and V[b + 6] == '' and not taken[id] then -- a new id without a unique key: no duplicate
+      results[i] = ''
+      taken[id] = true
+    else
+      local uk, old = opt(V[b + 6]), parse(id, row or nil)
+      local dup = taken[id] and id or duplicate_of(V, b, old, ukeys)
+      if dup then
+        results[i] = dup
+        dups = true
+      else
+        results[i] = ''
+        taken[id] = true
+        if old then stale[id] = old end
+        if uk then ukeys[uk] = id end
+      end
+    end
+    if results[i] == '' then adding[q] = (adding[q] or 0) + 1 end
+  end
+  if not QUEUES then
+    local missing = {}
+    for q, _ in pairs(adding) do
+      if not settings(q).known and not proven(q) then missing[#missing + 1] = q end
+    end
+    if #missing > 0 then return unregistered(missing) end
+  end
+  for q, count in pairs(adding) do
+    local full = over_max_size(q, count)
+    if full then return full end
+  end
+  DEFER = true -- no sorted set is read below
+  local top = redis.call('INCRBY', SEQ, step or n) -- task i's number: top - n + i, or top - backs[i]
+  for q, _ in pairs(adding) do register(q) end
+  local rows = {}
+  -- plain tasks' writes, one command per key: per queue the count of its tasks in this call's group
+  -- (they wait as one `waiting` member), and per queue and priority (a kind) its `pending` pairs
+  -- (kind[3] the key, kind[4] the pairs, kind[5] their count)
+  local kinds, grouped, expiring, nx = {}, {}, {}, 0
+  local group = 'g' .. NOWS -- this call's `waiting` member for its plain tasks
+  for i = 1, n do
+    if results[i] == '' then
+      local seq = backs and top - backs[i] or top - n + i
+      local b = i * 8 - 7
+      local id, q, stale_ = V[b], V[b + 1], stale[V[b]]
+      local uk = V[b + 6]
+      if stale_ or (uk ~= '' and UNIQ) or (V[b + 4] ~= '' and tonumber(V[b + 4]) > NOW) then
+        store(V, b, seq, stale_, rows)
+      else -- plain (see plain_kind), written as store() and index() would write it; with a unique key
+        -- the caller claimed (no UNIQ: take.lua) too, its row's tail its own
+        local byp = kinds[q]
+        if not byp then
+          byp = {}
+          kinds[q], grouped[q] = byp, 0
+        end
+        local prt = V[b + 3]
+        local kind = byp[prt]
+        if not kind then
+          kind = plain_kind(q, prt, group)
+          kind[3], kind[4], kind[5] = qkey(q, 'pending'), {}, 0
+          byp[prt] = kind
+        end
+        local m, x = member(seq, id), num(V[b + 5])
+        local tail = uk == '' and kind[1] or row_tail(tonumber(prt) or 0, '-', num(V[b + 7]), opt(uk), group)
+        local r = #rows
+        rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, tail, V[b + 2])
+        local c = kind[5]
+        kind[4][c + 1], kind[4][c + 2], kind[5] = kind[2], m, c + 2
+        grouped[q] = grouped[q] + 1
+        if x then
+          expiring[nx + 1], expiring[nx + 2], nx = f(x), m, nx + 2
+        end
+        WOKEN = true
+        if EMIT then event(id, nil, 'pending', q) end
+      end
+    end
+  end
+  if #rows > 0 then redis.call('HSET', ROWS, unpack(rows)) end
+  flush_z() -- store()'s sorted-set writes first: none may undo the group's below
+  for q, byp in pairs(kinds) do
+    for _, kind in pairs(byp) do call_all('ZADD', kind[3], kind[4], kind[5]) end
+    redis.call('HINCRBY', qkey(q, 'groups'), group, grouped[q])
+    redis.call('ZADD', qkey(q, 'waiting'), NOWS, group)
+  end
+  call_all('ZADD', EXPIRING, expiring, nx)
+  -- one string, not a table of n (converting a table reply costs the server per element)
+  return dups and table.concat(results, '\n') or ''
+end
+
+-- A call over the queue slots of several partitions or queues on one server, which checks no slots
+-- (producing.py): A(1) = "", then per slot the arguments of its chunk as a call of that slot alone
+-- would send them in the batch form (A(1) numbers, A(2) the JSON array, A(3) the places of the long
+-- bodies, "" if none, and those bodies), each slot after the first introduced by its `seq` key. Each
+-- slot's part is checked and stored in its turn, as that call would be. Returns "" when every task
+-- was stored, else "<parts stored>" and, if a part was refused, a space and the refusal's text, then
+-- the stored parts' results per task, each on a line of its own; a refusal of the first part is
+-- returned as it is (nothing written). The caller goes on slot by slot from a refused part.
+local function joined()
+  local first, lines, parts, dups = SENTP, {}, 0, false
+  BASE = BASE + 1
+  while true do
+    local n, step, backs = numbers()
+    local out = store_batch(n, step, backs)
+    if type(out) ~= 'string' then
+      if parts == 0 then return forget_sent(out) end
+      SENTP = first -- the call's answer is kept where repeated() looks for it
+      return finish(parts .. ' ' .. out.err .. '\n' .. table.concat(lines, '\n'), true)
+    end
+    parts = parts + 1
+    if out ~= '' then dups = true end
+    lines[parts] = out ~= '' and out or string.rep('\n', n - 1)
+    local k = 4 -- the next slot's `seq`: after A(3) and the long bodies it places
+    for _ in string.gmatch(A(3), '%d+') do k = k + 1 end
+    local seq = A(k)
+    if not seq then break end
+    switch(seq)
+    BASE, SETTINGS, DEFER = BASE + k, {}, false -- a partition's settings are its own (its share)
+  end
+  SENTP = first
+  if not dups then return finish('', true) end
+  return finish(parts .. '\n' .. table.concat(lines, '\n'), true)
+end
+
 -- each call:
 local kept = repeated()
 if kept then return kept end
+if A(1) == '' then return joined() end
 local n, step, backs = tonumber(A(1)), nil, nil
 if not n or n >= SPAN then n, step, backs = numbers() end
 if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no tables of the chunk's
@@ -206,97 +350,6 @@ if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no t
   redis.call('HSET', ROWS, rows[1], rows[2])
   return finish('', true)
 end
-local V = batch_values()
-local results, taken, ukeys, adding, stale = {}, {}, {}, {}, {}
-local dups = false
-local ids = {}
-for i = 0, n - 1 do ids[i + 1] = V[1 + i * 8] end
-local existing_rows = redis.call('HMGET', ROWS, unpack(ids)) -- usually none: no id is taken
-for i = 1, n do
-  local b = i * 8 - 7
-  local id, q, row = V[b], V[b + 1], existing_rows[i]
-  if not row and V[b + 6] == '' and not taken[id] then -- a new id without a unique key: no duplicate
-    results[i] = ''
-    taken[id] = true
-  else
-    local uk, old = opt(V[b + 6]), parse(id, row or nil)
-    local dup = taken[id] and id or duplicate_of(V, b, old, ukeys)
-    if dup then
-      results[i] = dup
-      dups = true
-    else
-      results[i] = ''
-      taken[id] = true
-      if old then stale[id] = old end
-      if uk then ukeys[uk] = id end
-    end
-  end
-  if results[i] == '' then adding[q] = (adding[q] or 0) + 1 end
-end
-if not QUEUES then
-  local missing = {}
-  for q, _ in pairs(adding) do
-    if not settings(q).known and not proven(q) then missing[#missing + 1] = q end
-  end
-  if #missing > 0 then return forget_sent(unregistered(missing)) end
-end
-for q, count in pairs(adding) do
-  local full = over_max_size(q, count)
-  if full then return forget_sent(full) end
-end
-DEFER = true -- no sorted set is read below
-local top = redis.call('INCRBY', SEQ, step or n) -- task i's number: top - n + i, or top - backs[i]
-for q, _ in pairs(adding) do register(q) end
-local rows = {}
--- plain tasks' writes, one command per key: per queue the count of its tasks in this call's group
--- (they wait as one `waiting` member), and per queue and priority (a kind) its `pending` pairs
--- (kind[3] the key, kind[4] the pairs, kind[5] their count)
-local kinds, grouped, expiring, nx = {}, {}, {}, 0
-local group = 'g' .. NOWS -- this call's `waiting` member for its plain tasks
-for i = 1, n do
-  if results[i] == '' then
-    local seq = backs and top - backs[i] or top - n + i
-    local b = i * 8 - 7
-    local id, q, stale_ = V[b], V[b + 1], stale[V[b]]
-    local uk = V[b + 6]
-    if stale_ or (uk ~= '' and UNIQ) or (V[b + 4] ~= '' and tonumber(V[b + 4]) > NOW) then
-      store(V, b, seq, stale_, rows)
-    else -- plain (see plain_kind), written as store() and index() would write it; with a unique key
-      -- the caller claimed (no UNIQ: take.lua) too, its row's tail its own
-      local byp = kinds[q]
-      if not byp then
-        byp = {}
-        kinds[q], grouped[q] = byp, 0
-      end
-      local prt = V[b + 3]
-      local kind = byp[prt]
-      if not kind then
-        kind = plain_kind(q, prt, group)
-        kind[3], kind[4], kind[5] = qkey(q, 'pending'), {}, 0
-        byp[prt] = kind
-      end
-      local m, x = member(seq, id), num(V[b + 5])
-      local tail = uk == '' and kind[1] or row_tail(tonumber(prt) or 0, '-', num(V[b + 7]), opt(uk), group)
-      local r = #rows
-      rows[r + 1], rows[r + 2] = id, new_row('pending', m, q, x, tail, V[b + 2])
-      local c = kind[5]
-      kind[4][c + 1], kind[4][c + 2], kind[5] = kind[2], m, c + 2
-      grouped[q] = grouped[q] + 1
-      if x then
-        expiring[nx + 1], expiring[nx + 2], nx = f(x), m, nx + 2
-      end
-      WOKEN = true
-      if EMIT then event(id, nil, 'pending', q) end
-    end
-  end
-end
-if #rows > 0 then redis.call('HSET', ROWS, unpack(rows)) end
-flush_z() -- store()'s sorted-set writes first: none may undo the group's below
-for q, byp in pairs(kinds) do
-  for _, kind in pairs(byp) do call_all('ZADD', kind[3], kind[4], kind[5]) end
-  redis.call('HINCRBY', qkey(q, 'groups'), group, grouped[q])
-  redis.call('ZADD', qkey(q, 'waiting'), NOWS, group)
-end
-call_all('ZADD', EXPIRING, expiring, nx)
--- one string, not a table of n (converting a table reply costs the server per element)
-return finish(dups and table.concat(results, '\n') or '', true)
+local out = store_batch(n, step, backs)
+if type(out) ~= 'string' then return forget_sent(out) end
+return finish(out, true)
