@@ -29,6 +29,7 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode as Node
 from redis.cluster import RedisCluster
+from redis.connection import AbstractConnection
 from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
 
 from conveyor.brokers.redis.connections import Command, Connections
@@ -189,6 +190,44 @@ class ClusterCalls:
                     pass  # no node answered yet: try again after the pause
             time.sleep(pause)  # the cluster is electing a new master or moving the slot
             pause = min(pause * 2, 0.2)
+
+    def execute_apart(self, commands: Sequence[Command]) -> list[Any]:
+        """Run ``commands`` (``FCALL``s, each of its own slot): each sent to the master serving it
+        before any reply is read, so the masters run them at once; their replies in order, as
+        :meth:`execute` gives them. One whose node could not be reached, redirected it or refused it
+        mid-migration goes again through :meth:`execute` (so each must be a call that answers a
+        second send as its first: a token's, ``scripts.TOKENED``)."""
+        flights: list[tuple[Connections, AbstractConnection] | None] = []
+        try:
+            for command in commands:  # each kept as sent: an exception must find it
+                flights.append(self._send(command))  # noqa: PERF401
+            replies: list[Any] = []
+            for place, command in enumerate(commands):
+                flight, flights[place] = flights[place], None
+                reply: Any = None
+                if flight is not None:
+                    try:
+                        reply = flight[0].read(flight[1])
+                    except (redis.ConnectionError, redis.TimeoutError):
+                        flight = None
+                if flight is None or (isinstance(reply, redis.ResponseError) and (_redirected(reply) or moving(reply))):
+                    reply = self.execute([command])[0]
+                replies.append(reply)
+            return replies
+        finally:
+            for flight in flights:  # left unread by an exception: nothing unread may stay on them
+                if flight is not None:
+                    flight[1].disconnect()  # type: ignore[no-untyped-call]
+                    flight[0].give(flight[1])
+
+    def _send(self, command: Command) -> tuple[Connections, AbstractConnection] | None:
+        """``command`` sent on a connection of the master redis-py's slot table names: it and its
+        connection, or None when there is no such master or the send failed."""
+        try:
+            conns = self._routed([command])
+            return None if conns is None else (conns, conns.send(command))
+        except (RedisClusterException, redis.ConnectionError, redis.TimeoutError):
+            return None
 
     def execute_each(self, commands: Iterator[Command], handle: Callable[[Command, Any], None]) -> None:
         """Run ``commands`` one after another, ``handle(command, reply)`` after each (an exception

@@ -110,6 +110,33 @@ class Connections:
         self._idle.append(conn)
         return replies
 
+    def send(self, command: Command) -> AbstractConnection:
+        """Send ``command`` on a connection taken for it, whose reply the caller reads later with
+        :meth:`read` (so that calls to several servers run at once: ``ClusterCalls.execute_apart``).
+        Raises what sending raises, the connection disconnected and back."""
+        conn = self._take()
+        try:
+            conn.send_packed_command([_pack(conn, command)])  # type: ignore[no-untyped-call]
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            self._idle.append(conn)
+            raise
+        return conn
+
+    def read(self, conn: AbstractConnection) -> Any:
+        """The reply of the command :meth:`send` sent on ``conn`` (an error reply returned as a
+        ``redis.ResponseError``); ``conn`` goes back, disconnected first if reading failed (raised)."""
+        try:
+            reply = conn.read_response()
+        except redis.ResponseError as exc:
+            reply = exc
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            self._idle.append(conn)
+            raise
+        self._idle.append(conn)
+        return reply
+
     def execute_each(self, commands: Iterator[Command], handle: Callable[[Command, Any], None]) -> None:
         """Run ``commands`` one after another, each sent once the last was handled: ``handle(command, reply)``.
 

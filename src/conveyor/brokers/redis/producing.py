@@ -17,14 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from conveyor.brokers.redis import admin, claims
+from conveyor.brokers.redis import admin, claims, fanout
 from conveyor.brokers.redis.calls import (
     ENQUEUE_CHUNK,
     Ranks,
     chunk_args,
     duplicates,
     enqueue_args,
-    joined_args,
     numbered,
     one_task_args,
 )
@@ -61,8 +60,13 @@ class Producing(Spreading):
             return results
         order = {task.id: place for place, task in reversed(list(enumerate(tasks)))}  # a task's first place
         with self._events.held(lambda event: order.get(event.task_id, 0)):  # told in the tasks' order
-            if self._joins(tasks):
-                self._enqueue_joined(tasks, groups, now, results, ranks)
+            way = fanout.way(self, tasks)
+            if way is not None:  # fewer calls than slot after slot, or at once (fanout.py)
+                try:
+                    way(self, tasks, groups, repr(float(now)), results, ranks)
+                except Refused as exc:
+                    _, queue, max_size = exc.text.split(" ")
+                    raise QueueFull(queue, int(float(max_size))) from None
                 return results
             for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
                 stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
@@ -70,87 +74,12 @@ class Producing(Spreading):
                     results[place] = result
         return results
 
-    def _joins(self, tasks: Sequence[NewTask]) -> bool:
-        """Whether a call's tasks of several slots go in joined calls (:meth:`_enqueue_joined`): on one
-        server, without ``wait_replicas`` (whose withdrawal is per slot), and when no task claims
-        entries in the namespace slot first (``claims.py``: those go slot by slot)."""
-        return self._wait is None and self.joins_slots and not any(map(claims.needs_claims, tasks))
-
-    def _enqueue_joined(
-        self,
-        tasks: Sequence[NewTask],
-        groups: Sequence[tuple[str, list[int]]],
-        now: float,
-        results: list[str | None],
-        ranks: Ranks | None,
-    ) -> None:
-        """Store ``tasks`` (of the slots of ``groups``) as the calls of one slot would, each slot's
-        tasks in chunks of :data:`ENQUEUE_CHUNK`, slot after slot, but with neighbouring chunks of
-        :data:`ENQUEUE_CHUNK` tasks at most together in one call over their slots (``joined()`` in
-        ``enqueue.lua``), which checks and stores each in turn as its own call would: the same tasks
-        stored and refused in fewer calls. A chunk of one task goes alone, by the one-task call,
-        which costs the server less than its part of a joined call. ``results`` gets each task's answer."""
-        at = repr(float(now))
-        parts = [
-            (prefix, places[i : i + ENQUEUE_CHUNK])
-            for prefix, places in groups
-            for i in range(0, len(places), ENQUEUE_CHUNK)
-        ]
-        try:
-            while parts:
-                size, count = len(parts[0][1]), 1
-                while size > 1 and count < len(parts) and 1 < len(parts[count][1]) <= ENQUEUE_CHUNK - size:
-                    size += len(parts[count][1])
-                    count += 1
-                joined, parts = parts[:count], parts[count:]
-                chunks = [(prefix, [tasks[i] for i in places]) for prefix, places in joined]
-                stored = self._store_joined(at, chunks, ranks) if count > 1 else []
-                for (prefix, chunk), (_, places) in zip(chunks, joined, strict=True):
-                    done = stored.pop(0) if stored else self._store_tasks(prefix, at, chunk, ranks)
-                    for place, result in zip(places, done, strict=True):
-                        results[place] = result
-        except Refused as exc:
-            _, queue, max_size = exc.text.split(" ")
-            raise QueueFull(queue, int(float(max_size))) from None
-
-    def _store_joined(
-        self, now: str, chunks: Sequence[tuple[str, Sequence[NewTask]]], ranks: Ranks | None
-    ) -> list[list[str | None]]:
-        """One joined call for ``chunks`` (a slot's part each): per part stored, its tasks' answers.
-        The parts after one refused are left out (the caller sends them slot by slot, so a queue not
-        registered yet is, as :meth:`_enqueue_here` does it); a refusal of the first part is raised
-        unless it is that one (nothing was written)."""
+    def seqs(self) -> dict[str, int]:
+        """Each slot's ``seq`` as this broker's calls left it (see :meth:`_ranks`), to update."""
         seqs = self._seqs
         if seqs is None:
             seqs = self._seqs = {}
-        args: list[Arg] = [""]
-        tops: list[int] = []
-        for prefix, chunk in chunks:
-            part, top = numbered(joined_args(chunk), chunk, ranks, seqs.get(prefix, 0))
-            args += [prefix + "seq", *part] if tops else part
-            tops.append(top)
-        stored = len(chunks)  # the parts whose `seq` moved, or may have (a reply lost)
-        try:
-            reply = cast("str", self._invoke("enqueue", chunks[0][0], now, args, token=new_token())[1])
-            if reply:
-                head, _, rest = reply.partition("\n")
-                count, _, refusal = head.partition(" ")
-                stored = int(count)
-        except Refused as exc:  # the first part refused: nothing written
-            stored = 0
-            if exc.text.startswith("CONVEYOR_NAMESPACE"):
-                return []
-            raise
-        finally:
-            for (prefix, _), top in zip(chunks[:stored], tops, strict=False):
-                seqs[prefix] = top
-        if not reply:
-            return [[None] * len(chunk) for _, chunk in chunks]
-        lines = iter(rest.split("\n"))
-        out = [[next(lines) or None for _ in chunk] for _, chunk in chunks[:stored]]
-        if refusal and not refusal.startswith("CONVEYOR_NAMESPACE"):
-            raise Refused(refusal)
-        return out
+        return seqs
 
     def _ranks(self, tasks: Sequence[NewTask], groups: Sequence[tuple[str, list[int]]]) -> Ranks | None:
         """Each task's place in the order of this broker's calls (``id(task)`` -> rank), which its
@@ -292,9 +221,7 @@ class Producing(Spreading):
         """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`,
         which runs ``take`` first in the same call); else, in layout 4, declaring the namespace slot
         too. Numbered by ``ranks`` (``calls.numbered``)."""
-        seqs = self._seqs
-        if seqs is None:
-            seqs = self._seqs = {}
+        seqs = self.seqs()
         args, top = numbered(args, chunk, ranks, seqs.get(prefix, 0))
         token = new_token()  # one call, however often sent: a repeat finds what its first send did
         refused = False

@@ -1,6 +1,7 @@
-"""On one server, an enqueue over several queue slots (a partitioned queue's partitions, or queues
-of their own slots) is one script call per chunk (``joined()`` in ``enqueue.lua``), storing and
-refusing what the calls of one slot each did: the same tasks, numbers and answers."""
+"""An enqueue over several queue slots (a partitioned queue's partitions, or queues of slots of their
+own; ``fanout.py``): on one server one script call per chunk (``joined()`` in ``enqueue.lua``), on
+the 3-master cluster the slots' calls sent at once, each storing and refusing what the calls of one
+slot after another did: the same tasks, numbers and answers."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from typing import Any, cast
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.connection import AbstractConnection
 
-from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis import RedisBroker, fanout
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK
 from conveyor.brokers.redis.config import RedisConfig
+from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.errors import QueueFull
 from conveyor.model import NewTask, QueueSettings, TaskState
+from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
 from .cutting_proxy import CuttingProxy
@@ -25,10 +29,23 @@ from .resent import cut_once
 from .split import NOW
 
 
+@pytest.fixture(params=["server", "cluster"])
+def broker(request: pytest.FixtureRequest) -> Iterator[RedisBroker]:
+    """A broker on the session's server, or a fresh namespace on its 3-master cluster."""
+    if request.param == "cluster":
+        url = str(request.getfixturevalue("redis_cluster_url"))
+    else:
+        url = f"{request.getfixturevalue('redis_server').url}?namespace=t{uuid.uuid4().hex}"
+    opened = RedisBroker(RedisConfig.from_url(url))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
 @pytest.fixture
-def broker(redis_server: RedisServer) -> Iterator[RedisBroker]:
-    config = RedisConfig.from_url(f"{redis_server.url}?namespace=t{uuid.uuid4().hex}")
-    opened = RedisBroker(config)
+def server_broker(redis_server: RedisServer) -> Iterator[RedisBroker]:
+    opened = RedisBroker(RedisConfig.from_url(f"{redis_server.url}?namespace=t{uuid.uuid4().hex}"))
     try:
         yield opened
     finally:
@@ -52,7 +69,8 @@ def _labels(broker: RedisBroker, queue: str) -> list[str]:
     return [prefix.split("|", 1)[1].split("}")[0] for prefix in broker._queue_prefixes(queue)]
 
 
-def test_a_batch_over_six_partitions_is_one_call_per_chunk(broker: RedisBroker) -> None:
+def test_a_batch_over_six_partitions_is_one_call_per_chunk_on_one_server(server_broker: RedisBroker) -> None:
+    broker = server_broker
     broker.configure_queue(QueueSettings("hot", partitions=6))
     warm = [_task(broker, "hot", -n) for n in range(1, 7)]
     broker.enqueue(warm, NOW)  # registered in every partition
@@ -105,7 +123,8 @@ def test_a_full_partition_stores_the_parts_before_it_and_refuses(broker: RedisBr
     assert broker.enqueue([_task(broker, "hot", 20, first)], NOW) == [None]  # its number moved as stored
 
 
-def test_queues_new_to_the_registry_are_registered_in_any_part(broker: RedisBroker) -> None:
+def test_queues_new_to_the_registry_are_registered_in_any_part(server_broker: RedisBroker) -> None:
+    broker = server_broker
     assert broker.enqueue([_task(broker, "a", 0)], NOW) == [None]
     batch = [_task(broker, queue, n) for n in range(3) for queue in ("a", "b", "c")]  # b, c: new
     assert broker.enqueue(batch, NOW) == [None] * 9
@@ -192,7 +211,8 @@ def test_joined_calls_store_and_refuse_what_calls_of_one_slot_each_do(
         RedisBroker(RedisConfig.from_url(f"redis://127.0.0.1:{private_server.port}/{db}?namespace={namespace}"))
         for db in (0, 1)
     )
-    monkeypatch.setattr(alone, "_joins", lambda tasks: False)
+    way = fanout.way
+    monkeypatch.setattr(fanout, "way", lambda broker, tasks: None if broker is alone else way(broker, tasks))
     try:
         labels: list[str] = []
         for broker in (joined, alone):
@@ -207,9 +227,10 @@ def test_joined_calls_store_and_refuse_what_calls_of_one_slot_each_do(
                     elif op[0] == "claim":
                         answer = sorted(r.id for r in broker.claim(list(QUEUES), NOW, 60.0, limit=op[1]))
                     else:
-                        answer = broker.configure_queue(
+                        broker.configure_queue(
                             QueueSettings(op[1], max_size=op[2], partitions=3 if op[1] == "hot" else 1)
                         )
+                        answer = None
                 except QueueFull as exc:
                     answer = ("QueueFull", exc.queue)
                 answers.append(answer)
@@ -224,3 +245,82 @@ def _tasked(queue: str, n: int, labels: list[str]) -> NewTask:
     """Task ``n`` of ``queue``, the same id whichever broker: a partition of "hot" by ``n``."""
     label = labels[n % len(labels)] if queue == "hot" else queue
     return NewTask(id=f"{queue}{n}~{label}", name="job", queue=queue, payload=f"[[{n}], {{}}]")
+
+
+# -- a cluster: the slots' calls sent at once ---------------------------------------------------
+
+
+@pytest.fixture
+def cluster_broker(redis_cluster_url: str) -> Iterator[RedisBroker]:
+    opened = RedisBroker(RedisConfig.from_url(redis_cluster_url))
+    try:
+        assert opened.cluster
+        yield opened
+    finally:
+        opened.close()
+
+
+def test_every_partitions_call_is_sent_before_any_reply_is_read(
+    cluster_broker: RedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = cluster_broker
+    broker.configure_queue(QueueSettings("hot", partitions=6))
+    broker.enqueue([_task(broker, "hot", -n) for n in range(1, 7)], NOW)  # registered in every partition
+    steps: list[str] = []
+    send, read = Connections.send, Connections.read
+
+    def sent(conns: Connections, command: Command) -> AbstractConnection:
+        steps.append("send")
+        return send(conns, command)
+
+    def reply(conns: Connections, conn: AbstractConnection) -> Any:
+        steps.append("read")
+        return read(conns, conn)
+
+    monkeypatch.setattr(Connections, "send", sent)
+    monkeypatch.setattr(Connections, "read", reply)
+    batch = [_task(broker, "hot", n) for n in range(60)]
+    assert broker.enqueue(batch, NOW) == [None] * 60
+    assert steps == ["send"] * 6 + ["read"] * 6
+    assert all(broker.get(new.id, NOW) is not None for new in batch)
+
+
+def test_partitions_new_to_the_registry_are_registered_by_their_call_sent_again(cluster_broker: RedisBroker) -> None:
+    broker = cluster_broker
+    broker.configure_queue(QueueSettings("hot", partitions=3))  # no task yet: no partition registered
+    batch = [_task(broker, "hot", n) for n in range(9)]
+    assert broker.enqueue(batch, NOW) == [None] * 9
+    assert next(info.counts["pending"] for info in broker.queues(NOW) if info.name == "hot") == 9
+
+
+def test_a_max_size_another_broker_set_meanwhile_refuses_the_call(
+    cluster_broker: RedisBroker, redis_cluster: LocalCluster
+) -> None:
+    broker = cluster_broker
+    broker.configure_queue(QueueSettings("hot", partitions=3))
+    assert broker.enqueue([_task(broker, "hot", n) for n in range(3)], NOW) == [None] * 3  # its spread read
+    other = RedisBroker(RedisConfig.from_url(redis_cluster.namespace_url(broker.config.namespace)))
+    try:
+        other.configure_queue(QueueSettings("hot", max_size=3, partitions=3))  # full: one task each
+    finally:
+        other.close()
+    with pytest.raises(QueueFull):
+        broker.enqueue([_task(broker, "hot", n) for n in range(10, 16)], NOW)
+    assert next(info.counts["pending"] for info in broker.queues(NOW) if info.name == "hot") == 3
+
+
+def test_a_partitions_call_cut_on_a_cluster_answers_as_its_first_send(
+    cluster_proxies: list[CuttingProxy], redis_cluster: LocalCluster
+) -> None:
+    opened = RedisBroker(RedisConfig.from_url(redis_cluster.namespace_url()))
+    try:
+        opened.configure_queue(QueueSettings("hot", partitions=3))
+        held = [_task(opened, "hot", n) for n in range(3)]
+        assert opened.enqueue(held, NOW) == [None] * 3
+        batch = [held[1], *(_task(opened, "hot", n) for n in range(10, 15))]
+        made = cut_once(cluster_proxies[0], b"_enqueue")  # one partition's call, the others read
+        assert opened.enqueue(batch, NOW) == [held[1].id] + [None] * 5
+        made()
+        assert next(info.counts["pending"] for info in opened.queues(NOW) if info.name == "hot") == 8
+    finally:
+        opened.close()
