@@ -105,7 +105,7 @@ def _store_joined(
     """One joined call for ``chunks`` (a slot's part each): per part stored, its tasks' answers.
     The parts after one refused are left out (the caller sends them slot by slot, so a queue not
     registered yet is, as ``_enqueue_here`` does it); a full queue's refusal is raised."""
-    seqs = producing.seqs()
+    seqs = producing._slot_seqs()
     args: list[Arg] = [""]
     tops: list[int] = []
     for prefix, chunk in chunks:
@@ -172,7 +172,7 @@ def _send_round(
     """One round of :func:`apart`: a call per part (each of its own slot), sent at once."""
     conns = producing._conns
     assert isinstance(conns, ClusterCalls)  # apart() is for a cluster
-    seqs = producing.seqs()
+    seqs = producing._slot_seqs()
     chunks = [[tasks[i] for i in places] for _, places in parts]
     commands: list[Command] = []
     before: list[int] = []

@@ -2,14 +2,16 @@
 producing side; the layout is in ``keys.py``).
 
 In layout 5 a call is one ``enqueue.lua`` call per queue slot and chunk of :data:`ENQUEUE_CHUNK`
-tasks (the atomic unit, and the ``QueueFull`` unit): a partitioned queue's tasks go to the partitions
-their ids name (``spread.py``), custom ids and unique keys are claimed in the namespace slot first
-(``claims.py``). Two things keep such a call the reference's (``memory://``) in what it answers and
-tells: its subscribers hear its events in the order of its tasks, not slot by slot; and where one id
-or unique key is in tasks of two slots, the call goes slot run by slot run in the order of its tasks
-rather than slot by slot, so the first task in the call is the one stored (as in one script), and
-a later task whose id or key an earlier run stored is its duplicate without being sent. In layout 4
-(one slot) a call is one call per chunk, the namespace slot declared.
+tasks (the atomic unit, and the ``QueueFull`` unit; ``fanout.py`` joins neighbouring chunks of
+several slots into one call on one server, and sends the slots' calls at once on a cluster, where it
+may): a partitioned queue's tasks go to the partitions their ids name (``spread.py``), custom ids
+and unique keys are claimed in the namespace slot first (``claims.py``). Two things keep such a call
+the reference's (``memory://``) in what it answers and tells: its subscribers hear its events in the
+order of its tasks, not slot by slot; and where one id or unique key is in tasks of two slots, the
+call goes slot run by slot run in the order of its tasks rather than slot by slot, so the first task
+in the call is the one stored (as in one script), and a later task whose id or key an earlier run
+stored is its duplicate without being sent. In layout 4 (one slot) a call is one call per chunk, the
+namespace slot declared.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class Producing(Spreading):
                     results[place] = result
         return results
 
-    def seqs(self) -> dict[str, int]:
+    def _slot_seqs(self) -> dict[str, int]:
         """Each slot's ``seq`` as this broker's calls left it (see :meth:`_ranks`), to update."""
         seqs = self._seqs
         if seqs is None:
@@ -221,7 +223,7 @@ class Producing(Spreading):
         """One chunk's enqueue call: in its queue slot ``alone`` if it may (see :meth:`_enqueue_here`,
         which runs ``take`` first in the same call); else, in layout 4, declaring the namespace slot
         too. Numbered by ``ranks`` (``calls.numbered``)."""
-        seqs = self.seqs()
+        seqs = self._slot_seqs()
         args, top = numbered(args, chunk, ranks, seqs.get(prefix, 0))
         token = new_token()  # one call, however often sent: a repeat finds what its first send did
         refused = False

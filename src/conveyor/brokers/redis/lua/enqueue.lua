@@ -272,7 +272,7 @@ local function store_batch(n, step, backs)
 end
 
 -- A call over the queue slots of several partitions or queues on one server, which checks no slots
--- (producing.py): A(1) = "", then per slot the arguments of its chunk as a call of that slot alone
+-- (fanout.py): A(1) = "", then per slot the arguments of its chunk as a call of that slot alone
 -- would send them in the batch form (A(1) numbers, A(2) the JSON array, A(3) the places of the long
 -- bodies, "" if none, and those bodies), each slot after the first introduced by its `seq` key. Each
 -- slot's part is checked and stored in its turn, as that call would be. Returns "" when every task
