@@ -20,31 +20,64 @@ Neither takes a task that claims entries in the namespace slot first (a custom i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import redis
 
 from conveyor.brokers.redis import claims
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, Ranks, chunk_args, duplicates, joined_args, numbered
 from conveyor.brokers.redis.cluster import ClusterCalls
-from conveyor.brokers.redis.connections import Command
+from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure
-from conveyor.brokers.redis.scripts import Arg, is_missing_function, new_token
+from conveyor.brokers.redis.partitions import Spread
+from conveyor.brokers.redis.replication import ReplicaWait
+from conveyor.brokers.redis.scripts import Arg, Scripts, is_missing_function, new_token
 from conveyor.model import NewTask
 
-if TYPE_CHECKING:
-    from conveyor.brokers.redis.producing import Producing
+__all__ = ["Host", "Way", "apart", "joined", "way"]
 
-__all__ = ["Way", "apart", "joined", "way"]
+
+class Host(Protocol):
+    """What the ways here use of the broker (``Producing``), named so that this module, which
+    ``producing.py`` imports, need not import it back."""
+
+    _wait: ReplicaWait | None
+    _scripts: Scripts
+
+    @property
+    def _client(self) -> redis.Redis: ...
+    @property
+    def _conns(self) -> Connections | ClusterCalls: ...
+    @property
+    def joins_slots(self) -> bool: ...
+    def _head(
+        self, name: str, prefix: str, now: str, namespace: bool = ..., proof: str = ..., token: str = ...
+    ) -> tuple[Arg, ...]: ...
+    def _invoke(
+        self,
+        name: str,
+        prefix: str,
+        now: str,
+        args: Sequence[Arg],
+        before: Sequence[Command] = ...,
+        namespace: bool = ...,
+        proof: str = ...,
+        token: str = ...,
+    ) -> tuple[list[Any], Any, float]: ...
+    def _result(self, reply: Any) -> tuple[Any, float]: ...
+    def _spreads(self, fresh: bool = ...) -> dict[str, Spread]: ...
+    def _slot_seqs(self) -> dict[str, int]: ...
+    def _store_tasks(
+        self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = ...
+    ) -> list[str | None]: ...
+
 
 #: How a call's tasks of several slots are stored: (broker, tasks, groups (a slot's places each),
 #: now as sent, results to fill, ranks); a refusal raises ``Refused``.
-Way = Callable[
-    ["Producing", Sequence[NewTask], Sequence[tuple[str, list[int]]], str, list[str | None], Ranks | None], None
-]
+Way = Callable[[Host, Sequence[NewTask], Sequence[tuple[str, list[int]]], str, list[str | None], Ranks | None], None]
 
 
-def way(producing: Producing, tasks: Sequence[NewTask]) -> Way | None:
+def way(producing: Host, tasks: Sequence[NewTask]) -> Way | None:
     """:func:`joined` or :func:`apart` where either applies to ``tasks`` (of several slots), else None."""
     if producing._wait is not None or any(map(claims.needs_claims, tasks)):
         return None
@@ -76,7 +109,7 @@ def _fill(results: list[str | None], places: Sequence[int], stored: Sequence[str
 
 
 def joined(
-    producing: Producing,
+    producing: Host,
     tasks: Sequence[NewTask],
     groups: Sequence[tuple[str, list[int]]],
     now: str,
@@ -100,7 +133,7 @@ def joined(
 
 
 def _store_joined(
-    producing: Producing, now: str, chunks: Sequence[tuple[str, Sequence[NewTask]]], ranks: Ranks | None
+    producing: Host, now: str, chunks: Sequence[tuple[str, Sequence[NewTask]]], ranks: Ranks | None
 ) -> list[list[str | None]]:
     """One joined call for ``chunks`` (a slot's part each): per part stored, its tasks' answers.
     The parts after one refused are left out (the caller sends them slot by slot, so a queue not
@@ -140,7 +173,7 @@ def _store_joined(
 
 
 def apart(
-    producing: Producing,
+    producing: Host,
     tasks: Sequence[NewTask],
     groups: Sequence[tuple[str, list[int]]],
     now: str,
@@ -162,7 +195,7 @@ def apart(
 
 
 def _send_round(
-    producing: Producing,
+    producing: Host,
     tasks: Sequence[NewTask],
     parts: Sequence[tuple[str, list[int]]],
     now: str,
@@ -201,7 +234,7 @@ def _send_round(
         raise full
 
 
-def _answer(producing: Producing, command: Command, reply: Any) -> Any:
+def _answer(producing: Host, command: Command, reply: Any) -> Any:
     """A call's reply as the broker reads it: the call sent again where the node lacked the library
     (loaded first), a script's refusal as ``Refused``, any other error reply raised."""
     if is_missing_function(reply):
