@@ -313,3 +313,27 @@ def test_a_chunk_whose_entries_are_free_is_one_call_on_one_server(split: RedisBr
     assert fcalls(split) - before == 3  # the take (refused joined), the enqueue, the id's release
     assert holder(split, "u") == "1~a" and holder(split, "y") == "5~a"
     assert entry(split, "order-3") is None  # its task refused by its key: the id freed
+
+
+def since(broker: RedisBroker, index: str, field: str) -> float:
+    """The time the namespace slot's entry ``field`` of ``index`` ("u" or "i") was written at."""
+    found = broker.client.hget(broker.keys.uniq if index == "u" else broker.keys.ids, field)
+    assert found is not None
+    return float(str(found).split(" ")[1])
+
+
+def test_an_entry_written_with_its_stored_task_is_dated_by_the_call(split: RedisBroker) -> None:
+    """Joined on one server, an entry whose task the same call stored holds the call's ``now``: no
+    enqueue of that task can be on its way, which is all an entry's age tells. Taken in a call of its
+    own (as on a cluster) it holds the server's time. A one-task call whose entry is held refuses with
+    take's answers all the same (its entries read from the enqueue's arguments)."""
+    joined = split.joins_slots
+    assert split.enqueue([task("0~a")], NOW) == [None]
+    assert split.enqueue([custom("order-1", "a", unique_key="u")], NOW) == [None]
+    assert split.enqueue([task("1~a", unique_key="v"), task("2~a", unique_key="w")], NOW) == [None, None]
+    for index, field in (("i", "order-1"), ("u", "u"), ("u", "v"), ("u", "w")):
+        written = since(split, index, field)
+        assert written == NOW if joined else abs(written - time.time()) < 60
+    assert split.enqueue([custom("order-2", "a", unique_key="u")], NOW) == ["order-1"]
+    assert entry(split, "order-2") is None  # its task refused by its key: the id freed
+    assert holder(split, "u") == "order-1"

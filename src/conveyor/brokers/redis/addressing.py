@@ -376,10 +376,11 @@ class RedisCalls:
         queue not registered yet (a refusal naming queues and their forget counters) is added to the
         registry first, then the call is sent again with the counters (enqueue.lua: register); in
         layout 4, where the slots are one, the call is sent again with both instead. ``token``: the
-        call's, the same in each send (see :meth:`_head`). ``take``: ``take.lua``'s arguments, on one
-        server, to take the entries in the same call (``take_enqueue.lua``, which declares both slots)."""
+        call's, the same in each send (see :meth:`_head`). ``take``: ``take_enqueue.lua``'s arguments
+        before enqueue's (``claims._joined_args``), on one server, to take the entries in the same call
+        (``take_enqueue.lua``, which declares both slots)."""
         proof = ""
-        name, joined = ("take_enqueue", (len(take), *take, *args)) if take else ("enqueue", args)
+        name, joined = ("take_enqueue", (*take, *args)) if take else ("enqueue", args)
         for _ in range(_REGISTER_TRIES):
             try:
                 reply = self._invoke(name, prefix, now, joined, namespace=bool(take), proof=proof, token=token)[1]

@@ -58,7 +58,7 @@ _UNFINISHED = frozenset({"pending", "scheduled", "retry", "active"})
 _UU, _KU = ROW_NAMES.index("uu"), ROW_NAMES.index("ku")
 
 #: What ``store`` does with a chunk's tasks: per task None (stored) or the id it duplicates. Given
-#: ``take.lua``'s arguments too (one server), it takes the entries in the same call
+#: ``take_enqueue.lua``'s arguments before enqueue's (one server), it takes the entries in the same call
 #: (``take_enqueue.lua``) if every one is free, and stores the tasks; else it raises ``Refused``
 #: (:data:`TAKEN`, then take's answers), having made take's writes alone. Its other refusals
 #: (``QueueFull``) then write nothing, the entries included.
@@ -110,7 +110,7 @@ def store_claimed(
     claimed = list(entries.values())
     first: list[str] | None = None  # take's answers, from the joined call
     if calls.joins_slots:  # one server: steps 1 and 2 in one call while every entry is free
-        args = _take_args(calls, [(entry.index, entry.field, entry.value, "") for entry in claimed])
+        args = _joined_args(calls, chunk, claimed)
         try:
             joined = lambda tasks: store(tasks, args)  # noqa: E731
             return _stored(calls, chunk, claimed, [None] * len(chunk), joined, now, joined=True)
@@ -257,13 +257,26 @@ def _take(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]], now: fl
     return str(calls._invoke("take", calls.keys.namespace_prefix, repr(float(now)), args)[1]).split("\n")
 
 
-def _take_args(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]]) -> list[Arg]:
-    """``take.lua``'s arguments for ``(index, field, value, expected or "")``."""
+def _take_args(calls: RedisCalls, quads: Sequence[tuple[str, str, str, str]], old: str | None = None) -> list[Arg]:
+    """``take.lua``'s arguments for ``(index, field, value, expected or "")`` (``old``: layout 4's
+    prefix while it holds data, if the caller read it already)."""
     # layout 4's slot while it holds data: the namespace slot's own, {ns}, so take.lua may read it
-    args: list[Arg] = [repr(2 * calls.config.socket_timeout), calls._old() or ""]
+    args: list[Arg] = [repr(2 * calls.config.socket_timeout), old or calls._old() or ""]
     for quad in quads:
         args += quad
     return args
+
+
+def _joined_args(calls: RedisCalls, chunk: Sequence[NewTask], entries: Sequence[_Entry]) -> list[Arg]:
+    """``take_enqueue.lua``'s arguments before enqueue's, to take ``entries`` free of any holder: for
+    one task while layout 4 holds no data, ``"=<bound>"`` alone (its entries are the task's own, which
+    the script reads from enqueue's arguments: six arguments fewer, each of which costs the server);
+    else take's count and arguments."""
+    old = calls._old()
+    if len(chunk) == 1 and not old:
+        return ["=" + repr(2 * calls.config.socket_timeout)]
+    take = _take_args(calls, [(entry.index, entry.field, entry.value, "") for entry in entries], old)
+    return [len(take), *take]
 
 
 def _rows(calls: RedisCalls, chunk: Sequence[NewTask], named: Sequence[tuple[_Entry, str, bool]]) -> list[str | None]:

@@ -199,7 +199,8 @@ class Producing(Spreading):
         self, prefix: str, now: str, chunk: Sequence[NewTask], ranks: Ranks | None = None, take: Sequence[Arg] = ()
     ) -> list[str | None]:
         """:meth:`_store_tasks` once any unique keys are claimed (split slots), or with ``take``,
-        ``take.lua``'s arguments, claimed in the same call (one server), or left to the script."""
+        ``take_enqueue.lua``'s arguments before enqueue's, claimed in the same call (one server), or
+        left to the script."""
         if not chunk:
             return []
         alone = not self.keys.one_slot or all(task.unique_key is None for task in chunk)

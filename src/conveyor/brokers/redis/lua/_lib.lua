@@ -601,16 +601,16 @@ local function entry_answer(kind, entry, field, value, expected, v4, bound, now)
   return holder .. (old and ' 1' or ' 0'), false
 end
 
--- take.lua's step over its arguments A(from) .. A(last): A(from - 2) the bound, A(from - 1) layout 4's
--- prefix or "", then the quadruples (kind, field, value, expected), each entry judged and written in
--- turn (entry_answer()); its answers joined by newlines
-local function take_entries(from, last)
-  local bound, v4, now = A(from - 2), A(from - 1), server_time()
+-- take.lua's step over the quadruples (kind, field, value, expected) q[from] .. q[last] (q: ARGV, or
+-- a list take_enqueue.lua built), `bound` and `v4` as entry_answer() takes them, each entry judged
+-- and written in turn; its answers joined by newlines
+local function take_entries(q, from, last, bound, v4)
+  local now = server_time()
   local since, out = ' ' .. now, {}
   for i = from, last, 4 do
-    local kind, field, value = A(i), A(i + 1), A(i + 2)
+    local kind, field, value = q[i], q[i + 1], q[i + 2]
     local index = kind == 'i' and IDS or UNIQ
-    local answer, free = entry_answer(kind, redis.call('HGET', index, field), field, value, A(i + 3), v4, bound, now)
+    local answer, free = entry_answer(kind, redis.call('HGET', index, field), field, value, q[i + 3], v4, bound, now)
     if free then redis.call('HSET', index, field, value .. since) end
     out[#out + 1] = answer
   end

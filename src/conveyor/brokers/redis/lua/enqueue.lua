@@ -165,10 +165,13 @@ end
 -- and so is its pending score (aging: ready_at - priority * aging, ready_at = now): plain_kind()
 -- builds both once per priority. Several in one call wait in the call's group (see _lib.lua): its
 -- member, grouped, goes in row field fa.
+local function plain_score(q, pr)
+  local ag = settings(q).ag
+  return (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)
+end
 local function plain_kind(q, prt, grouped)
   local pr = tonumber(prt) or 0
-  local ag = settings(q).ag
-  return {row_tail(pr, '-', nil, nil, grouped), (ag and ag ~= 0) and f(NOW - pr * ag) or tostring(-pr)}
+  return {row_tail(pr, '-', nil, nil, grouped), plain_score(q, pr)}
 end
 
 -- The chunk of n tasks of A(1).. (A(2) their JSON array: batch_values()) stored in the current slot,
@@ -324,11 +327,17 @@ if n == 1 then -- the most common call: one task, its values in A(2)..A(9), no t
     -- which reads the task there and stores it with this number
     seq = redis.call('INCRBY', SEQ, step or 1)
     local m, x = member(seq, id), num(A(7))
-    local kind = plain_kind(q, A(5) or '0')
-    local tail = uk == '' and kind[1] or row_tail(tonumber(A(5)) or 0, '-', num(A(9)), opt(uk))
+    local tail, score
+    if uk == '' then
+      local kind = plain_kind(q, A(5) or '0')
+      tail, score = kind[1], kind[2]
+    else -- its tail its own (plain_kind()'s would be made for nothing)
+      local pr = tonumber(A(5)) or 0
+      tail, score = row_tail(pr, '-', num(A(9)), opt(uk)), plain_score(q, pr)
+    end
     if redis.call('HSETNX', ROWS, id, new_row('pending', m, q, x, tail, A(4))) == 1 then
       register(q)
-      redis.call('ZADD', qkey(q, 'pending'), kind[2], m)
+      redis.call('ZADD', qkey(q, 'pending'), score, m)
       redis.call('ZADD', qkey(q, 'waiting'), NOWS, m)
       if x then redis.call('ZADD', EXPIRING, f(x), m) end
       WOKEN = true

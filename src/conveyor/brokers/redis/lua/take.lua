@@ -22,4 +22,4 @@
 -- Transition: none.
 local kept = repeated()
 if kept then return kept end
-return finish(take_entries(3, #ARGV - BASE), true)
+return finish(take_entries(ARGV, BASE + 3, #ARGV, A(1), A(2)), true)
