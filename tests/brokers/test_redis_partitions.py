@@ -115,6 +115,25 @@ def test_claims_start_at_the_next_partition_so_none_starves(app: Conveyor) -> No
     assert len({_label(lease.task.id) for lease in claimed if lease is not None}) == 3
 
 
+def test_a_claim_filled_in_one_partition_leaves_the_next_ones_upkeep_to_their_turn(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    """On one server as on a cluster: a claim reaps a partition's expired leases when it reaches it,
+    and the next claim starts at the next partition, reaping it first."""
+    app.configure_queue("hot", partitions=2)
+    ids = [app.enqueue("job", [n], queue="hot").id for n in range(2)]
+    assert len({_label(task_id) for task_id in ids}) == 2
+    broker, now = _broker(app), clock()
+    assert len(broker.claim(["hot"], now, 5.0, limit=2)) == 2
+    later = now + 10.0  # both leases expired
+    again = broker.claim(["hot"], later, 5.0, limit=1)
+    assert len(again) == 1 and again[0].id in ids
+    other = next(task_id for task_id in ids if task_id != again[0].id)
+    record = broker.get(other, later)
+    assert record is not None and record.state is TaskState.ACTIVE  # not reaped yet: not its turn
+    assert [record.id for record in broker.claim(["hot"], later, 5.0, limit=1)] == [other]
+
+
 def test_max_size_and_concurrency_hold_per_partition_as_shares(app: Conveyor) -> None:
     app.configure_queue("hot", max_size=5, concurrency=4, partitions=2)
     info = app.inspect.queue("hot")

@@ -1,8 +1,8 @@
 -- claim.lua: lease up to `limit` ready tasks from the queues in the order given.
 -- KEYS: the queue slot's (_lib.lua), which holds the queues of A(5..) up to the first slot's key.
 -- ARGV: head (_lib.lua), then A(1) lease_for, A(2) limit, A(3) token base (random, from the caller),
---       A(4) maintenance budget (due tasks promoted and leases reaped first in each slot, each at most
---       this many), A(5..) queue names; on one server (which checks no slots) the `seq` key of
+--       A(4) maintenance budget (due tasks promoted and leases reaped first in each slot, a later
+--       partition's when the claim reaches it, each at most this many), A(5..) queue names; on one server (which checks no slots) the `seq` key of
 --       another queue slot may come between them: the queues after it are that slot's (switch()).
 -- Returns: a flat array: the row (body included) of each claimed task, in claim order, as it was
 --          before this claim, then one string: "" or, when a claimed task has a last error or
@@ -35,10 +35,28 @@
 local POP = 1000
 local BRACE = 123 -- "{": starts a slot's key, never a queue name
 
+-- per slot (its `seq`): the first due time its upkeep read and that nothing moved since (false: none)
+local PEEKED = {}
+
+-- the slot's upkeep: due tasks promoted, then expired leases and deadlines reaped, each at most `n`.
+-- Its first read is the first due entry, which also answers first_due() when nothing was due and
+-- nothing was reaped (a reaped or expired task may leave `due`; a claim never touches it)
+local function upkeep_here(n)
+  local first = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2]
+  local known = first or false
+  if first and tonumber(first) <= NOW then
+    promote(n)
+    known = nil
+  end
+  if reap(n) > 0 then known = nil end
+  PEEKED[SEQ] = known
+end
+
 -- the earlier of `due` (nil: none) and the first due time of the current slot's scheduled and retry
--- tasks, any queue's (one ZRANGE: the slot's `due` index knows no queue)
+-- tasks, any queue's (one ZRANGE, unless its upkeep read it: the slot's `due` index knows no queue)
 local function first_due(due)
-  local d = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2]
+  local d = PEEKED[SEQ]
+  if d == nil then d = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2] end
   if d and (not due or tonumber(d) < tonumber(due)) then return d end
   return due
 end
@@ -108,18 +126,25 @@ local sent = SENTP .. A(3)
 local kept = claimed_again(sent, A(3), tonumber(A(1)))
 if kept then return kept end
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
-promote(budget)
-reap(budget)
+PEEKED = {}
+upkeep_here(budget)
 -- every other named slot's upkeep too, before any claim: a claim filled in an earlier slot must not
--- leave a later one's due tasks unpromoted and expired leases unreaped (as one slot's call would not)
-local others = false
+-- leave a later queue's due tasks unpromoted and expired leases unreaped (as one slot's call would
+-- not). But a later partition of a queue (a labelled slot naming one queue an earlier slot named:
+-- spread.py) gets its upkeep when the claim reaches it, as on a cluster (docs/architecture.md,
+-- "Redis Cluster: keys per queue"): claims start one partition further each call, so each has it first
+-- in its turn, and the worker's promoter and reaper bound the rest.
+local others, seen, lazy = false, {}, {}
 for j = 5, #ARGV do
   local q = A(j)
   if not q then break end
-  if string.byte(q) == BRACE then
+  if string.byte(q) ~= BRACE then
+    seen[q] = true
+  elseif seen[A(j + 1)] and (not A(j + 2) or string.byte(A(j + 2)) == BRACE) and names(q)[14] then
+    lazy[j] = true
+  else
     switch(q)
-    promote(budget)
-    reap(budget)
+    upkeep_here(budget)
     others = true
   end
 end
@@ -137,6 +162,11 @@ while A(i) and claimed < limit do
   if not s then -- the next queues are another slot's (its upkeep done above)
     due = first_due(due) -- (claimed < limit here: the loop ends once the claim is full)
     switch(q)
+    if lazy[i] then -- a later partition's upkeep (see above), its writes not deferred as above
+      DEFER = false
+      upkeep_here(budget)
+      DEFER = true
+    end
   elseif not s.pa then
     local room = limit - claimed
     if s.cc then room = math.min(room, s.cc - redis.call('ZCARD', qkey(q, 'active'))) end
