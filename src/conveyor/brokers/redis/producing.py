@@ -67,8 +67,7 @@ class Producing(Spreading):
                 try:
                     way(self, tasks, groups, repr(float(now)), results, ranks)
                 except Refused as exc:
-                    _, queue, max_size = exc.text.split(" ")
-                    raise QueueFull(queue, int(float(max_size))) from None
+                    raise _queue_full(exc) from None
                 return results
             for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
                 stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
@@ -174,8 +173,7 @@ class Producing(Spreading):
             # layout 4: the next chunk is encoded while the server stores this one
             self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
         except Refused as exc:
-            _, queue, max_size = exc.text.split(" ")
-            raise QueueFull(queue, int(float(max_size))) from None
+            raise _queue_full(exc) from None
         return stored
 
     def _enqueue_one(self, prefix: str, task: NewTask, now: str, ranks: Ranks | None = None) -> str:
@@ -241,6 +239,12 @@ class Producing(Spreading):
             if not refused:  # written, or maybe (a reply lost, replicas short)
                 seqs[prefix] = top
         return reply
+
+
+def _queue_full(refused: Refused) -> QueueFull:
+    """``enqueue.lua``'s refusal of a full queue, ``CONVEYOR_QUEUEFULL <queue> <max_size>``, as raised."""
+    _, queue, max_size = refused.text.split(" ")
+    return QueueFull(queue, int(float(max_size)))
 
 
 def _contested(tasks: Sequence[NewTask], groups: Sequence[tuple[str, list[int]]]) -> bool:
