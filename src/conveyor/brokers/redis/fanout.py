@@ -31,7 +31,7 @@ from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, Refused, failure
 from conveyor.brokers.redis.partitions import Spread
 from conveyor.brokers.redis.replication import ReplicaWait
-from conveyor.brokers.redis.scripts import Arg, Scripts, is_missing_function, new_token
+from conveyor.brokers.redis.scripts import Arg, Scripts, new_token
 from conveyor.model import NewTask
 
 __all__ = ["Host", "Way", "apart", "joined", "way"]
@@ -237,13 +237,10 @@ def _send_round(
 def _answer(producing: Host, command: Command, reply: Any) -> Any:
     """A call's reply as the broker reads it: the call sent again where the node lacked the library
     (loaded first), a script's refusal as ``Refused``, any other error reply raised."""
-    if is_missing_function(reply):
-        try:
-            _, reply = producing._scripts.call(producing._conns, producing._client, command)
-        except redis.ResponseError as exc:
-            reply = exc
-        except CLIENT_ERRORS as exc:
-            raise failure(exc) from exc
+    try:
+        reply = producing._scripts.again_if_missing(producing._conns, producing._client, command, reply)
+    except CLIENT_ERRORS as exc:
+        raise failure(exc) from exc
     if isinstance(reply, redis.ResponseError):
         error = failure(reply)
         if isinstance(error, Refused):

@@ -194,10 +194,22 @@ class Scripts:
         calls after it are not sent."""
 
         def received(command: Command, reply: Any) -> None:
-            if is_missing_function(reply):
-                _, reply = self.call(conns, client, command)
-            elif isinstance(reply, redis.ResponseError):
+            reply = self.again_if_missing(conns, client, command, reply)
+            if isinstance(reply, redis.ResponseError):
                 raise reply
             handle(reply)
 
         conns.execute_each(calls, received)
+
+    def again_if_missing(
+        self, conns: Connections | ClusterCalls, client: redis.Redis, call: Command, reply: Any
+    ) -> Any:
+        """``reply``, the reply of ``call`` sent apart, or where the server lacked the library the reply
+        of ``call`` sent again by :meth:`call` (which loads it first); an error reply as a
+        ``redis.ResponseError``, returned."""
+        if not is_missing_function(reply):
+            return reply
+        try:
+            return self.call(conns, client, call)[1]
+        except redis.ResponseError as exc:
+            return exc
