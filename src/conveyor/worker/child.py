@@ -51,8 +51,7 @@ class PipeReporter:
         self.fd = fd
         self.delay = delay
         # running tasks, by their Held (identity: a task claimed again is another Held of the same id);
-        # one dict store and one pop a task, atomic under the GIL, where a lock and the bookkeeping of
-        # unsent lines cost a microsecond a task (a few percent of a no-op task's whole cost)
+        # one dict store and one pop a task, atomic under the GIL, so the pool threads take no lock
         self._running: dict[Held, None] = {}
         self._sent: dict[Held, None] = {}  # those whose start was written, and no end yet
         self._cancels: list[tuple[Held, float]] = []  # reported cancels not written yet (rare)

@@ -149,11 +149,9 @@ def fresh(
 
 
 class ClaimedRows:
-    """What a claim read back, made into records by :meth:`records` once its transaction committed.
-
-    Building a task's record costs 1.4-1.9 µs, a tenth of what a task's claim and settle cost inside
-    the write transaction; with several processes on one file that lock is what they queue for
-    (docs/architecture.md, "Several processes on one file"), so the records are built after it.
+    """What a claim read back, made into records by :meth:`records` once its transaction committed:
+    several processes on one file queue for its write lock, so nothing is built while holding it
+    (the figures: docs/architecture.md, "Several processes on one file").
     """
 
     __slots__ = ("_parts", "count")
