@@ -8,9 +8,7 @@ from conveyor.clock import FakeClock
 from conveyor.model import NewTask, TaskState
 from conveyor.options import resolve
 from conveyor.outcomes import complete
-from conveyor.worker.janitor import Janitor
-from conveyor.worker.promoter import Promoter
-from conveyor.worker.reaper import Reaper
+from conveyor.worker.upkeep import Janitor, Promoter, Reaper
 
 NOW = 1_700_000_000.0
 

@@ -36,14 +36,12 @@ from conveyor.worker.events import log_event
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Held, Inflight
-from conveyor.worker.janitor import Janitor
 from conveyor.worker.pool import Pool, Reporter
-from conveyor.worker.promoter import Promoter
-from conveyor.worker.reaper import Reaper
 from conveyor.worker.registry import Registry, new_worker_id
 from conveyor.worker.runner import Runner
 from conveyor.worker.service import Service
 from conveyor.worker.summary import Summary
+from conveyor.worker.upkeep import Janitor, Promoter, Reaper
 
 if TYPE_CHECKING:
     from conveyor.host import Host
