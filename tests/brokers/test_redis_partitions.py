@@ -150,6 +150,28 @@ def test_max_size_and_concurrency_hold_per_partition_as_shares(app: Conveyor) ->
     )
 
 
+def test_a_retired_partition_keeps_its_own_share_in_a_claim_over_every_partition(app: Conveyor) -> None:
+    """Lowered from 3 partitions to 2, the retired one keeps the share it had (concurrency 1), the
+    active ones hold the new share (2): one claim over all of them holds each to its own. On one
+    server that claim is one call over the partitions' slots, which read the first partition's
+    settings for all of them."""
+    app.configure_queue("hot", concurrency=3, partitions=3)  # 1 active per partition
+    for n in range(9):  # 3 per partition, in rotation
+        app.enqueue("job", [n], queue="hot")
+    app.configure_queue("hot", concurrency=4, partitions=2)  # 2 per active partition
+    for n in range(4):  # 2 in each active partition, which may be new
+        app.enqueue("job", [n], queue="hot")
+    broker = _broker(app)
+    active = partition_labels(broker.keys.namespace, "hot", 2)
+    retired = set(partition_labels(broker.keys.namespace, "hot", 3)) - set(active)
+    assert retired
+    records = broker.claim(["hot"], app.now(), 60.0, limit=20)
+    claimed = {label: 0 for label in (*active, *retired)}
+    for record in records:
+        claimed[_label(record.id)] += 1
+    assert claimed == {label: 2 if label in active else 1 for label in claimed}
+
+
 def test_a_pause_reaches_every_partition(app: Conveyor) -> None:
     app.configure_queue("hot", partitions=4)
     app.inspect.pause("hot")

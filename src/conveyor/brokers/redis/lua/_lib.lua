@@ -66,6 +66,9 @@ local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
 local DUE_SOON = 60 -- seconds: a task scheduled or retried to fall due sooner pushes WAKE (index())
 local SENT -- events of the slots a call over several left already (switch()), nil in a call of one slot
+-- the SETTINGS of each slot a call over several visited (switch()), by prefix: a queue's settings are
+-- its slot's (a retired partition keeps the share it had), nil in a call of one slot
+local SLOT_SETTINGS
 local CHECKED -- whether the call has asked repeated() already (a joined call's parts ask once)
 
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
@@ -117,7 +120,7 @@ local function begin(keys, argv, tokened)
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = EMIT and {} or nil, false, false, nil, nil, {}, nil
-  SENT, CHECKED = nil, false
+  SENT, SLOT_SETTINGS, CHECKED = nil, nil, false
 end
 
 -- begin() of the operations of the namespace slot alone (scripts.NAMESPACE_ONLY): KEYS[1] is its
@@ -244,10 +247,13 @@ end
 local function switch(seq)
   local blob = leave_slot()
   if blob then SENT = SENT and (SENT .. '\n' .. blob) or blob end
+  SLOT_SETTINGS = SLOT_SETTINGS or {}
+  SLOT_SETTINGS[P] = SETTINGS
   P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL, SENTP =
     unpack(names(seq))
   EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
   EVENTS, WOKEN = EMIT and {} or nil, false
+  SETTINGS = SLOT_SETTINGS[P] or {}
 end
 
 -- A call sent again. The broker sends a call once more when its connection broke before the reply
