@@ -134,6 +134,24 @@ def test_a_claim_filled_in_one_partition_leaves_the_next_ones_upkeep_to_their_tu
     assert [record.id for record in broker.claim(["hot"], later, 5.0, limit=1)] == [other]
 
 
+def test_a_claim_passing_idle_partitions_reads_and_promotes_any_ones_due_task(
+    app: Conveyor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim skips a later partition's upkeep where it has nothing to do, but not a task due later
+    (its due time is read for the idle wait) or due by now (promoted and claimed). Claims turn two
+    partitions a round and ids one, so the delayed task is met at every place in the claim's order."""
+    app.configure_queue("hot", partitions=3)
+    broker = _broker(app)
+    noted: list[float | None] = []
+    monkeypatch.setattr(broker._dues, "claimed", lambda due, ran_at, present: noted.append(due))
+    for n in range(3):
+        task_id = app.enqueue("job", [n], queue="hot", delay=30).id
+        assert broker.claim(["hot"], clock(), 60.0, limit=1) == []
+        assert noted[-1] == pytest.approx(clock() + 30.0)
+        clock.advance(31)
+        assert [record.id for record in broker.claim(["hot"], clock(), 3600.0, limit=1)] == [task_id]
+
+
 def test_max_size_and_concurrency_hold_per_partition_as_shares(app: Conveyor) -> None:
     app.configure_queue("hot", max_size=5, concurrency=4, partitions=2)
     info = app.inspect.queue("hot")

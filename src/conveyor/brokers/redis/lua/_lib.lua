@@ -52,8 +52,10 @@
 -- reply costs the server a conversion, a string nothing). Events are also SPUBLISHed as
 -- "origin\nnow\n" .. lines "id\told\tnew\tqueue", one message per call.
 -- Events are made only when someone wants them (EMIT: the caller has local subscribers, or LISTENING
--- exists). Operations check everything before their first write, and a function that may write is
--- refused as a whole by a server out of memory, so an error leaves nothing half-written.
+-- exists; a call reads LISTENING when it begins, a slot it switches to at its first event, if any:
+-- the idle partitions a claim passes never read it). Operations check everything before their first
+-- write, and a function that may write is refused as a whole by a server out of memory, so an error
+-- leaves nothing half-written.
 --
 -- Per-call state lives in the locals below, set by begin() at the start of every call (a library's
 -- locals outlive a call; nothing may carry over from one call to the next).
@@ -64,6 +66,7 @@ local BASE, TOKEN, SENTP -- A(i) is ARGV[BASE + i]; the call's token; where answ
 local DUE, LEASES, EXPIRING, SEQ, QUEUES, UNIQ, IDS, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS
 local LABEL -- the label of a queue slot "{ns|label}:..." (nil in layout 4's one slot, "{ns}:...")
 local EMIT, EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED
+local UNSURE = {} -- EMIT in a slot switched to, until LISTENING is read: truthy, event() decides
 local DUE_SOON = 60 -- seconds: a task scheduled or retried to fall due sooner pushes WAKE (index())
 local SENT -- events of the slots a call over several left already (switch()), nil in a call of one slot
 -- the SETTINGS of each slot a call over several visited (switch()), by prefix: a queue's settings are
@@ -224,6 +227,11 @@ local function unfinished(s) return s == 'pending' or s == 'scheduled' or s == '
 
 local function event(id, old, new, q)
   if not EMIT then return end
+  if EMIT == UNSURE then
+    EMIT = redis.call('EXISTS', LISTENING) == 1
+    if not EMIT then return end
+    EVENTS = {}
+  end
   EVENTS[#EVENTS + 1] = id .. '\t' .. (old or '') .. '\t' .. new .. '\t' .. q
 end
 
@@ -251,8 +259,8 @@ local function switch(seq)
   SLOT_SETTINGS[P] = SETTINGS
   P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL, SENTP =
     unpack(names(seq))
-  EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
-  EVENTS, WOKEN = EMIT and {} or nil, false
+  EMIT = WANT or UNSURE
+  EVENTS, WOKEN = WANT and {} or nil, false
   SETTINGS = SLOT_SETTINGS[P] or {}
 end
 

@@ -38,11 +38,15 @@ local BRACE = 123 -- "{": starts a slot's key, never a queue name
 -- per slot (its `seq`): the first due time its upkeep read and that nothing moved since (false: none)
 local PEEKED = {}
 
+-- the first due time of the current slot's `due` (nil: none)
+local function peek_due() return redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2] end
+
 -- the slot's upkeep: due tasks promoted, then expired leases and deadlines reaped, each at most `n`.
--- Its first read is the first due entry, which also answers first_due() when nothing was due and
--- nothing was reaped (a reaped or expired task may leave `due`; a claim never touches it)
-local function upkeep_here(n)
-  local first = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2]
+-- Its first read is the first due entry (`first`, if the caller read it: false for none), which also
+-- answers first_due() when nothing was due and nothing was reaped (a reaped or expired task may leave
+-- `due`; a claim never touches it)
+local function upkeep_here(n, first)
+  if first == nil then first = peek_due() end
   local known = first or false
   if first and tonumber(first) <= NOW then
     promote(n)
@@ -56,7 +60,7 @@ end
 -- tasks, any queue's (one ZRANGE, unless its upkeep read it: the slot's `due` index knows no queue)
 local function first_due(due)
   local d = PEEKED[SEQ]
-  if d == nil then d = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2] end
+  if d == nil then d = peek_due() end
   if d and (not due or tonumber(d) < tonumber(due)) then return d end
   return due
 end
@@ -163,9 +167,19 @@ while A(i) and claimed < limit do
     due = first_due(due) -- (claimed < limit here: the loop ends once the claim is full)
     switch(q)
     if lazy[i] then -- a later partition's upkeep (see above), its writes not deferred as above
-      DEFER = false
-      upkeep_here(budget)
-      DEFER = true
+      -- an idle partition, with nothing leased, expiring or pending and nothing due by now, has
+      -- nothing to do: how many of those keys exist and its first due entry (its upkeep's first read)
+      -- tell, instead of its upkeep's other reads, its settings and a pop
+      local held = redis.call('EXISTS', DUE, LEASES, EXPIRING, qkey(A(i + 1), 'pending'))
+      local first = held > 0 and peek_due() or false
+      if held == (first and 1 or 0) and not (first and tonumber(first) <= NOW) then
+        PEEKED[SEQ] = first
+        i = i + 1
+      else
+        DEFER = false
+        upkeep_here(budget, first)
+        DEFER = true
+      end
     end
   elseif not s.pa then
     local room = limit - claimed
