@@ -2,20 +2,24 @@
 
     .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3] [--partitions 6]
                                            [--one-master] [--namespace-length 8] [--backlog N]
+                                           [--batch 500] [--background]
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
 ``conveyor.testing``, on layout 4's keys, the namespace in one slot; with ``--partitions N``, also both
 on layout 5's, a slot per queue, and the queue in N partitions, ids made as an app makes them,
-``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (500 a
+``<hex>~<partition>``): one-task enqueues (``singles`` calls), batch enqueues (``--batch``, 500 a
 call) and a drain (claim 500, settle them), each timed on the client (wall and CPU of this process) and
 on the servers (``used_cpu_user + used_cpu_sys`` deltas of every master, from ``INFO cpu``; and the part
 of it spent running the scripts, ``usec`` of ``cmdstat_fcall``, steadier on a busy machine), with the
 share of the commands each master ran (``INFO commandstats`` deltas); and first, as the floor, a
 PING per call (in rotation over the masters where the queue is partitioned), and the user part of the
-server CPU beside the total. On this 2-core machine wall-clock scaling cannot show, so server CPU per
-task and its spread over masters are the figures that decide it: a master's capacity is 1 / its CPU
-per task. Each run uses a namespace of its own, ``t`` and hex digits, 8 characters in all unless
-``--namespace-length`` says otherwise (a cluster-enabled server hashes each key's tag, which holds
+server CPU beside the total (the rest is ``used_cpu_sys``, the kernel's share), and per 1,000 tasks
+the servers' reads from and writes to client sockets (``INFO stats``) and their processes' context
+switches (``/proc``, voluntary and not): the network exchanges and wake-ups behind the figures. On
+this 2-core machine wall-clock scaling cannot show, so server CPU per task and its spread over
+masters are the figures that decide it: a master's capacity is 1 / its CPU per task. Each run uses a
+namespace of its own, ``t`` and hex digits, 8 characters in all unless ``--namespace-length`` says
+otherwise (a cluster-enabled server hashes each key's tag, which holds
 the namespace, once per command: its length weighs on the cluster's figures alone); targets
 alternate.
 
@@ -28,6 +32,13 @@ N partitions meet lists N times shorter than the whole queue's, that stay listpa
 which serves every slot. It tells the two parts of the gap apart: cluster mode itself (the same
 commands, each costing a cluster-enabled server more: ``cluster1/pN`` against ``server/pN``) and the
 work spread over three processes (``cluster/pN`` against ``cluster1/pN``).
+
+``--background`` adds, after each phase, the servers' CPU over an idle span as long as the phase took,
+per task of the phase (``idle``): what the servers spend while nobody calls them (their timers; on a
+cluster, the cluster bus's pings), part of any phase's figure and more of a short one's.
+``--batch N`` makes the batch phase's calls N tasks each: where N is a multiple of the partitions,
+each partition's call holds N / partitions of them (a queue in 6 partitions and ``--batch 3000``:
+500 a call, as the whole queue's calls).
 """
 
 from __future__ import annotations
@@ -56,13 +67,16 @@ def _cpu(server: RedisServer) -> tuple[float, float]:
     return user + float(info["used_cpu_sys"]), user
 
 
-def _calls(server: RedisServer) -> tuple[int, float]:
-    """Commands the server ran (those a script calls included) and the microseconds it spent in
+def _calls(server: RedisServer) -> tuple[int, float, int, int]:
+    """Commands the server ran (those a script calls included), the microseconds it spent in
     ``FCALL``s (``INFO commandstats``; a script's commands are counted again on their own, so only
-    the scripts' time adds up)."""
-    info = server.client().info("commandstats")
+    the scripts' time adds up), and the reads from and writes to its clients' sockets it made so far
+    (``INFO stats``: a request larger than the server's read buffer takes more than one read)."""
+    client = server.client()
+    info, stats = client.info("commandstats"), client.info("stats")
     scripts = float(info.get("cmdstat_fcall", {}).get("usec", 0))
-    return sum(int(entry["calls"]) for entry in info.values()), scripts
+    calls = sum(int(entry["calls"]) for entry in info.values())
+    return calls, scripts, int(stats.get("total_reads_processed", 0)), int(stats.get("total_writes_processed", 0))
 
 
 def _task(suffix: Callable[[str], str] | None = None) -> NewTask:
@@ -70,8 +84,19 @@ def _task(suffix: Callable[[str], str] | None = None) -> NewTask:
     return NewTask(id=task_id, name="job", queue="q", payload='[[1], {"x": "0123456789abcdef"}]')
 
 
-def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object]) -> dict[str, object]:
-    cpu0, calls0 = [_cpu(s) for s in servers], [_calls(s) for s in servers]
+def _switches(server: RedisServer) -> int:
+    """The server process's context switches so far, voluntary and not (``/proc``; 0 where unreadable)."""
+    try:
+        with open(f"/proc/{server.pid}/status") as status:
+            return sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
+    except OSError:
+        return 0
+
+
+def _phase(
+    servers: Sequence[RedisServer], count: int, work: Callable[[], object], background: bool = False
+) -> dict[str, object]:
+    cpu0, calls0, switches0 = [_cpu(s) for s in servers], [_calls(s) for s in servers], sum(map(_switches, servers))
     wall0, client0 = time.perf_counter(), time.process_time()
     work()
     wall, client = time.perf_counter() - wall0, time.process_time() - client0
@@ -79,25 +104,34 @@ def _phase(servers: Sequence[RedisServer], count: int, work: Callable[[], object
     cpu = [c[0] - c0[0] for c, c0 in zip(cpus, cpu0, strict=True)]
     user = [c[1] - c0[1] for c, c0 in zip(cpus, cpu0, strict=True)]
     stats = [_calls(s) for s in servers]
+    switches = sum(map(_switches, servers)) - switches0
     calls = [c[0] - c0[0] for c, c0 in zip(stats, calls0, strict=True)]
     usec = sum(c[1] - c0[1] for c, c0 in zip(stats, calls0, strict=True))
     total = sum(calls) or 1
+    idle = 0.0
+    if background:  # what the servers spend while nobody calls them, over as long as the phase took
+        time.sleep(wall)
+        idle = sum(_cpu(s)[0] for s in servers) - sum(c[0] for c in cpus)
     return {
         "rate": count / wall,
         "client_us": client / count * 1e6,
         "server_us": sum(cpu) / count * 1e6,
         "user_us": sum(user) / count * 1e6,
         "command_us": usec / count,
+        "idle_us": idle / count * 1e6,
+        "reads": sum(c[2] - c0[2] for c, c0 in zip(stats, calls0, strict=True)) / count * 1000,
+        "writes": sum(c[3] - c0[3] for c, c0 in zip(stats, calls0, strict=True)) / count * 1000,
+        "switches": switches / count * 1000,
         "share": [round(c / total, 2) for c in calls],
     }
 
 
-def _pings(servers: Sequence[RedisServer], count: int, rotate: bool) -> dict[str, object]:
+def _pings(servers: Sequence[RedisServer], count: int, rotate: bool, background: bool) -> dict[str, object]:
     """The floor, nothing of Conveyor's in it: ``count`` PINGs one at a time, in rotation over the
     masters when ``rotate`` (as a partitioned queue's one-task enqueues go), else all to the first."""
     clients = [server.client() for server in (servers if rotate else servers[:1])]
     try:
-        return _phase(servers, count, lambda: [clients[i % len(clients)].ping() for i in range(count)])
+        return _phase(servers, count, lambda: [clients[i % len(clients)].ping() for i in range(count)], background)
     finally:
         for client in clients:
             client.close()
@@ -109,7 +143,15 @@ def _namespace(length: int) -> str:
 
 
 def run(
-    url: str, servers: Sequence[RedisServer], tasks: int, singles: int, partitions: int = 0, backlog: int = 0
+    url: str,
+    servers: Sequence[RedisServer],
+    tasks: int,
+    singles: int,
+    partitions: int = 0,
+    backlog: int = 0,
+    *,
+    batch: int = 500,
+    background: bool = False,
 ) -> dict[str, dict[str, object]]:
     config = RedisConfig.from_url(url)
     keys = Keys5(config.namespace) if partitions else Keys(config.namespace)
@@ -121,21 +163,22 @@ def run(
         broker.enqueue([_task(suffix)], NOW)  # first use: client chosen, library loaded
         for _ in range(backlog):  # one by one, as the phase below: each sorted set grows as it will
             broker.enqueue([_task(suffix)], NOW)
-        out = {"ping": _pings(servers, singles, bool(partitions))}
+        out = {"ping": _pings(servers, singles, bool(partitions), background)}
         out["enqueue 1"] = _phase(
-            servers, singles, lambda: [broker.enqueue([_task(suffix)], NOW) for _ in range(singles)]
+            servers, singles, lambda: [broker.enqueue([_task(suffix)], NOW) for _ in range(singles)], background
         )
-        out["enqueue 500"] = _phase(
+        out[f"enqueue {batch}"] = _phase(
             servers,
-            tasks,
-            lambda: [broker.enqueue([_task(suffix) for _ in range(500)], NOW) for _ in range(tasks // 500)],
+            tasks // batch * batch,
+            lambda: [broker.enqueue([_task(suffix) for _ in range(batch)], NOW) for _ in range(tasks // batch)],
+            background,
         )
 
         def drain() -> None:
             while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
                 broker.settle([Outcome(r.id, r.lease_token or "", "complete") for r in claimed], NOW)
 
-        out["drain"] = _phase(servers, tasks + singles + backlog + 1, drain)
+        out["drain"] = _phase(servers, tasks // batch * batch + singles + backlog + 1, drain, background)
         return out
     finally:
         broker.close()
@@ -150,6 +193,10 @@ def main() -> None:
     parser.add_argument("--one-master", action="store_true", help="also a one-master cluster (with --partitions)")
     parser.add_argument("--backlog", type=int, default=0, help="one-task enqueues before the timed ones")
     parser.add_argument("--namespace-length", type=int, default=8, help="characters of each run's namespace (2..33)")
+    parser.add_argument("--batch", type=int, default=500, help="tasks per call of the batch enqueue phase")
+    parser.add_argument(
+        "--background", action="store_true", help="also the servers' CPU while idle, as long as each phase took"
+    )
     args = parser.parse_args()
     if not 2 <= args.namespace_length <= 33:
         parser.error("--namespace-length must be 2..33 (`t` and up to 32 hex digits)")
@@ -184,7 +231,17 @@ def main() -> None:
                     )
                 )
             for name, url, servers, partitions in targets:
-                for phase, figures in run(url, servers, args.tasks, args.singles, partitions, args.backlog).items():
+                figures_by_phase = run(
+                    url,
+                    servers,
+                    args.tasks,
+                    args.singles,
+                    partitions,
+                    args.backlog,
+                    batch=args.batch,
+                    background=args.background,
+                )
+                for phase, figures in figures_by_phase.items():
                     results.setdefault(name, {}).setdefault(phase, []).append(figures)
     for name, phases in results.items():
         for phase, runs in phases.items():
@@ -193,11 +250,15 @@ def main() -> None:
             srv = [float(str(r["server_us"])) for r in runs]
             user = [float(str(r["user_us"])) for r in runs]
             inside = [float(str(r["command_us"])) for r in runs]
+            idle = [float(str(r["idle_us"])) for r in runs]
+            per_k = {k: statistics.median(float(str(r[k])) for r in runs) for k in ("reads", "writes", "switches")}
             print(
                 f"{name:12} {phase:12} {statistics.median(rates):9.0f}/s ({min(rates):.0f}-{max(rates):.0f})"
                 f"  client CPU {statistics.median(client):6.1f} us/task  server CPU {statistics.median(srv):6.1f}"
-                f" us/task (user {statistics.median(user):6.1f}, in scripts {statistics.median(inside):5.1f})"
-                f"  command share per master {runs[-1]['share']}"
+                f" us/task (user {statistics.median(user):6.1f}, in scripts {statistics.median(inside):5.1f}"
+                + (f", idle {statistics.median(idle):4.2f}" if args.background else "")
+                + f")  per 1k tasks: reads {per_k['reads']:.0f}, writes {per_k['writes']:.0f},"
+                f" switches {per_k['switches']:.0f}  command share per master {runs[-1]['share']}"
             )
 
 
