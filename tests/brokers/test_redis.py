@@ -30,7 +30,7 @@ from conveyor.brokers.redis.codec import (
 )
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys5, Slot
-from conveyor.brokers.redis.scripts import EACH_CALL, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
+from conveyor.brokers.redis.scripts import EACH_CALL, LIBRARY, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
 from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, QueueSettings, TaskRecord, TaskState
 from conveyor.testing import SpyBroker, poll_until
@@ -198,11 +198,11 @@ def test_lua_scripts_ship_as_package_data_with_a_header() -> None:
         assert source.startswith(f"-- {name}.lua:")
         for part in ("KEYS:", "ARGV:", "Returns:", "Transition:"):
             assert part in header, f"{name}.lua header lacks {part}"
-    assert "KEYS[1]" in read_source("_lib")
+    assert "KEYS[1]" in read_source("_call")
 
 
 def test_scripts_take_values_only_through_keys_and_argv() -> None:
-    for name in (*OPERATIONS, "_lib"):
+    for name in (*OPERATIONS, *LIBRARY):
         assert not re.search(r"%\(|\{\{|\$\{", read_source(name)), f"{name}.lua looks templated"
 
 

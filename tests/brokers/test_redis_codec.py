@@ -200,10 +200,10 @@ def test_a_short_claim_reply_ends_with_the_first_due_time() -> None:
 
 
 def test_the_lua_row_layout_is_the_codecs() -> None:
-    """``_lib.lua`` lists a row's fields once (``FIELDS``) and builds ``ROW``, the head patterns of
+    """``_rows.lua`` lists a row's fields once (``FIELDS``) and builds ``ROW``, the head patterns of
     ``claim.lua`` and ``settle.lua`` and a new task's row from it (a head out of its order does not load):
     in ``ROW_NAMES``'s order, with no pattern of a row spelled again elsewhere."""
-    lib = read_source("_lib")
+    lib = read_source("_rows")
     (fields,) = re.findall(r"^ *local FIELDS = \{([^}]*)\}", lib, flags=re.MULTILINE)
     assert re.findall(r"'(\w+)'", fields) == list(ROW_NAMES[:-1])  # the body: the rest of the row
     heads = dict(re.findall(r"^ *(\w+_HEAD) = head\((\{.*\}), '\(\)'\)$", lib, flags=re.MULTILINE))
@@ -217,12 +217,12 @@ def test_the_lua_row_layout_is_the_codecs() -> None:
 
 
 def test_a_new_tasks_row_is_built_from_the_shared_layout() -> None:
-    """``enqueue.lua`` writes a new task's row with ``_lib.lua``'s ``new_row``/``new_tail``, not by hand:
+    """``enqueue.lua`` writes a new task's row with ``_rows.lua``'s ``new_row``/``new_tail``, not by hand:
     the fields after ``x`` are ``NEW``'s, the values of a fresh row (the codec's, as ``row()`` has them),
     or those a task sets, ``NEW_SETS`` (their order is checked when the library loads), which are
     ``new_tail``'s parameters; ``FRESH``, what ``claim.lua`` compares such a row's head with, is built
     from ``NEW`` too."""
-    lib, enqueue = read_source("_lib"), read_source("enqueue")
+    lib, enqueue = read_source("_rows"), read_source("enqueue")
     (new,) = re.findall(r"^ *local NEW = \{([^}]*)\}", lib, flags=re.MULTILINE)
     fixed = dict(re.findall(r"(\w+) = '([^']*)'", new))
     fresh = dict(zip(ROW_NAMES, row().split(" ", len(ROW_NAMES) - 1), strict=True))

@@ -10,7 +10,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, InvalidTransition
 from conveyor.brokers import transitions
-from conveyor.brokers.redis.scripts import OPERATIONS, read_source
+from conveyor.brokers.redis.scripts import LIBRARY, OPERATIONS, read_source
 from conveyor.model import NewTask, Outcome
 
 #: The texts the Lua scripts share with the Python rules, by their name in both.
@@ -22,7 +22,7 @@ SHARED_TEXTS = {
 
 
 def _lua_sources() -> dict[str, str]:
-    return {name: read_source(name) for name in ("_lib", *OPERATIONS)}
+    return {name: read_source(name) for name in (*LIBRARY, *OPERATIONS)}
 
 
 @pytest.mark.parametrize("name", sorted(SHARED_TEXTS))

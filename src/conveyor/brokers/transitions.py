@@ -14,7 +14,7 @@ The operator actions (``run_now``, ``archive``, ``cancel``, ``delete``) accept a
 
 Redis keeps its own code in Lua (``brokers/redis/lua``); the texts it shares with this module
 (:data:`EXPIRED_ERROR`, :data:`RETRY_ERROR`, :data:`LEASE_EXPIRED_ERROR`) are checked against
-``_lib.lua`` by ``tests/brokers/test_transitions.py``.
+``_states.lua`` by ``tests/brokers/test_transitions.py``.
 """
 
 from __future__ import annotations

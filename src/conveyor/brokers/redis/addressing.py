@@ -74,7 +74,7 @@ class RedisCalls:
         self._link: Link | None = None  # the client and the hot path's connections, chosen at first use
         self._link_lock = threading.Lock()
         self._registry = self.keys.queues  # KEYS[2] of the operations that need the namespace slot
-        self._policy = (  # ARGV[4]: see lua/_lib.lua
+        self._policy = (  # ARGV[4]: see lua/_call.lua
             f"{MAX_ERRORS_KEPT} {float(self.policy.archive_retention)!r} {self.policy.max_stalls}"
             f" {math.ceil(config.resend_window * 1000)}"
         )
@@ -136,7 +136,7 @@ class RedisCalls:
         self, name: str, prefix: str, now: str, namespace: bool = False, proof: str = "", token: str = ""
     ) -> tuple[Arg, ...]:
         """KEYS (the queue slot's `seq`, then, with ``namespace``, the namespace's registry: layout 4's
-        enqueue), then the ARGV head (see lua/_lib.lua; ``proof``: an enqueue's registrations, "
+        enqueue), then the ARGV head (see lua/_call.lua; ``proof``: an enqueue's registrations, "
         <queue> <forget counter>" pairs, see enqueue.lua), with the call's token for the operations
         of ``TOKENED`` (``token``, or a new one)."""
         events = ("1" if self._events.active else "0") + proof
@@ -194,7 +194,7 @@ class RedisCalls:
 
     def _result(self, reply: Any) -> tuple[Any, float]:
         """An operation's result and the ``now`` it ran at, from its reply (events go to subscribers)."""
-        if isinstance(reply, str):  # now + "\n" + a string result: see lua/_lib.lua
+        if isinstance(reply, str):  # now + "\n" + a string result: see lua/_call.lua
             now, _, result = reply.partition("\n")
             return result, float(now)
         ran_at = float(reply[1])
@@ -256,7 +256,7 @@ class RedisCalls:
     def _joined(self, groups: Sequence[tuple[str, Sequence[Arg]]]) -> list[tuple[str, list[Arg]]]:
         """A call's per-slot ``(prefix, args)`` groups as the calls to make: one per slot on a cluster;
         on one server, which checks no slots, one, each slot after the first named by its ``seq`` key
-        before its own arguments (``switch()`` in ``lua/_lib.lua``), so the standalone path makes the
+        before its own arguments (``switch()`` in ``lua/_call.lua``), so the standalone path makes the
         calls it made in layout 4."""
         if len(groups) < 2 or not self.joins_slots:
             return [(prefix, list(args)) for prefix, args in groups]

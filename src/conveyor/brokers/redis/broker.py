@@ -158,7 +158,7 @@ class RedisBroker(Producing):
 
     def promote(self, now: float, limit: int = 1000) -> int:
         slots = self._slots()
-        if self.joins_slots or len(slots) < 2:  # one call: the Lua spends the limit (spend() in _lib.lua)
+        if self.joins_slots or len(slots) < 2:  # one call: the Lua spends the limit (spend() in _upkeep.lua)
             moved = 0
             for prefix, more in self._joined([(prefix, ()) for prefix in slots]):
                 moved += int(self._call("promote", prefix, now, max(0, limit - moved), *more))

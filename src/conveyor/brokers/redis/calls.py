@@ -3,7 +3,7 @@
 One task travels as its fields, those at their defaults left out (``encode_one_task``); several as one
 JSON array of ``_FIELDS`` values per task or outcome (``encode_task``, ``encode_outcome``), with long
 values sent beside it rather than inside (see :data:`SPILL_AT`). The scripts read them back in
-``lua/_lib.lua`` (``batch_values()``).
+``lua/_call.lua`` (``batch_values()``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SETTLE_CHUNK = 1000
 _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 #: A value of a batch call at least this long (a body, a result, an error) travels as an argument of
-#: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_lib.lua``): cjson reads every
+#: its own, not inside the JSON array (see ``batch_values()`` in ``lua/_call.lua``): cjson reads every
 #: byte, while an argument costs a fixed amount plus far less per byte; the two break even a little
 #: below this length (docs/performance-notes.md).
 SPILL_AT = 256

@@ -20,7 +20,7 @@ freed when its task was refused for its key or by ``QueueFull`` (refused as a du
 with that id is in the slot the entry names). A crash between 1 and 2 leaves an entry naming a task
 never stored: the key, or the id in another queue, is refused until the entry is older than the
 bound, then free; a read of the id finds no task; nothing acknowledged is lost. Deleting a task
-frees its entries after its row (``remove_task()`` in ``_lib.lua``).
+frees its entries after its row (``remove_task()`` in ``_states.lua``).
 
 On one server, which checks no slots, steps 1 and 2 are one call (``take_enqueue.lua``) while every
 entry is free: it judges each by take's rule, stores the tasks by enqueue's body and then writes the

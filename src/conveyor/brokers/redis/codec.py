@@ -16,7 +16,7 @@ anything, hence last). "-" stands for an absent value; numbers are as Lua format
 scheduled or retry and ``fa`` only once it is completed or archived: transitions out of those states
 leave them as they were (fewer writes on the hot path) and every reader ignores them in other states.
 A pending task enqueued with others in one call holds its group's ``waiting`` member in ``fa``
-("g" + ready_at; see ``lua/_lib.lua``), and a claim leaves it there.
+("g" + ready_at; see ``lua/_rows.lua``), and a claim leaves it there.
 
 The body is what never changes, built here at enqueue (:func:`encode_body`) and never parsed by the
 scripts: name, options and payload. ``results``: the result of a task completed with one. ``lasterr``:

@@ -74,7 +74,7 @@ class RedisConfig:
         lost before the reply was read): at most ``2 * (max(3, retries) + 1)`` sends (the hot path's
         retries, then on a cluster redis-py's own, which retry at least 3 times), each ended within
         its connect and read timeouts and a backoff of at most 0.25 s, plus a cluster's patience with
-        a slot being moved. An enqueue keeps its answer for a repeat that long (``lua/_lib.lua``)."""
+        a slot being moved. An enqueue keeps its answer for a repeat that long (``lua/_resend.lua``)."""
         sends = 2 * (max(3, self.retries) + 1)
         return sends * (self.socket_connect_timeout + self.socket_timeout + 0.25) + MOVING_PATIENCE
 

@@ -27,7 +27,7 @@ tie-break of the contract without packing two numbers into one double)::
     P e:<id>                 list    the task's latest failures, "attempt\\tat\\terror"
     P q:<queue>:pending      zset    member by ready_key (the claim order)
     P q:<queue>:waiting      zset    member by ready_at (oldest pending); tasks that one call enqueued
-                                     together wait as one member, "g" + ready_at (see ``lua/_lib.lua``)
+                                     together wait as one member, "g" + ready_at (see ``lua/_rows.lua``)
     P q:<queue>:groups       hash    "g" + ready_at → how many of the group's tasks are pending
     P q:<queue>:scheduled    zset    member by next_run_at (likewise retry)
     P q:<queue>:active       zset    member by started_at
@@ -198,7 +198,7 @@ class _SlotNames:
 
     def sent(self, token: str) -> str:
         """The answer kept for a repeat of the call ``token`` (``scripts.TOKENED``; ``repeated()`` in
-        ``lua/_lib.lua``): in the slot the call works in, for the config's ``resend_window``."""
+        ``lua/_resend.lua``): in the slot the call works in, for the config's ``resend_window``."""
         return f"{self.prefix}sent:{token}"
 
     @property
@@ -253,7 +253,7 @@ class Slot(_SlotNames):
 
     @property
     def declared(self) -> str:
-        """The key a call on this slot declares first (``KEYS[1]``, see ``lua/_lib.lua``): ``seq``."""
+        """The key a call on this slot declares first (``KEYS[1]``, see ``lua/_call.lua``): ``seq``."""
         return self.prefix + "seq"
 
 

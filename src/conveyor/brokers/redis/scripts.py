@@ -31,6 +31,7 @@ from conveyor.brokers.redis.connections import Arg, Command, Connections
 __all__ = [
     "EACH_CALL",
     "ENQUEUES",
+    "LIBRARY",
     "NAMESPACE_ONLY",
     "OPERATIONS",
     "READ_ONLY",
@@ -42,6 +43,11 @@ __all__ = [
     "new_token",
     "read_source",
 ]
+
+#: The helpers every operation shares, ``lua/<name>.lua``, one concept a file, in the order they
+#: load: a Lua local is seen only by the code after it, so each file comes after those whose
+#: helpers it uses (the call's head and per-call state first).
+LIBRARY = ("_call", "_resend", "_rows", "_entries", "_states", "_upkeep")
 
 OPERATIONS = (
     "archive",
@@ -74,7 +80,7 @@ OPERATIONS = (
 READ_ONLY = frozenset({"list", "stats"})
 
 
-#: Operations of the namespace slot alone: ``KEYS[1]`` is its registry (``begin_namespace`` in ``_lib.lua``).
+#: Operations of the namespace slot alone: ``KEYS[1]`` is its registry (``begin_namespace`` in ``_call.lua``).
 #: Every other operation declares its queue slot; only an ``enqueue`` in layout 4, where that slot is
 #: the namespace's, may declare the registry too (``KEYS[2]``: unique keys checked in the script, a
 #: queue registered in it). With split slots an enqueue's unique keys are claimed by ``take`` first
@@ -87,7 +93,7 @@ NAMESPACE_ONLY = frozenset({"release", "take"})
 #: Operations whose calls carry a random token (``ARGV[5]``, the same in every send of a call), so that
 #: a call sent again after its connection broke mid-reply answers as its first send did: an enqueue
 #: rather than meeting its own tasks as duplicates, a settle rather than finding its tasks settled, an
-#: operator's action or a withdrawal rather than finding it done (``repeated()`` in ``lua/_lib.lua``). A claim's token
+#: operator's action or a withdrawal rather than finding it done (``repeated()`` in ``lua/_resend.lua``). A claim's token
 #: is the lease token base it carries anyway (``claim.lua``).
 TOKENED = frozenset({"archive", "cancel", "delete", "enqueue", "run_now", "settle", "take", "take_enqueue", "withdraw"})
 
@@ -124,7 +130,7 @@ def _operation(name: str) -> str:
 
 def build_library() -> tuple[str, str]:
     """``(version, code)``: the library text for ``FUNCTION LOAD`` and the version its names carry."""
-    parts = [read_source("_lib"), *(_operation(name) for name in OPERATIONS)]
+    parts = [*(read_source(name) for name in LIBRARY), *(_operation(name) for name in OPERATIONS)]
     body = "\n".join(parts)
     version = hashlib.sha1(body.encode()).hexdigest()[:12]
     registrations = []

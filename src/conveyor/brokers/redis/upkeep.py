@@ -2,7 +2,7 @@
 own. A ``limit`` too small for every due entry goes to the earliest over all slots first, ties by
 member (the slot's sequence number, which follows the enqueue order: ``ranked()`` in
 ``lua/enqueue.lua``), as ``memory://`` spends it over every queue; on one server the joined call does
-the same in Lua (``spend()`` in ``lua/_lib.lua``).
+the same in Lua (``spend()`` in ``lua/_upkeep.lua``).
 
 Each round reads every slot's first due entries (``ZRANGEBYSCORE ... LIMIT``, one pipeline), merges
 them here and sends each slot the members chosen in it, which its script moves if they are still

@@ -1,6 +1,6 @@
 -- claim.lua: lease up to `limit` ready tasks from the queues in the order given.
--- KEYS: the queue slot's (_lib.lua), which holds the queues of A(5..) up to the first slot's key.
--- ARGV: head (_lib.lua), then A(1) lease_for, A(2) limit, A(3) token base (random, from the caller),
+-- KEYS: the queue slot's (_call.lua), which holds the queues of A(5..) up to the first slot's key.
+-- ARGV: head (_call.lua), then A(1) lease_for, A(2) limit, A(3) token base (random, from the caller),
 --       A(4) maintenance budget (due tasks promoted and leases reaped first in each slot, a later
 --       partition's when the claim reaches it, each at most this many), A(5..) queue names; on one server (which checks no slots) the `seq` key of
 --       another queue slot may come between them: the queues after it are that slot's (switch()).
@@ -31,7 +31,7 @@
 --             pending past expires_at -> archived(expired); pending -> active (attempts + 1,
 --             lease token "<base>-<i>", lease_expires_at = now + lease_for, started_at = now).
 
--- a row's head: CLAIM_HEAD, or FRESH for a task never claimed (_lib.lua, next to ROW)
+-- a row's head: CLAIM_HEAD, or FRESH for a task never claimed (_rows.lua, next to ROW)
 local POP = 1000
 local BRACE = 123 -- "{": starts a slot's key, never a queue name
 

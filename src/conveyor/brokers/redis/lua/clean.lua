@@ -1,7 +1,7 @@
 -- clean.lua: the janitor. Bounded work: at most `limit` deletions, ZRANGE windows of that size.
--- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+-- KEYS: the queue slot's (_call.lua); the unique keys of deleted tasks come back to be freed
 --       (release.lua).
--- ARGV: head (_lib.lua), then A(1) limit, A(2) max_archived (per queue), A(3) the passes to make: "kc"
+-- ARGV: head (_call.lua), then A(1) limit, A(2) max_archived (per queue), A(3) the passes to make: "kc"
 --       both, "k" the first alone, "c" the second alone (a call per slot over several slots spends
 --       the limit on every slot's first pass before any second, as memory:// does: broker.py),
 --       A(4..) the slot's queues, in the order to visit them (the caller reads them from the registry).

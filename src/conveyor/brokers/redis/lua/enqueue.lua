@@ -1,18 +1,18 @@
 -- enqueue.lua: store new tasks, atomically for the whole call (one chunk).
--- KEYS: the queue slot's, and in layout 4 (one slot) also the namespace slot's (_lib.lua): a new queue
+-- KEYS: the queue slot's, and in layout 4 (one slot) also the namespace slot's (_call.lua): a new queue
 --       joins QUEUES, unique keys are checked and claimed in UNIQ. A call without the namespace slot
 --       refuses, before any write, with the error CONVEYOR_NAMESPACE and the names and forget counters
 --       of the queues not yet registered (see register() below); its tasks' unique keys were claimed
 --       by the caller beforehand (take.lua), so it checks them only within the call, and a unique key
 --       it frees (an invisible task replaced) is returned for release.lua.
--- ARGV: head (_lib.lua) with the call's token, then A(1) = n, or n + SPAN * step, or "<n> <step> <back
+-- ARGV: head (_call.lua) with the call's token, then A(1) = n, or n + SPAN * step, or "<n> <step> <back
 --       1> .. <back n>" (the numbers of the call's tasks: see numbers() below), and the n * 8
 --       strings, per task: id,
 --       queue, body (name, options and payload, made by the caller: codec.encode_body), priority,
 --       run_at ("" none), expires_at
 --       ("" none), unique_key (opt; escaped by the caller: no whitespace), unique_until ("" none): for
 --       n > 1 as one JSON array in A(2) (cjson decodes it far faster than Redis builds 8n ARGV; long
---       bodies as arguments of their own, A(3) onwards: batch_values() in _lib.lua), for
+--       bodies as arguments of their own, A(3) onwards: batch_values() in _call.lua), for
 --       n = 1 as they are in A(2)..A(9) (no JSON to make or to decode for the most common call), where
 --       the caller leaves out the trailing ones at their defaults (priority "0", then ""): each
 --       argument costs a one-task call server time. On one server, A(1) = "" starts a call over
@@ -21,7 +21,7 @@
 --          existing task (duplicate, not stored), joined by newlines (ids hold none); or the error
 --          "CONVEYOR_QUEUEFULL <queue> <max_size>" when a queue's max_size would be exceeded (nothing
 --          written). A call sent again (its connection lost before the reply was read) answers as
---          its first send did, if that one ran, and writes nothing (repeated() in _lib.lua): it never
+--          its first send did, if that one ran, and writes nothing (repeated() in _resend.lua): it never
 --          meets its own tasks as duplicates. A call over several slots answers as joined() says.
 -- Transition: (none) -> pending, or scheduled when run_at > now. A task whose id is taken by an invisible
 --             (past keep_until) task replaces it silently.
@@ -56,7 +56,7 @@ end
 -- namespace slot) the SADD is here; without, the call is refused, before any write, with
 -- "CONVEYOR_NAMESPACE" and, per such queue, its name and forget counter `fc` (forget_queue.lua): the
 -- broker SADDs them and sends the call again with those pairs after the events flag in ARGV[3] (see
--- _lib.lua), which stand for the SADD only while `fc` is unchanged (no forget began or ended since the
+-- _call.lua), which stand for the SADD only while `fc` is unchanged (no forget began or ended since the
 -- refusal, so no forget's SREM can have undone it). A queue a forget is taking out of the registry
 -- holds the mark `fg`: while it holds, the queue is added again on every call and `kn` stays unset,
 -- since the forget's SREM may still come after the SADD; a mark past its deadline (its forget died
@@ -108,7 +108,7 @@ local function member(seq, id) return string.format('%016d', seq) .. id end
 -- partitioned queue's generated ids go to its partitions in rotation): back i = stride * (n - i),
 -- no number per task to read. The upkeep over several slots, which breaks ties of time by
 -- member, then takes them in the order of the caller's calls, as memory:// takes them by its one
--- sequence (spend() in _lib.lua; exact for one broker object's calls: producing.py).
+-- sequence (spend() in _upkeep.lua; exact for one broker object's calls: producing.py).
 local SPAN = 1024 -- more than the tasks of a call (calls.ENQUEUE_CHUNK; a test checks)
 local STRIDE = 42 -- "*", before the stride of evenly spaced places
 -- A(1): n, the step (nil: n) and the backs (nil: n - i)
@@ -130,7 +130,7 @@ local function numbers()
   return tonumber(count), tonumber(step), backs
 end
 
--- The tail of a new task's row (new_tail, _lib.lua): fa ("-" or the task's group), priority, enqueued,
+-- The tail of a new task's row (new_tail, _rows.lua): fa ("-" or the task's group), priority, enqueued,
 -- first due and ready at now (first due: its next run if scheduled), next run ("-" or formatted),
 -- unique_until, unique key. Numbers are formatted here, not copied: a row's fields must not hold spaces.
 local function row_tail(pr, nr, uu, uk, fa)
@@ -163,7 +163,7 @@ end
 -- (their generality was most of a batch task's cost; docs/performance-notes.md).
 -- Its row is the one store() makes, its tail the same for every plain task of a priority in a call,
 -- and so is its pending score (aging: ready_at - priority * aging, ready_at = now): plain_kind()
--- builds both once per priority. Several in one call wait in the call's group (see _lib.lua): its
+-- builds both once per priority. Several in one call wait in the call's group (see _rows.lua): its
 -- member, grouped, goes in row field fa.
 local function plain_score(q, pr)
   local ag = settings(q).ag

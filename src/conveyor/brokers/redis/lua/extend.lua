@@ -1,6 +1,6 @@
 -- extend.lua: heartbeat, fenced by the lease token.
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) task id, A(2) token, A(3) lease_for.
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua), then A(1) task id, A(2) token, A(3) lease_for.
 -- Returns: {lease_expires_at, "1" if cancel was requested else "0"}, or false if the lease is lost.
 -- Transition: none (active stays active; lease_expires_at = now + lease_for).
 local t = load(A(1))

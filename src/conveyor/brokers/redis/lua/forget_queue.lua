@@ -9,8 +9,8 @@
 -- Both steps add one to the queue's forget counter `fc` (kept in its settings hash when the rest goes):
 -- an enqueue refused for a missing registration names it, and its SADD counts for the call sent
 -- again only while the counter is unchanged (enqueue.lua: register).
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua; now "": the server's TIME), then A(1) queue, A(2) step ("mark" or "finish"),
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua; now "": the server's TIME), then A(1) queue, A(2) step ("mark" or "finish"),
 --       for "mark" A(3) "1" when the registry holds the queue and A(4) how long the marker holds
 --       (seconds), for "finish" A(3) the marker "mark" answered.
 -- Returns: "mark": "unknown" (no such queue), the number of tasks it still holds (as a string; nothing

@@ -1,8 +1,8 @@
 -- list.lua: a page of one queue's visible tasks in one state (read only).
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) offset, A(4) limit.
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua), then A(1) queue, A(2) state, A(3) offset, A(4) limit.
 -- Returns: the tasks, each {row, result, last error, failures, retry limit,
---          traceback} (_lib.lua's dump()). Order:
+--          traceback} (_rows.lua's dump()). Order:
 --          pending by claim order; scheduled/retry by next_run_at; active by started_at;
 --          completed/archived newest finished_at first (ties by enqueue order, reversed for the
 --          finished ones), skipping tasks past keep_until.

@@ -1,6 +1,6 @@
 -- promote.lua: move due scheduled/retry tasks to pending.
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) limit, A(2..) either, on one server (which checks no slots), the
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua), then A(1) limit, A(2..) either, on one server (which checks no slots), the
 --       `seq` keys of further queue slots to visit after it (switch()), within the same limit, spent
 --       on the earliest due over all of them (spend()); or, on a cluster, the members of this slot's
 --       due tasks to promote, which the broker chose over every slot (limit unused).

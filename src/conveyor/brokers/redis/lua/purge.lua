@@ -1,7 +1,7 @@
 -- purge.lua: delete visible tasks of one queue in one state (not active), oldest enqueued first.
--- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+-- KEYS: the queue slot's (_call.lua); the unique keys of deleted tasks come back to be freed
 --       (release.lua).
--- ARGV: head (_lib.lua), then A(1) queue, A(2) state, A(3) limit (-1: all).
+-- ARGV: head (_call.lua), then A(1) queue, A(2) state, A(3) limit (-1: all).
 -- Returns: how many were deleted.
 -- Transition: scheduled | pending | retry | completed | archived -> deleted (reported, in enqueue
 --             order). An admin operation: O(n log n) in the tasks of that state, in one call.

@@ -1,6 +1,6 @@
 -- reap.lua: reclaim expired leases and archive expired waiting tasks (after promoting due tasks).
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) limit (leases + expiries handled), A(2) promotion budget, A(3..)
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua), then A(1) limit (leases + expiries handled), A(2) promotion budget, A(3..)
 --       either, on one server (which checks no slots), the `seq` keys of further queue slots to visit
 --       after it (switch()): every slot's due tasks promoted within the budget, then the limit spent
 --       on the earliest expired leases over all of them, then on the earliest expiries (spend()); or,

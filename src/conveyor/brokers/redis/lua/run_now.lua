@@ -1,11 +1,11 @@
 -- run_now.lua: make a waiting or archived task runnable now.
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua) with the call's token, then A(1) task id.
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua) with the call's token, then A(1) task id.
 -- Returns: "ok", or the errors CONVEYOR_NOTFOUND / CONVEYOR_INVALID <state>.
 -- Transition: scheduled | retry -> pending; archived -> pending (retries, stalls and the archive
 --             fields reset).
 -- A call sent again (its connection lost before the reply was read) answers as its first send did,
--- if that one ran, and writes nothing (repeated() in _lib.lua); a refusal keeps nothing.
+-- if that one ran, and writes nothing (repeated() in _resend.lua); a refusal keeps nothing.
 local kept = repeated()
 if kept then return kept end
 local t = existing(A(1))

@@ -1,13 +1,13 @@
 -- settle.lua: apply execution outcomes, each fenced by its lease token (compare-and-set).
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua) with the call's token, then A(1) = n, A(2) = a JSON array of n * 8 strings,
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua) with the call's token, then A(1) = n, A(2) = a JSON array of n * 8 strings,
 --       per outcome: task id, token, kind
 --       (complete|retry|archive|release), result (opt), error (opt), run_at ("" none), reason (opt),
 --       keep_for (complete) or the retry limit the execution ran with (retry, archive: "" none; kept in
 --       LIMITS for a task with failures), then for retry and archive optionally "\n" and the traceback of
 --       the failed execution (kept in TRACEBACKS; a failure without one deletes the task's entry: it
 --       belongs to the latest failure only); long results, errors and last values as arguments of their
---       own, A(3) onwards (batch_values() in _lib.lua).
+--       own, A(3) onwards (batch_values() in _call.lua).
 -- Returns: one string, per outcome "1" (applied) or "0" (task missing, not active, or another token
 --          holds it; also a second outcome for a task in the same call: the first one ended its lease).
 --          A call sent again (its connection lost before the reply was read) answers as its first
@@ -16,21 +16,21 @@
 --          a repeat finds it there while the row is as the outcome left it. Where that may change
 --          within the resend window (a release: pending, claimable at once; a retry due sooner; a
 --          completion or an archiving kept for less: deleted), the first send also keeps its answer
---          (finish(), the key of repeated() in _lib.lua), which a repeat reads when an outcome finds
+--          (finish(), the key of repeated() in _resend.lua), which a repeat reads when an outcome finds
 --          neither its lease nor the token (sent_answer()).
 -- Counts: each applied outcome but `release` adds one to its minute's counters (conveyor/history.py):
 --   field "<c|r|a>:<queue>" (completed, retried, archived) of hash P h:<floor(now / 60)>, one HINCRBY per
 --   field the call touched; a hash gets its expiry (HISTORY_TTL) when a call creates one of its fields.
 -- Costs: one HMGET of all the rows for the fences; `complete` then rewrites the row's head and the
 --   call writes all completed rows with one HSET (and results with one more); the other kinds go
---   through the generic transitions of _lib.lua.
+--   through the generic transitions of _states.lua.
 --   A completion whose keep_until would be now or earlier deletes the task instead (remove_task, unreported;
 --   the event says `completed`), as the memory and SQLite brokers do (transitions.deleted_at_settle).
 -- Transition: active -> completed (result, keep_until = now + keep_for) | retry (retries + 1, at
 --             run_at or now, error recorded) | archived (reason, default failed; error recorded) |
 --             pending, or scheduled if run_at > now (release: the attempt is given back).
 
--- a row's head: SETTLE_HEAD (_lib.lua, next to ROW)
+-- a row's head: SETTLE_HEAD (_rows.lua, next to ROW)
 -- a minute's counters outlive the 24 h that reads reach (history.KEEP_MINUTES) by two minutes
 local HISTORY_TTL = 24 * 3600 + 120
 local COUNTER = {complete = 'c:', retry = 'r:', archive = 'a:'}

@@ -1,6 +1,6 @@
 -- stats.lua: the settings and visible counts of queues of one slot (read only).
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1..) the queues (the caller reads them from the registry); on one server
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua), then A(1..) the queues (the caller reads them from the registry); on one server
 --       (which checks no slots) the `seq` key of another queue slot may come between them: the queues
 --       after it are that slot's (switch()).
 -- Returns: per queue {name, max_size, concurrency, aging, paused, scheduled, pending, active, retry,

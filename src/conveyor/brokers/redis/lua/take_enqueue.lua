@@ -1,7 +1,7 @@
 -- take_enqueue.lua: take.lua's step and enqueue.lua's in one call, on one server (which checks no
--- slots, as claims and upkeep over several slots are one call there: switch() in _lib.lua): an
+-- slots, as claims and upkeep over several slots are one call there: switch() in _call.lua): an
 -- enqueue whose tasks hold unique keys or custom ids (claims.py) judges their entries in the namespace
--- slot by take's rule (entry_answer() in _lib.lua) and, when every one is free, stores the tasks by
+-- slot by take's rule (entry_answer() in _entries.lua) and, when every one is free, stores the tasks by
 -- enqueue's body in the queue slot and then writes the entries, as the two calls would have, without
 -- the round trip between. Any other answer needs the broker to read the row of the task an entry
 -- names: the call then runs take's step alone (take_entries(), as take.lua) and refuses with its
@@ -9,7 +9,7 @@
 -- calls (claims.py).
 -- KEYS: the queue slot's `seq` (enqueue.lua's KEYS[1]), then the namespace slot's `queues` registry
 --       (whose `uniq` and `ids` hold the entries; the enqueue part declares no namespace slot).
--- ARGV: head (_lib.lua) with the call's token, then A(1) = t, the number of take.lua's arguments,
+-- ARGV: head (_call.lua) with the call's token, then A(1) = t, the number of take.lua's arguments,
 --       those t arguments (as take.lua takes them), then enqueue.lua's arguments, to the end; or,
 --       for a one-task call while layout 4 holds no data, A(1) = "=" .. the bound (take.lua's
 --       A(1)), then enqueue.lua's arguments: the entries are the task's own, as the broker would
@@ -22,7 +22,7 @@
 --          any write, the entries' included. Or, when some entry is not free, the error
 --          "CONVEYOR_TAKEN " and take.lua's answers joined by tabs (an error reply cannot hold a
 --          newline), its writes made. A call sent again answers as its first send did, if that one
---          ran, and writes nothing (repeated() in _lib.lua): one key for both steps, a kept refusal
+--          ran, and writes nothing (repeated() in _resend.lua): one key for both steps, a kept refusal
 --          for TAKEN (refuse_kept()).
 -- Transition: enqueue.lua's.
 

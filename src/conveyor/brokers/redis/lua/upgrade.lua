@@ -1,8 +1,8 @@
 -- upgrade.lua: move up to `limit` tasks of layout 4 into layout 5's queue slots, each whole or not at
 -- all (upgrade.py; docs/architecture.md, "From layout 4"). One server only: the call touches layout 4's
 -- slot and layout 5's, which a cluster refuses in one call.
--- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _lib.lua): every key of layout 4 is in it.
--- ARGV: head (_lib.lua), then A(1) the HSCAN cursor over layout 4's rows ("0" to begin), A(2) limit,
+-- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _call.lua): every key of layout 4 is in it.
+-- ARGV: head (_call.lua), then A(1) the HSCAN cursor over layout 4's rows ("0" to begin), A(2) limit,
 --       A(3) the namespace.
 -- Returns: "<cursor> <moved> <left>": the cursor to go on from, the tasks moved (not counting those
 --          dropped as duplicates, which count towards `limit`), and the rows layout 4

@@ -2,8 +2,8 @@
 -- each task whose row is still the one copied leaves layout 4 (its indexes, row and side data), and
 -- the namespace slot, which is layout 4's slot too, names its queue slot in `ids` and gives its unique
 -- key's entry to it in `uniq`, in the same step: from here on by-id calls go to the copy.
--- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _lib.lua).
--- ARGV: head (_lib.lua), then A(1) the namespace, A(2) the mover's lock token, then per task: id, the
+-- KEYS: layout 4's slot (its `seq`, "{ns}:v4:seq", _call.lua).
+-- ARGV: head (_call.lua), then A(1) the namespace, A(2) the mover's lock token, then per task: id, the
 --       row as copied, its label.
 -- A task whose id already has an entry in `ids` is a second task of that id, which the version
 -- before's enqueue stored because it cannot see layout 5: the duplicate this version refuses, dropped

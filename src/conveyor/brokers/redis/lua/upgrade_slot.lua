@@ -2,8 +2,8 @@
 -- drop in layout 4's slot, then index or unstage). A staged task is a copy of a layout 4 task written
 -- into its queue's slot (row, side data, failures) and listed in `staged`, in no index: no claim finds
 -- it, and no by-id call, since the namespace slot's `ids` names no slot for it until the drop.
--- KEYS: the queue slot's (_lib.lua).
--- ARGV: head (_lib.lua), then A(1) the step:
+-- KEYS: the queue slot's (_call.lua).
+-- ARGV: head (_call.lua), then A(1) the step:
 --   "stage": A(2) layout 4's enqueue counter, A(3) how many queues' settings follow, then per queue its
 --            name, ms, cc, ag, pa ("" none; kept where the slot has its own), then per task: id, row,
 --            result, last error, limit, traceback ("" none, else "=" .. value), n, its n failures;

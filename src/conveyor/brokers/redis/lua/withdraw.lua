@@ -1,12 +1,12 @@
 -- withdraw.lua: take back tasks an enqueue just stored, those no worker has claimed yet (replication.py
 -- calls it when fewer replicas than wait_replicas confirmed the enqueue).
--- KEYS: the queue slot's (_lib.lua); the unique keys of deleted tasks come back to be freed
+-- KEYS: the queue slot's (_call.lua); the unique keys of deleted tasks come back to be freed
 --       (release.lua).
--- ARGV: head (_lib.lua) with the call's token, then A(1).. the ids the enqueue stored.
+-- ARGV: head (_call.lua) with the call's token, then A(1).. the ids the enqueue stored.
 -- Returns: one string, per id "1" (removed) or "0" (left: claimed at least once, finished, or gone),
 --          in order, without separators. A call sent again (its connection lost before the reply
 --          was read) answers as its first send did, if that one ran, and writes nothing (repeated()
---          in _lib.lua): the tasks it removed are not answered as left (started).
+--          in _resend.lua): the tasks it removed are not answered as left (started).
 -- Transition: pending or scheduled, never claimed -> deleted (reported). Any other state is left as it
 --             is: a task a worker already took has started, and removing it would not undo that.
 local kept = repeated()
