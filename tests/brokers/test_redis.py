@@ -30,7 +30,15 @@ from conveyor.brokers.redis.codec import (
 )
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys5, Slot
-from conveyor.brokers.redis.scripts import EACH_CALL, LIBRARY, OPERATIONS, READ_ONLY, Scripts, build_library, read_source
+from conveyor.brokers.redis.scripts import (
+    EACH_CALL,
+    LIBRARY,
+    OPERATIONS,
+    READ_ONLY,
+    Scripts,
+    build_library,
+    read_source,
+)
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError
 from conveyor.model import ArchiveReason, BrokerPolicy, Event, NewTask, Outcome, QueueSettings, TaskRecord, TaskState
 from conveyor.testing import SpyBroker, poll_until
@@ -198,7 +206,9 @@ def test_lua_scripts_ship_as_package_data_with_a_header() -> None:
         assert source.startswith(f"-- {name}.lua:")
         for part in ("KEYS:", "ARGV:", "Returns:", "Transition:"):
             assert part in header, f"{name}.lua header lacks {part}"
-    assert "KEYS[1]" in read_source("_call")
+    for name in LIBRARY:  # the shared helpers: each file says what it holds
+        assert read_source(name).startswith(f"-- {name}.lua: ")
+    assert "KEYS[1]" in read_source("_call").split("\n\n")[0]
 
 
 def test_scripts_take_values_only_through_keys_and_argv() -> None:

@@ -178,7 +178,7 @@ def row_field(broker: RedisBroker, task_id: str, name: str, queue: str = "g") ->
 
 
 def test_tasks_of_one_call_wait_as_one_group_that_leaves_no_key_behind(broker: RedisBroker) -> None:
-    """A batch's plain tasks take one ``waiting`` member per call and queue (see ``lua/_lib.lua``); each
+    """A batch's plain tasks take one ``waiting`` member per call and queue (see ``lua/_rows.lua``); each
     way out of ``pending`` counts the group down, and the last one removes it."""
     client, keys = broker.client, broker.keys
     slot = keys.slot(keys.queue_prefix("g"))

@@ -27,7 +27,7 @@ def _lua_sources() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", sorted(SHARED_TEXTS))
 def test_lua_library_defines_each_shared_text_as_the_python_rules_do(name: str) -> None:
-    found = re.findall(rf"^local {name} = '(.*)'$", read_source("_lib"), flags=re.MULTILINE)
+    found = re.findall(rf"^local {name} = '(.*)'$", read_source("_states"), flags=re.MULTILINE)
     assert found == [SHARED_TEXTS[name]]
 
 
@@ -35,7 +35,7 @@ def test_lua_library_defines_each_shared_text_as_the_python_rules_do(name: str) 
 def test_no_lua_script_spells_a_shared_text_again(name: str) -> None:
     head = SHARED_TEXTS[name].partition("{")[0]
     places = [op for op, text in _lua_sources().items() for _ in range(text.count(f"'{head}"))]
-    assert places == ["_lib"]
+    assert places == ["_states"]
 
 
 def test_lua_sources_are_the_ones_in_the_package() -> None:

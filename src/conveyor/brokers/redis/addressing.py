@@ -4,7 +4,7 @@ each script call addressed by queue.
 A call works in the *queue slot* of the queue (or the task id) it is about, ``Keys.queue_prefix`` /
 ``Keys.task_prefix``, and declares that slot's ``seq`` as ``KEYS[1]``; an enqueue in layout 4 may also
 declare the namespace slot's registry (the same slot there), and the operations of ``NAMESPACE_ONLY``
-that alone (see ``lua/_lib.lua``). The helpers below group a call's items by slot; in layout 4 every prefix is the
+that alone (see ``lua/_call.lua``). The helpers below group a call's items by slot; in layout 4 every prefix is the
 namespace's, so each call stays one (docs/architecture.md, "Redis Cluster: keys per queue").
 """
 

@@ -1,7 +1,8 @@
 """The Lua operations, as one Redis Functions library: built from package data, loaded once per server.
 
 Each operation lives in ``lua/<name>.lua`` with a header naming its KEYS, ARGV, return value and
-transition; ``lua/_lib.lua`` holds the helpers they share. :func:`build_library` wraps every operation
+transition; the helpers they share live in ``lua/_<concept>.lua``, one concept a file (:data:`LIBRARY`,
+the call's head ``_call.lua`` first). :func:`build_library` puts those first, wraps every operation
 in a function and registers it as ``conveyor_<version>_<name>``, where ``<version>`` is a hash of the
 whole library text: two Conveyor versions on one server each call their own code, and an upgrade never
 runs half-old scripts.
@@ -93,8 +94,8 @@ NAMESPACE_ONLY = frozenset({"release", "take"})
 #: Operations whose calls carry a random token (``ARGV[5]``, the same in every send of a call), so that
 #: a call sent again after its connection broke mid-reply answers as its first send did: an enqueue
 #: rather than meeting its own tasks as duplicates, a settle rather than finding its tasks settled, an
-#: operator's action or a withdrawal rather than finding it done (``repeated()`` in ``lua/_resend.lua``). A claim's token
-#: is the lease token base it carries anyway (``claim.lua``).
+#: operator's action or a withdrawal rather than finding it done (``repeated()`` in ``lua/_resend.lua``).
+#: A claim's token is the lease token base it carries anyway (``claim.lua``).
 TOKENED = frozenset({"archive", "cancel", "delete", "enqueue", "run_now", "settle", "take", "take_enqueue", "withdraw"})
 
 #: Operations that store new tasks: an enqueue, alone or joined to its take on one server
