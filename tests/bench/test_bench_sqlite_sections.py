@@ -190,6 +190,8 @@ def test_a_harness_pass_keeps_one_figure_a_shape_and_pairs_the_ratios(tmp_path: 
             runs, note = figures[(label, workload)]
             assert len(runs) == 2 and not note, (label, workload, runs, note)  # one a pass, from the mean
         assert figures[(label, "locked")][0] == [0.0, 0.0]
-        assert all(0 < share <= 100 for share in figures[(label, "share_min")][0])
+        # a share, not fairness: 100 tasks may all go to the process that started first on a loaded
+        # machine (tests/cli/test_shared_sqlite_file.py holds claims fair between processes)
+        assert all(0 <= share <= 100 for share in figures[(label, "share_min")][0])
         if label != "1 command":
             assert all(ratio > 0 for ratio in figures[(label, "over_one")][0])
