@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import selectors
-import socket
 import ssl
 import threading
 import time
@@ -85,10 +84,6 @@ class Listener:
         self._asked = 0  # refreshes asked for (``ask``) and the last asked one done before a read began
         self._done = 0
         self._refreshed = threading.Condition(self._lock)
-        # rung by ask() and close(): the thread waits on it beside its sockets, so neither waits a poll
-        self._bell, self._bell_out = socket.socketpair()
-        self._bell.setblocking(False)
-        self._bell_out.setblocking(False)
 
     def start(self) -> bool:
         """Start the thread if it is not running (and the listener not closed); wait until it is
@@ -108,7 +103,6 @@ class Listener:
             if thread is None or thread is threading.current_thread():
                 return None
             self._asked += 1
-            _ring(self._bell_out)
             return self._asked
 
     def wait(self, ticket: int | None, timeout: float) -> bool:
@@ -124,12 +118,8 @@ class Listener:
             self._stop.set()
             self._refreshed.notify_all()
             thread, self._thread = self._thread, None
-            _ring(self._bell_out)
         if thread is not None:
             thread.join(timeout=5.0)
-        if thread is None or not thread.is_alive():
-            self._bell.close()
-            self._bell_out.close()
 
     def _listen(self) -> None:
         backoff, refresh_at = 0.05, 0.0
@@ -150,7 +140,7 @@ class Listener:
                     with self._refreshed:
                         self._done = max(self._done, asked)
                         self._refreshed.notify_all()
-                self._receive(_read(pubsub, _POLL, self._bell))
+                self._receive(_read(pubsub, _POLL))
                 backoff = 0.05
             except (redis.RedisError, ConveyorError) as exc:
                 log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
@@ -182,7 +172,7 @@ class Listener:
             if left <= 0:
                 log.debug("%s listener: no confirmation yet for %s", self._what, sorted(pending))
                 return
-            message = _read(pubsub, min(left, _POLL), self._bell)
+            message = _read(pubsub, min(left, _POLL))
             if message is not None and message.get("type") == "ssubscribe":
                 pending.discard(message["channel"])
             self._receive(message)
@@ -200,7 +190,7 @@ def follow_now(listeners: Sequence[Listener], timeout: float) -> bool:
     """Have every running one of ``listeners`` read its slots again at once and wait until all have
     (at most ``timeout`` seconds; False if some had not by then): after this process registered a
     queue, so that it hears every event and cancel of it (other processes pick it up at their next
-    :data:`REFRESH`). The wait is one turn of each thread, woken at once: a round trip or two."""
+    :data:`REFRESH`). The wait is one turn of each thread, up to its poll of 0.1 s and a round trip."""
     tickets = [listener.ask() for listener in listeners]  # every thread at work before waiting on one
     deadline = time.monotonic() + timeout
     return all(
@@ -209,55 +199,38 @@ def follow_now(listeners: Sequence[Listener], timeout: float) -> bool:
     )
 
 
-def _read(pubsub: redis.client.PubSub, timeout: float, bell: socket.socket) -> dict[str, Any] | None:
-    """The next message of any subscribed channel, if one comes within ``timeout`` and ``bell`` is not
-    rung before (None then: the caller looks at what it was rung for).
+def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
+    """The next message of any subscribed channel, if one comes within ``timeout``.
 
     A cluster's shard messages come through ``get_sharded_message``, which reads the connection of each
     node serving a subscribed slot in turn, waiting ``timeout`` on each: with several nodes, a message
     on one would wait while the listener waits on another. So the nodes are read without waiting, and
     when none has a message the thread waits on all their sockets at once."""
     if not isinstance(pubsub, ClusterPubSub):
-        # (not subscribed yet, no queue: no connection to read, only the bell to wait on)
-        here: list[redis.client.PubSub] = [pubsub] if pubsub.connection is not None else []
-        message: dict[str, Any] | None = pubsub.get_message(timeout=0.0) if here else None
-        if message is None and _readable(here, timeout, bell) and here:
-            message = pubsub.get_message(timeout=0.0)
+        message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
         return message
     nodes = list(pubsub.node_pubsub_mapping.values())
+    if len(nodes) == 1:
+        sharded: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)  # type: ignore[no-untyped-call]
+        return sharded
     # (with no node yet, no queue: get_sharded_message would answer at once, _readable waits)
     sharded = pubsub.get_sharded_message(timeout=0.0) if nodes else None  # type: ignore[no-untyped-call]
-    if sharded is None and _readable(nodes, timeout, bell) and nodes:
+    if sharded is None and _readable(nodes, timeout):
         sharded = pubsub.get_sharded_message(timeout=0.0)  # type: ignore[no-untyped-call]
     return sharded
 
 
-def _readable(nodes: Sequence[redis.client.PubSub], timeout: float, bell: socket.socket) -> bool:
-    """Wait until the socket of one of ``nodes``' connections has data or ``bell`` rings, at most
-    ``timeout`` seconds (a ring is emptied). True at once when a node has no socket: reading it then
-    reconnects or raises (and the listener reconnects)."""
+def _readable(nodes: Sequence[redis.client.PubSub], timeout: float) -> bool:
+    """Wait until the socket of one of ``nodes``' connections has data, at most ``timeout`` seconds.
+    True at once when one has no socket: reading it then reconnects or raises (and the listener
+    reconnects)."""
     socks = [sock for node in nodes if (sock := getattr(node.connection, "_sock", None)) is not None]
     if len(socks) < len(nodes) or any(isinstance(sock, ssl.SSLSocket) and sock.pending() for sock in socks):
         return True  # (TLS: bytes already decrypted wait in the socket object, where select cannot see them)
     with selectors.DefaultSelector() as selector:
         for sock in socks:
             selector.register(sock, selectors.EVENT_READ)
-        selector.register(bell, selectors.EVENT_READ)
-        ready = selector.select(timeout)
-    if any(key.fileobj is bell for key, _ in ready):
-        try:
-            while bell.recv(64):
-                pass
-        except (BlockingIOError, OSError):
-            pass  # emptied (or closed under a thread that outlived close(): it ends at its next turn)
-    return bool(ready)
-
-
-def _ring(bell: socket.socket) -> None:
-    try:
-        bell.send(b"\0")
-    except OSError:
-        pass  # full (a ring is waiting already) or closed (the listener is closed)
+        return bool(selector.select(timeout))
 
 
 def _refresh_topology(client: Callable[[], redis.Redis]) -> None:
