@@ -1,13 +1,16 @@
 """A TCP proxy in front of a real server that cuts a connection after the server has answered a chosen
 command and before the client reads the answer: the connection lost mid-reply that makes a client
 send the command again (``test_redis_resend.py``). Deterministic, unlike a ``CLIENT KILL`` timed from
-another connection, and no mock: every command still runs on the real server.
+another connection, and no mock: every command still runs on the real server. It can also deliver each
+reply in two halves some time apart (:attr:`CuttingProxy.split`): a reply (or a TLS record) split over
+two TCP segments, which a client must wait for rather than take for a broken connection.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
@@ -48,6 +51,8 @@ class CuttingProxy:
         self._lock = threading.Lock()
         self._pairs: list[_Pair] = []
         self.cuts = 0  # replies dropped so far
+        self.split = 0.0  # above 0: seconds between the two halves of every reply forwarded
+        self.connections = 0  # client connections accepted so far
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="cutting-proxy").start()
 
@@ -81,6 +86,7 @@ class CuttingProxy:
             pair = _Pair(client, server)
             with self._lock:
                 self._pairs.append(pair)
+                self.connections += 1
             threading.Thread(target=self._upstream, args=(pair,), daemon=True).start()
             threading.Thread(target=self._downstream, args=(pair,), daemon=True).start()
 
@@ -118,6 +124,10 @@ class CuttingProxy:
                 pair.close()
                 return
             try:
+                if self.split > 0 and len(data) > 1:
+                    pair.client.sendall(data[: len(data) // 2])
+                    time.sleep(self.split)  # (the fault itself: the second half comes later)
+                    data = data[len(data) // 2 :]
                 pair.client.sendall(data)
             except OSError:
                 pair.close()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from conveyor.brokers.base import Broker, KeepsHistory
 from conveyor.brokers.memory import MemoryBroker
-from conveyor.brokers.redis import RedisBroker, listener
+from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.sqlite import SQLiteBroker
 from conveyor.errors import ConveyorError
 from conveyor.history import minute_of
@@ -81,16 +81,6 @@ def _redis_cluster() -> Iterator[Broker]:
         yield broker
     finally:
         broker.close()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _short_listener_poll() -> Iterator[None]:
-    """Each example opens and closes a Redis broker: its first queue waits a turn of the listener
-    threads (``follow_now``) and its close joins them, each up to the listeners' poll. Events reach
-    a listener as they come whatever the poll, so a shorter one changes no answer compared here."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(listener, "_POLL", 0.01)
-        yield
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import queue
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis import listener as listener_module
 from conveyor.brokers.redis.keys import Slot
-from conveyor.brokers.redis.listener import Listener
+from conveyor.brokers.redis.listener import Listener, follow_now
 from conveyor.model import BrokerPolicy
+from conveyor.testing.redis_cluster import LocalCluster
+from conveyor.testing.redis_server import RedisServer
+
+from .cutting_proxy import CuttingProxy
+from .split_replies import hears_split_messages
 
 pytestmark = pytest.mark.redis
 
@@ -63,3 +71,55 @@ def test_close_ends_the_thread_and_a_later_start_does_not_restart_it(broker: Red
     assert not thread.is_alive()
     listener.start()
     assert threads_named("conveyor-redis-test") == []
+
+
+@pytest.fixture
+def slow_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll far longer than any wait below: only the listener's bell can end those waits in time."""
+    monkeypatch.setattr(listener_module, "_POLL", 30.0)
+
+
+@pytest.mark.usefixtures("slow_poll")
+@pytest.mark.parametrize("where", ["server", pytest.param("cluster", marks=pytest.mark.slow)])
+def test_a_refresh_asked_for_and_a_close_wake_the_thread_at_once(where: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("redis_url" if where == "server" else "redis_cluster_url")
+    broker = RedisBroker.from_url(url, BrokerPolicy())
+    reads: list[int] = []
+
+    def slots() -> list[Slot]:
+        reads.append(len(reads))
+        return [broker.keys.slot(broker.keys.prefix)]
+
+    listener = Listener(lambda: broker.client, slots, listener_channel, 5.0, lambda data: None, what="bell")
+    try:
+        assert listener.start()
+        (thread,) = threads_named("conveyor-redis-bell")
+        for _ in range(3):  # each ask is a turn of its own, not the next poll 30 s away
+            assert follow_now([listener], timeout=5.0)
+        assert len(reads) == 4
+        listener.close()
+        assert not thread.is_alive()  # close() joins for 5 s at most: a poll of 30 s would outlast it
+    finally:
+        listener.close()
+        broker.close()
+
+
+def test_a_message_split_over_two_segments_is_waited_for_not_taken_for_a_lost_connection(
+    proxy: CuttingProxy, redis_server: RedisServer
+) -> None:
+    publisher = redis_server.client()
+    try:
+        hears_split_messages(f"redis://127.0.0.1:{proxy.port}/0?namespace=t{uuid.uuid4().hex}", publisher, [proxy])
+    finally:
+        publisher.close()
+
+
+@pytest.mark.slow
+def test_a_message_split_over_two_segments_is_waited_for_on_a_cluster(
+    cluster_proxies: list[CuttingProxy], redis_cluster: LocalCluster
+) -> None:
+    publisher = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.masters[0].port)
+    try:
+        hears_split_messages(redis_cluster.namespace_url(), publisher, cluster_proxies)
+    finally:
+        publisher.close()

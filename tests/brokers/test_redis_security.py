@@ -30,8 +30,10 @@ from conveyor.model import Outcome
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer, find_server_binary, free_port
 
+from .cutting_proxy import CuttingProxy
 from .pki import Pki, make_pki
 from .split import task
+from .split_replies import hears_split_messages
 
 pytestmark = pytest.mark.slow  # each test starts servers of its own
 
@@ -176,6 +178,19 @@ def drain_through_a_worker(url: str) -> list[str]:
 
 
 # -- TLS ------------------------------------------------------------------------------------------
+
+
+def test_a_tls_record_split_over_two_segments_is_waited_for_not_taken_for_a_lost_connection(
+    tls: TlsServer, pki: Pki
+) -> None:
+    """A select sees a TLS record's first bytes: the events listener waits for the rest of it."""
+    publisher = tls.server.client()
+    try:
+        with CuttingProxy("127.0.0.1", tls.tls_port) as proxy:
+            url = url_for(proxy.port, namespace(), scheme="rediss", ssl_ca_certs=str(pki.ca))
+            hears_split_messages(url, publisher, [proxy])
+    finally:
+        publisher.close()
 
 
 def test_a_worker_runs_tasks_over_tls_and_every_connection_of_the_broker_is_encrypted(tls: TlsServer, pki: Pki) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import selectors
-import ssl
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +44,9 @@ REFRESH = 2.0
 
 #: Longest wait for a message before the thread looks at its stop flag and its refresh time again.
 _POLL = 0.1
+
+#: Seconds a message whose first bytes have come is given to come whole.
+_WHOLE = 2.0
 
 
 class Listener:
@@ -84,13 +87,20 @@ class Listener:
         self._asked = 0  # refreshes asked for (``ask``) and the last asked one done before a read began
         self._done = 0
         self._refreshed = threading.Condition(self._lock)
+        # rung by ask() and close(): the thread waits on it beside its sockets, so neither waits a poll
+        self._bell: tuple[socket.socket, socket.socket] | None = None  # (the thread's end, the ringing end)
 
     def start(self) -> bool:
         """Start the thread if it is not running (and the listener not closed); wait until it is
         subscribed, at most ``ready_timeout`` seconds. False if it was not ready by then."""
         with self._lock:
             if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._listen, name=f"conveyor-redis-{self._what}", daemon=True)
+                self._bell = socket.socketpair()
+                for end in self._bell:
+                    end.setblocking(False)
+                self._thread = threading.Thread(
+                    target=self._listen, args=(self._bell[0],), name=f"conveyor-redis-{self._what}", daemon=True
+                )
                 self._thread.start()
         return self._ready.wait(self._ready_timeout)
 
@@ -103,6 +113,7 @@ class Listener:
             if thread is None or thread is threading.current_thread():
                 return None
             self._asked += 1
+            _ring(self._bell)
             return self._asked
 
     def wait(self, ticket: int | None, timeout: float) -> bool:
@@ -118,10 +129,15 @@ class Listener:
             self._stop.set()
             self._refreshed.notify_all()
             thread, self._thread = self._thread, None
+            bell, self._bell = self._bell, None
+            _ring(bell)
         if thread is not None:
             thread.join(timeout=5.0)
+        if bell is not None and not (thread is not None and thread.is_alive()):
+            for end in bell:
+                end.close()
 
-    def _listen(self) -> None:
+    def _listen(self, bell: socket.socket) -> None:
         backoff, refresh_at = 0.05, 0.0
         pubsub = None
         while not self._stop.is_set():
@@ -132,7 +148,7 @@ class Listener:
                 asked = self._asked  # (read unlocked: a newer ask is seen at the next turn)
                 if time.monotonic() >= refresh_at or asked > self._done:
                     slots = self._slots()
-                    self._follow(pubsub, slots)
+                    self._follow(pubsub, slots, bell)
                     if self._tick is not None:
                         self._tick(slots)
                     refresh_at = time.monotonic() + REFRESH
@@ -140,7 +156,7 @@ class Listener:
                     with self._refreshed:
                         self._done = max(self._done, asked)
                         self._refreshed.notify_all()
-                self._receive(_read(pubsub, _POLL))
+                self._receive(_read(pubsub, _POLL, bell))
                 backoff = 0.05
             except (redis.RedisError, ConveyorError) as exc:
                 log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
@@ -155,7 +171,7 @@ class Listener:
                 backoff = min(backoff * 2, 2.0)
         _close_quietly(pubsub)
 
-    def _follow(self, pubsub: redis.client.PubSub, slots: Sequence[Slot]) -> None:
+    def _follow(self, pubsub: redis.client.PubSub, slots: Sequence[Slot], bell: socket.socket) -> None:
         """Subscribe to the channels of ``slots`` not subscribed yet and wait for their confirmations
         (at most ``ready_timeout``), so a script that finds the ``listening`` key set afterwards
         publishes to a subscribed listener; leave the channels of slots no longer named."""
@@ -172,7 +188,7 @@ class Listener:
             if left <= 0:
                 log.debug("%s listener: no confirmation yet for %s", self._what, sorted(pending))
                 return
-            message = _read(pubsub, min(left, _POLL))
+            message = _read(pubsub, min(left, _POLL), bell)
             if message is not None and message.get("type") == "ssubscribe":
                 pending.discard(message["channel"])
             self._receive(message)
@@ -190,7 +206,7 @@ def follow_now(listeners: Sequence[Listener], timeout: float) -> bool:
     """Have every running one of ``listeners`` read its slots again at once and wait until all have
     (at most ``timeout`` seconds; False if some had not by then): after this process registered a
     queue, so that it hears every event and cancel of it (other processes pick it up at their next
-    :data:`REFRESH`). The wait is one turn of each thread, up to its poll of 0.1 s and a round trip."""
+    :data:`REFRESH`). The wait is one turn of each thread, woken at once: a round trip or two."""
     tickets = [listener.ask() for listener in listeners]  # every thread at work before waiting on one
     deadline = time.monotonic() + timeout
     return all(
@@ -199,38 +215,81 @@ def follow_now(listeners: Sequence[Listener], timeout: float) -> bool:
     )
 
 
-def _read(pubsub: redis.client.PubSub, timeout: float) -> dict[str, Any] | None:
-    """The next message of any subscribed channel, if one comes within ``timeout``.
+def _read(pubsub: redis.client.PubSub, timeout: float, bell: socket.socket) -> dict[str, Any] | None:
+    """The next message of any subscribed channel, if one comes within ``timeout`` and ``bell`` is not
+    rung before (None then: the caller looks at what it was rung for).
 
-    A cluster's shard messages come through ``get_sharded_message``, which reads the connection of each
-    node serving a subscribed slot in turn, waiting ``timeout`` on each: with several nodes, a message
-    on one would wait while the listener waits on another. So the nodes are read without waiting, and
-    when none has a message the thread waits on all their sockets at once."""
-    if not isinstance(pubsub, ClusterPubSub):
-        message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
-        return message
-    nodes = list(pubsub.node_pubsub_mapping.values())
-    if len(nodes) == 1:
-        sharded: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)  # type: ignore[no-untyped-call]
-        return sharded
-    # (with no node yet, no queue: get_sharded_message would answer at once, _readable waits)
-    sharded = pubsub.get_sharded_message(timeout=0.0) if nodes else None  # type: ignore[no-untyped-call]
-    if sharded is None and _readable(nodes, timeout):
-        sharded = pubsub.get_sharded_message(timeout=0.0)  # type: ignore[no-untyped-call]
-    return sharded
+    The connections serving subscribed channels (one on one server, one per node serving a subscribed
+    slot on a cluster) are looked at without reading; when none has anything, the thread waits on all
+    their sockets and the bell at once (``get_sharded_message`` would wait on each node in turn). A
+    connection is read only once it has something, and then given :data:`_WHOLE` for the rest: a
+    select sees a reply's or a TLS record's first bytes, and a read that did not wait would take one
+    split over two TCP segments for a lost connection."""
+    nodes = _connections(pubsub)
+    ready = [(name, node) for name, node in nodes if _has_data(node)]
+    if not ready:
+        _wait(nodes, timeout, bell)
+        ready = [(name, node) for name, node in nodes if _has_data(node)]
+    for name, node in ready:
+        message: dict[str, Any] | None
+        if isinstance(pubsub, ClusterPubSub):
+            # (through the cluster's pub/sub, which keeps its books on (un)subscriptions and moved slots)
+            target = pubsub.cluster.get_node(node_name=name) or _Named(name)
+            message = pubsub.get_sharded_message(timeout=_WHOLE, target_node=target)  # type: ignore[no-untyped-call]
+        else:
+            message = node.get_message(timeout=_WHOLE)
+        if message is not None:
+            return message
+    return None
 
 
-def _readable(nodes: Sequence[redis.client.PubSub], timeout: float) -> bool:
-    """Wait until the socket of one of ``nodes``' connections has data, at most ``timeout`` seconds.
-    True at once when one has no socket: reading it then reconnects or raises (and the listener
-    reconnects)."""
-    socks = [sock for node in nodes if (sock := getattr(node.connection, "_sock", None)) is not None]
-    if len(socks) < len(nodes) or any(isinstance(sock, ssl.SSLSocket) and sock.pending() for sock in socks):
-        return True  # (TLS: bytes already decrypted wait in the socket object, where select cannot see them)
+def _connections(pubsub: redis.client.PubSub) -> list[tuple[str, redis.client.PubSub]]:
+    """The pub/sub connections of ``pubsub`` by node name: none before a first subscription."""
+    if isinstance(pubsub, ClusterPubSub):
+        return list(pubsub.node_pubsub_mapping.items())
+    return [("", pubsub)] if pubsub.connection is not None else []
+
+
+def _has_data(node: redis.client.PubSub) -> bool:
+    """Whether ``node``'s connection holds or can read something now (without reading a message). True
+    when it has no socket: reading it then reconnects or raises (and the listener reconnects)."""
+    connection = node.connection
+    if connection is None or getattr(connection, "_sock", None) is None:
+        return connection is not None
+    return bool(connection.can_read(0))
+
+
+def _wait(nodes: Sequence[tuple[str, redis.client.PubSub]], timeout: float, bell: socket.socket) -> None:
+    """Wait until the socket of one of ``nodes``' connections has data or ``bell`` rings, at most
+    ``timeout`` seconds (a ring is emptied)."""
+    socks = [sock for _, node in nodes if (sock := getattr(node.connection, "_sock", None)) is not None]
     with selectors.DefaultSelector() as selector:
         for sock in socks:
             selector.register(sock, selectors.EVENT_READ)
-        return bool(selector.select(timeout))
+        selector.register(bell, selectors.EVENT_READ)
+        ready = selector.select(timeout)
+    if any(key.fileobj is bell for key, _ in ready):
+        try:
+            while bell.recv(64):
+                pass
+        except (BlockingIOError, OSError):
+            pass  # emptied (or closed under a thread that outlived close(): it ends at its next turn)
+
+
+class _Named:
+    """A node known by name only (gone from the topology just now): all the cluster's pub/sub needs."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _ring(bell: tuple[socket.socket, socket.socket] | None) -> None:
+    if bell is None:
+        return
+    try:
+        bell[1].send(b"\0")
+    except OSError:
+        pass  # full (a ring is waiting already) or closed (the listener is closed)
 
 
 def _refresh_topology(client: Callable[[], redis.Redis]) -> None:
