@@ -16,6 +16,7 @@ from conveyor.brokers.redis import listener as listener_module
 from conveyor.brokers.redis.keys import Slot
 from conveyor.brokers.redis.listener import Listener, follow_now
 from conveyor.model import BrokerPolicy
+from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.redis_server import RedisServer
 
@@ -123,3 +124,24 @@ def test_a_message_split_over_two_segments_is_waited_for_on_a_cluster(
         hears_split_messages(redis_cluster.namespace_url(), publisher, cluster_proxies)
     finally:
         publisher.close()
+
+
+def test_an_idle_listener_still_checks_its_connection_s_health(redis_server: RedisServer) -> None:
+    """With no message to read, the thread only waits on its sockets: the health check (a PING once
+    the connection was idle for ``health_check_interval``) must still go out, as a read would send it."""
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis(port=redis_server.port, health_check_interval=1, client_name=name, decode_responses=True)
+    admin = redis_server.client()
+    slot = Slot(prefix=f"{{t{uuid.uuid4().hex}}}:")
+    listener = Listener(lambda: client, lambda: [slot], listener_channel, 5.0, lambda data: None, what="idle")
+
+    def pinged() -> bool:
+        return any(info.get("name") == name and info.get("cmd") == "ping" for info in admin.client_list())
+
+    try:
+        assert listener.start()
+        poll_until(pinged, timeout=10.0, message="a health check PING from the idle listener's connection")
+    finally:
+        listener.close()
+        client.close()
+        admin.close()

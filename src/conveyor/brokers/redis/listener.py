@@ -226,6 +226,8 @@ def _read(pubsub: redis.client.PubSub, timeout: float, bell: socket.socket) -> d
     select sees a reply's or a TLS record's first bytes, and a read that did not wait would take one
     split over two TCP segments for a lost connection."""
     nodes = _connections(pubsub)
+    for _, node in nodes:
+        node.check_health()  # (a PING when idle past the interval: a read would send it, a wait does not)
     ready = [(name, node) for name, node in nodes if _has_data(node)]
     if not ready:
         _wait(nodes, timeout, bell)
