@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.cluster_cost [--tasks 20000] [--singles 2000] [--reps 3] [--partitions 6]
                                            [--one-master] [--namespace-length 8] [--backlog N]
-                                           [--batch 500] [--background]
+                                           [--batch 500] [--background] [--compare-ids]
 
 Per run and target (``redis://`` on one server, ``redis+cluster://`` on three masters, built with
 ``conveyor.testing``, on layout 4's keys, the namespace in one slot; with ``--partitions N``, also both
@@ -38,7 +38,11 @@ per task of the phase (``idle``): what the servers spend while nobody calls them
 cluster, the cluster bus's pings), part of any phase's figure and more of a short one's.
 ``--batch N`` makes the batch phase's calls N tasks each: where N is a multiple of the partitions,
 each partition's call holds N / partitions of them (a queue in 6 partitions and ``--batch 3000``:
-500 a call, as the whole queue's calls).
+500 a call, as the whole queue's calls). The batch phase labels each batch's ids as an app's
+``enqueue_many`` does (``batch_id_suffixes``: a batch of up to 500 tasks to one partition, the next
+one in rotation); ``--compare-ids`` (with ``--partitions``) adds ``server/pN/t`` and ``cluster/pN/t``,
+whose batches are labelled one partition per task in rotation instead (before that rule: each batch
+spread over every partition), alternating with the others on the same servers.
 """
 
 from __future__ import annotations
@@ -152,6 +156,7 @@ def run(
     *,
     batch: int = 500,
     background: bool = False,
+    per_task_ids: bool = False,
 ) -> dict[str, dict[str, object]]:
     config = RedisConfig.from_url(url)
     keys = Keys5(config.namespace) if partitions else Keys(config.namespace)
@@ -167,12 +172,13 @@ def run(
         out["enqueue 1"] = _phase(
             servers, singles, lambda: [broker.enqueue([_task(suffix)], NOW) for _ in range(singles)], background
         )
-        out[f"enqueue {batch}"] = _phase(
-            servers,
-            tasks // batch * batch,
-            lambda: [broker.enqueue([_task(suffix) for _ in range(batch)], NOW) for _ in range(tasks // batch)],
-            background,
-        )
+
+        def batches() -> None:
+            for _ in range(tasks // batch):
+                labels = suffix if per_task_ids else broker.batch_id_suffixes(batch)
+                broker.enqueue([_task(labels) for _ in range(batch)], NOW)
+
+        out[f"enqueue {batch}"] = _phase(servers, tasks // batch * batch, batches, background)
 
         def drain() -> None:
             while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
@@ -194,6 +200,7 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=0, help="one-task enqueues before the timed ones")
     parser.add_argument("--namespace-length", type=int, default=8, help="characters of each run's namespace (2..33)")
     parser.add_argument("--batch", type=int, default=500, help="tasks per call of the batch enqueue phase")
+    parser.add_argument("--compare-ids", action="store_true", help="also batches labelled per task (with --partitions)")
     parser.add_argument(
         "--background", action="store_true", help="also the servers' CPU while idle, as long as each phase took"
     )
@@ -211,6 +218,16 @@ def main() -> None:
                 ("server", server.namespace_url(_namespace(n)), [server], 0),
                 ("cluster", cluster.namespace_url(_namespace(n)), list(cluster.masters), 0),
             ]
+            if args.partitions and args.compare_ids:
+                targets += [
+                    (f"server/p{args.partitions}/t", server.namespace_url(_namespace(n)), [server], args.partitions),
+                    (
+                        f"cluster/p{args.partitions}/t",
+                        cluster.namespace_url(_namespace(n)),
+                        list(cluster.masters),
+                        args.partitions,
+                    ),
+                ]
             if args.partitions:
                 targets += [
                     (f"server/p{args.partitions}", server.namespace_url(_namespace(n)), [server], args.partitions),
@@ -240,6 +257,7 @@ def main() -> None:
                     args.backlog,
                     batch=args.batch,
                     background=args.background,
+                    per_task_ids=name.endswith("/t"),
                 )
                 for phase, figures in figures_by_phase.items():
                     results.setdefault(name, {}).setdefault(phase, []).append(figures)

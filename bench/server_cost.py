@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.server_cost [--tasks 10000] [--singles 1000] [--server valkey|redis-server]
                                           [--layout 4|5] [--cluster] [--namespace NS]
-                                          [--partitions N]
+                                          [--partitions N] [--per-task-ids]
 
 Timings on this shared machine move by 40% between runs, which hides a 5% change in a script. This
 runs a private server under ``valgrind --tool=callgrind`` (it counts the instructions the server
@@ -18,7 +18,10 @@ as the floor. Kernel time (the
 socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
 counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
 from run to run). ``--cluster`` runs the server cluster-enabled, serving every slot alone: against the
-same run without it, what cluster mode costs a command (slot checks, per-slot dictionaries).
+same run without it, what cluster mode costs a command (slot checks, per-slot dictionaries). The
+last phase labels each batch's ids as an app's ``enqueue_many`` does (``batch_id_suffixes``: the
+500 tasks to one partition, the next in rotation); ``--per-task-ids`` labels them one partition per
+task in rotation instead, every batch spread over the 6 (what ran before that rule).
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ def measure(
     cluster: bool = False,
     namespace: str = "cost",
     partitions: int = 1,
+    per_task_ids: bool = False,
 ) -> dict[str, float]:
     """Server instructions per unit of each phase (see :data:`PHASES`), counted by callgrind, with the
         keys of ``layout`` (5, what runs, or 4, what the version before stored:
@@ -176,7 +180,7 @@ def measure(
                 if partitions > 1:
                     for queue in QUEUES:
                         broker.configure_queue(QueueSettings(queue, partitions=partitions))
-                units = _run_phases(broker, proc.pid, tasks, singles)
+                units = _run_phases(broker, proc.pid, tasks, singles, per_task_ids)
             finally:
                 broker.close()
         finally:
@@ -189,7 +193,7 @@ def measure(
     return {name: counts[name] / units[name] for name, _ in PHASES}
 
 
-def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict[str, int]:
+def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int, per_task_ids: bool = False) -> dict[str, int]:
     """Run every phase, dumping the counters after each: units per phase."""
 
     def dump(name: str) -> None:
@@ -202,10 +206,14 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
 
     suffix = broker.id_suffixes()
 
-    def task(i: int, queue: str) -> NewTask:
+    def task(i: int, queue: str, labels: Callable[[str], str] | None = suffix) -> NewTask:
         """A bench task, its id as the app makes one: with ``~<label>`` where ids route by it."""
         new = bench_task(i, queue)
-        return new if suffix is None else replace(new, id=new.id + suffix(queue))
+        return new if labels is None else replace(new, id=new.id + labels(queue))
+
+    def parts_batch(b: int) -> None:
+        labels = suffix if per_task_ids else broker.batch_id_suffixes(PARTS_BATCH)
+        broker.enqueue([task(b * PARTS_BATCH + i, "parts", labels) for i in range(PARTS_BATCH)], time.time())
 
     client = broker.client
     broker.enqueue([task(-1, "warm"), task(-2, "warm")], time.time())  # loads the library
@@ -259,11 +267,7 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int) -> dict
     broker.enqueue([task(-4 - i, "parts") for i in range(PARTS)], time.time())  # registered in every slot
     dump("parts_ready")
     batches = max(1, tasks // PARTS_BATCH)
-    each(
-        "enqueue_batch_parts",
-        batches,
-        lambda b: broker.enqueue([task(b * PARTS_BATCH + i, "parts") for i in range(PARTS_BATCH)], time.time()),
-    )
+    each("enqueue_batch_parts", batches, parts_batch)
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -291,10 +295,20 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="a cluster-enabled server holding every slot")
     parser.add_argument("--namespace", default="cost", help="the namespace (in every key and hash tag)")
     parser.add_argument("--partitions", type=int, default=1, help="every queue in N partitions (layout 5)")
+    parser.add_argument("--per-task-ids", action="store_true", help="the last phase's ids labelled per task")
     args = parser.parse_args()
     if args.partitions > 1 and args.layout == 4:
         parser.error("--partitions needs layout 5 (layout 4 keeps a queue in its one slot)")
-    costs = measure(args.tasks, args.singles, args.server, args.layout, args.cluster, args.namespace, args.partitions)
+    costs = measure(
+        args.tasks,
+        args.singles,
+        args.server,
+        args.layout,
+        args.cluster,
+        args.namespace,
+        args.partitions,
+        args.per_task_ids,
+    )
     batches = f"{args.tasks} tasks in batches, {args.singles} one at a time"
     mode = ", cluster mode (one master)" if args.cluster else ""
     mode += f", every queue in {args.partitions} partitions" if args.partitions > 1 else ""

@@ -177,7 +177,9 @@ class Conveyor:
         checked = check_enqueue_options(options)
         if "task_id" in checked:
             raise ValueError("task_id cannot be shared by several calls; enqueue them one by one")
-        tasks = [self._build(name, args, kwargs, checked, now) for args, kwargs in calls]
+        calls = calls if isinstance(calls, list) else list(calls)
+        suffix = _batch_suffixes(self.broker, len(calls)) if self._id_suffix is not None else None
+        tasks = [self._build(name, args, kwargs, checked, now, suffix) for args, kwargs in calls]
         results = self.broker.enqueue(tasks, now) if tasks else []
         for hook in self._enqueue_hooks:  # usually none
             _tell(hook, [task for task, existing in zip(tasks, results, strict=True) if existing is None])
@@ -198,7 +200,13 @@ class Conveyor:
         return unsubscribe
 
     def _build(
-        self, name: str, args: Iterable[Any], kwargs: dict[str, Any], options: dict[str, Any], now: float
+        self,
+        name: str,
+        args: Iterable[Any],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+        now: float,
+        suffix: Callable[[str], str] | None = None,
     ) -> NewTask:
         registered = self.registry.get(name) if isinstance(name, str) else None
         if registered is None:  # (a registered name was checked when it was registered)
@@ -213,7 +221,7 @@ class Conveyor:
         if not options:  # the usual call: the base options as they are (TaskOptions checked them)
             expires_at = None if base.expires is None else check_expires(base.expires, now)
             # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
-            return NewTask(self._new_id(base.queue), name, base.queue, payload, base.priority, None, expires_at)
+            return NewTask(self._new_id(base.queue, suffix), name, base.queue, payload, base.priority, None, expires_at)
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None
@@ -236,7 +244,7 @@ class Conveyor:
         if task_id and "~" in task_id:
             self._check_label(task_id, queue)
         return NewTask(
-            task_id or self._new_id(queue),
+            task_id or self._new_id(queue, suffix),
             name,
             queue,
             payload,
@@ -248,10 +256,10 @@ class Conveyor:
             encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
         )
 
-    def _new_id(self, queue: str) -> str:
+    def _new_id(self, queue: str, suffix: Callable[[str], str] | None = None) -> str:
         """A generated id (time-ordered: conveyor/ids.py says why), with the suffix the broker routes
-        ids of ``queue`` by, if it does (``LabelsIds``)."""
-        suffix = self._id_suffix
+        ids of ``queue`` by, if it does (``LabelsIds``; ``suffix``: a batch's)."""
+        suffix = suffix or self._id_suffix
         return new_task_id() if suffix is None else new_task_id() + suffix(queue)
 
     def _check_label(self, task_id: str, queue: str) -> None:
@@ -405,6 +413,11 @@ def _check_partitions(value: object) -> int:
 def _id_suffixes(broker: Broker) -> Callable[[str], str] | None:
     """The suffix of a generated id by queue, for a broker that routes ids by it (``LabelsIds``)."""
     return broker.id_suffixes() if isinstance(broker, LabelsIds) else None
+
+
+def _batch_suffixes(broker: Broker, count: int) -> Callable[[str], str] | None:
+    """The suffixes of a batch's ``count`` generated ids, for a broker that routes ids by them."""
+    return broker.batch_id_suffixes(count) if isinstance(broker, LabelsIds) else None
 
 
 def _broker_clock(broker: Broker) -> Clock | None:

@@ -18,7 +18,7 @@ from conveyor.brokers.redis.keys import SLOTS, Keys, keyslot, partition_labels
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
-from .split import SplitKeys, blocked_pops, url_of
+from .split import PerSlotBroker, SplitKeys, blocked_pops, url_of
 
 
 @pytest.fixture
@@ -80,13 +80,44 @@ def test_partitions_sit_in_evenly_spaced_slot_windows() -> None:
 def test_generated_ids_name_the_partitions_in_rotation(app: Conveyor) -> None:
     app.configure_queue("hot", partitions=3)
     ids = [app.enqueue("job", [n], queue="hot").id for n in range(6)]
-    ids += [handle.id for handle in app.enqueue_many("job", [([n], {}) for n in range(6)], queue="hot")]
     labels = partition_labels(_broker(app).keys.namespace, "hot", 3)
     assert all(re.fullmatch(r"[0-9a-f]{32}~hot\|[0-9a-z]+", task_id) for task_id in ids)
-    assert sorted(_label(task_id) for task_id in ids) == sorted(labels * 4)
-    assert [_rows(app, label) for label in labels] == [4, 4, 4]
+    assert [_label(task_id) for task_id in ids[3:]] == [_label(task_id) for task_id in ids[:3]]
+    assert sorted(_label(task_id) for task_id in ids) == sorted(labels * 2)
+    # a small batch goes whole to the next partition in the rotation, the next batch to the one after
+    batches = [[h.id for h in app.enqueue_many("job", [([n], {}) for n in range(6)], queue="hot")] for _ in range(3)]
+    assert [len({_label(task_id) for task_id in batch}) for batch in batches] == [1, 1, 1]
+    first = labels.index(_label(ids[0]))
+    assert [_label(batch[0]) for batch in batches] == [labels[(first + 6 + k) % 3] for k in range(3)]
+    assert [_rows(app, label) for label in labels] == [8, 8, 8]
     custom = app.enqueue("job", [9], queue="hot", task_id="order-7").id
     assert app.get(custom).result is None and app.get(ids[0]).queue == "hot"
+
+
+def test_a_batch_goes_to_as_few_partitions_as_its_calls_need_and_batches_cover_them_all(app: Conveyor) -> None:
+    """A batch of B tasks into a queue of N partitions: ``ceil(B / ENQUEUE_CHUNK)`` partitions (at
+    most N), in even runs, the next ones in the rotation; a queue with ``max_size`` keeps one task
+    per partition in turn, since a partition's share of the limit would meet the batch alone."""
+    app.configure_queue("hot", partitions=6)
+    labels = partition_labels(_broker(app).keys.namespace, "hot", 6)
+    calls: list[tuple[list[int], dict[str, int]]] = [([n], {}) for n in range(1200)]  # 500 a call: 3 of 400
+    seen: list[str] = []
+    for _ in range(2):
+        batch = [_label(handle.id) for handle in app.enqueue_many("job", calls, queue="hot")]
+        runs = [label for n, label in enumerate(batch) if n == 0 or batch[n - 1] != label]
+        assert len(runs) == 3 and all(batch.count(label) == 400 for label in runs), runs
+        seen += runs
+    assert sorted(seen) == sorted(labels)  # the second batch took the other three
+    first = labels.index(seen[0])
+    assert seen == [labels[(first + k) % 6] for k in range(6)]
+    assert [_rows(app, label) for label in labels] == [400] * 6
+    assert len({_label(h.id) for h in app.enqueue_many("job", calls[:500], queue="hot")}) == 1
+    assert len({_label(h.id) for h in app.enqueue_many("job", calls[:501], queue="hot")}) == 2
+    assert len({_label(h.id) for h in app.enqueue_many("job", calls * 3, queue="hot")}) == 6
+    app.configure_queue("full", max_size=600, partitions=6)
+    assert sorted(_label(h.id) for h in app.enqueue_many("job", calls[:12], queue="full")) == sorted(
+        partition_labels(_broker(app).keys.namespace, "full", 6) * 2
+    )
 
 
 def test_processes_that_enqueue_one_task_each_do_not_all_pick_the_first_partition(
@@ -113,6 +144,52 @@ def test_claims_start_at_the_next_partition_so_none_starves(app: Conveyor) -> No
         app.enqueue("job", [n], queue="hot")
     claimed = [app.claim(["hot"]) for _ in range(3)]
     assert len({_label(lease.task.id) for lease in claimed if lease is not None}) == 3
+
+
+def test_claims_try_the_partitions_found_dry_last_for_a_while(
+    server: RedisServer, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call per partition, as on a cluster: a batch sits in one partition, and the claims after the
+    first go there first rather than pass the empty ones (a call each); a partition found dry that
+    gets work comes back into the rotation once ``DRY_FOR`` is over, and meanwhile when the others
+    leave a claim unfilled."""
+    config = RedisConfig.from_url(server.url)
+    app = Conveyor(broker=PerSlotBroker(config, keys=SplitKeys(config.namespace)), clock=clock)
+    app.task(name="job")(lambda n: n)
+    try:
+        app.configure_queue("hot", partitions=6)
+        broker = _broker(app)
+
+        def calls() -> int:
+            return int(broker.client.info("commandstats")["cmdstat_fcall"]["calls"])
+
+        def claim() -> str | None:
+            records = broker.claim(["hot"], clock(), 60.0, limit=1)
+            return records[0].id if records else None
+
+        batch = [h.id for h in app.enqueue_many("job", [([n], {}) for n in range(24)], queue="hot")]
+        assert len({_label(task_id) for task_id in batch}) == 1
+        before = calls()
+        assert sorted(claim() or "" for _ in range(24)) == sorted(batch)
+        assert calls() - before <= 24 + 5  # the empty partitions passed once; in rotation, 24 + 60
+        assert claim() is None  # every partition dry now
+        big = [h.id for h in app.enqueue_many("job", [([n], {}) for n in range(12)], queue="hot")]
+        first = claim()
+        assert first in big  # its partition found to have work: first in the claims from now on
+        late = app.enqueue_many("job", [([1], {})], queue="hot")[0].id  # the next partition, found dry
+        assert _label(late) != _label(first)
+        got = [claim() for _ in range(12)]
+        assert set(got[:11]) == set(big) - {first} and got[11] == late
+        monkeypatch.setattr(spread, "DRY_FOR", 0.0)  # over: the rotation as it was
+        again = [h.id for h in app.enqueue_many("job", [([n], {}) for n in range(12)], queue="hot")]
+        other = app.enqueue_many("job", [([1], {})], queue="hot")[0].id
+        got = [claim() for _ in range(6)]
+        assert other in got  # each partition the start of one of six claims
+        while (task_id := claim()) is not None:
+            got.append(task_id)
+        assert sorted(map(str, got)) == sorted([*again, other])
+    finally:
+        app.close()
 
 
 def test_a_claim_filled_in_one_partition_leaves_the_next_ones_upkeep_to_their_turn(

@@ -217,10 +217,17 @@ class LabelsIds(Protocol):
     """Optional capability: generated ids carry a suffix that names where their task is stored, so a
     call by id alone finds it without an index (Redis with queues in slots of their own:
     ``<id>~<label>``, docs/architecture.md). The app asks once, when it opens, and appends the
-    suffix to every id it generates; custom ids never carry one."""
+    suffix to every id it generates (a batch's from :meth:`batch_id_suffixes`, asked per batch);
+    custom ids never carry one."""
 
     def id_suffixes(self) -> Callable[[str], str] | None:
         """The suffix of a generated id of a queue, by queue name; None when ids need none."""
+        ...
+
+    def batch_id_suffixes(self, count: int) -> Callable[[str], str] | None:
+        """Like :meth:`id_suffixes`, for the ``count`` ids of one batch, asked for in the batch's
+        order (``enqueue_many``): the broker may place a batch's tasks together. None when ids need
+        none."""
         ...
 
 

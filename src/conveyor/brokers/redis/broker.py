@@ -82,10 +82,13 @@ class RedisBroker(Producing):
             old = self._old()
             if old:  # layout 4's tasks not moved yet, after layout 5's (upgrade.py)
                 runs.append((old, queues))
-            for prefix, run in self._joined(runs):  # in the queues' order, until `limit`
+            calls = self._joined(runs)
+            for prefix, run in calls:  # in the queues' order, until `limit`
                 if len(claimed) >= limit:
                     break
                 records, first, at = self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
+                if len(calls) == len(runs):  # a call per slot (not joined): what it found is that slot's
+                    self._claimed_in(prefix, len(records) < limit - len(claimed))
                 claimed += records
                 if first is not None and (due is None or first - at < due - ran_at):
                     due, ran_at = first, at
@@ -343,6 +346,11 @@ class RedisBroker(Producing):
         """``LabelsIds``: where each queue has a slot of its own, a generated id ends in ``~<label>``
         (``keys.queue_label``), which by-id calls route by; in layout 4 ids need nothing."""
         return None if self.keys.one_slot else self._id_suffix
+
+    def batch_id_suffixes(self, count: int) -> Callable[[str], str] | None:
+        """``LabelsIds``: the suffixes of a batch of ``count`` generated ids, asked for in order; a
+        partitioned queue's batch goes to as few partitions as its chunks need (``spread.py``)."""
+        return None if self.keys.one_slot else self._batch_suffixes(count)
 
     def server_clock(self) -> ServerClock:
         """A clock agreeing with the server's TIME (see ``serverclock.py``); one per broker object."""

@@ -20,12 +20,17 @@ from typing import Any, cast
 
 from conveyor.brokers.redis.addressing import RedisCalls
 from conveyor.brokers.redis.admin import queue_infos
+from conveyor.brokers.redis.calls import ENQUEUE_CHUNK
 from conveyor.brokers.redis.faults import translate_errors
 from conveyor.brokers.redis.keys import queue_label
 from conveyor.brokers.redis.partitions import CHANGES, GRACE, REFRESH, Spread, merge_stats, read_spreads, share
 from conveyor.model import NewTask, QueueInfo, QueueSettings
 
-__all__ = ["Spreading"]
+__all__ = ["DRY_FOR", "Spreading"]
+
+#: Seconds a partition where a claim found fewer tasks than it asked for comes last in this
+#: process's claims of its queue (``Spreading._claimed_in``).
+DRY_FOR = 1.0
 
 
 class Spreading(RedisCalls):
@@ -55,15 +60,16 @@ class Spreading(RedisCalls):
         with translate_errors():
             return self._spreads_now(fresh)
 
-    def _turn(self, key: str) -> int:
-        """The next number of a per-queue rotation (claims, ids). Each starts at a random place:
-        processes that enqueue a task or two each (web workers) must not all begin with the first
-        partition. Threads racing may take one number twice, which only skews the rotation."""
+    def _turn(self, key: str, step: int = 1) -> int:
+        """The next number of a per-queue rotation (claims, ids), ``step`` numbers taken. Each starts
+        at a random place: processes that enqueue a task or two each (web workers) must not all begin
+        with the first partition. Threads racing may take one number twice, which only skews the
+        rotation."""
         turns: dict[str, int] = self.__dict__.setdefault("_turns", {})
         number = turns.get(key)
         if number is None:
             number = turns.setdefault(key, random.randrange(1 << 20))
-        turns[key] = number + 1
+        turns[key] = number + step
         return number
 
     def _queue_prefixes(self, queue: str, spreads: dict[str, Spread] | None = None) -> list[str]:
@@ -104,9 +110,31 @@ class Spreading(RedisCalls):
             plain = []
             labels = spread.visited
             start = self._turn("claim " + queue) % len(labels)
-            for label in labels[start:] + labels[:start]:
-                yield self.keys.label_prefix(label), [queue]
+            prefixes = [self.keys.label_prefix(label) for label in labels[start:] + labels[:start]]
+            dry = self._dry
+            if dry:  # stable: the rotation holds among the partitions with work, and among the dry
+                now = time.monotonic()
+                prefixes.sort(key=lambda prefix: now - dry.get(prefix, -DRY_FOR) < DRY_FOR)
+            for prefix in prefixes:
+                yield prefix, [queue]
         yield from super()._runs(plain)
+
+    @property
+    def _dry(self) -> dict[str, float]:
+        """Slot prefix -> when a claim there last found fewer tasks than it asked for (monotonic)."""
+        dry: dict[str, float] = self.__dict__.setdefault("_dry_at", {})
+        return dry
+
+    def _claimed_in(self, prefix: str, dry: bool) -> None:
+        """Note what a claim's call to one slot found. A partition found dry (fewer tasks than asked)
+        comes last in this process's claims for :data:`DRY_FOR` seconds: a queue whose tasks sit in
+        some partitions only (a batch goes to few, ``_batch_suffixes``) would otherwise make most
+        claims pass its empty ones first, a call each on a cluster. It is still visited whenever the
+        partitions before it leave the claim unfilled, so none waits longer than that."""
+        if dry:
+            self._dry[prefix] = time.monotonic()
+        elif prefix in self._dry:
+            del self._dry[prefix]
 
     # -- routing tasks -------------------------------------------------------------------------
 
@@ -116,6 +144,36 @@ class Spreading(RedisCalls):
         if spread is None or spread.count == 1:
             return self.keys.id_suffix(queue)
         return "~" + spread.labels[self._turn("id " + queue) % spread.count]
+
+    def _batch_suffixes(self, count: int) -> Callable[[str], str]:
+        """The suffixes of a batch of ``count`` generated ids (``LabelsIds.batch_id_suffixes``), asked
+        for one by one in order: a partitioned queue's batch goes to ``ceil(count / ENQUEUE_CHUNK)``
+        partitions, in even runs, the next ones in the queue's rotation (the one-task ids' rotation
+        moved past them), so each partition's call carries up to a chunk, and successive batches
+        still cover every partition in turn. A queue with ``max_size`` keeps the one-task rotation
+        per task: a batch in one partition would meet that partition's share of the limit alone."""
+        runs: dict[str, Iterator[str]] = {}
+
+        def suffix(queue: str) -> str:
+            run = runs.get(queue)
+            if run is None:
+                run = runs[queue] = self._batch_run(queue, count)
+            return next(run)
+
+        return suffix
+
+    def _batch_run(self, queue: str, count: int) -> Iterator[str]:
+        spread = self._spreads().get(queue)
+        if spread is not None and spread.count > 1 and spread.max_size is None:
+            parts = min(spread.count, -(-count // ENQUEUE_CHUNK))
+            start = self._turn("id " + queue, parts)
+            each, more = divmod(count, parts)
+            for part in range(parts):
+                label = "~" + spread.labels[(start + part) % spread.count]
+                for _ in range(each + (part < more)):
+                    yield label
+        while True:  # anything asked past ``count``, or a queue without runs: one by one
+            yield self._id_suffix(queue)
 
     def _enqueue_prefix(self, task: NewTask) -> str:
         """The slot ``task`` is stored in: the partition its id names, or for a custom id the one a
