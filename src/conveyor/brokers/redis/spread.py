@@ -3,8 +3,9 @@
 ``Spreading`` sits between ``RedisCalls`` and ``RedisBroker``: it reads the namespace slot's
 ``parts`` hash (at most every :data:`partitions.REFRESH` seconds) and answers, per queue, the slots a
 call visits. Where slots are split, a generated id names the partition it goes to (its label after
-``~``, chosen in rotation), a custom id the partition a CRC32 of it picks; claims start at the next
-partition on every call, retired ones included, so none starves; listeners, promote, reap, clean,
+``~``, chosen in rotation; a batch's in runs over as few partitions as its calls need), a custom id
+the partition a CRC32 of it picks; claims start at the next partition on every call, retired ones
+included, so none starves, those found dry lately last; listeners, promote, reap, clean,
 stats and history visit every partition's slot. In layout 4 (one slot) nothing is spread: the count
 is stored and reported, and every hook answers the one slot.
 """
