@@ -12,9 +12,9 @@ phase's count is that phase's alone: server instructions per task for a one-task
 enqueue, a batch claim (500 per call) and its settles, a one-task claim and a one-task settle, then
 one-task and batch enqueues whose tasks hold unique keys, then an idle worker's claim (nothing
 pending, a scheduled task in the slot: it reads the first due time), a claim of 100, one-task
-settles of a retry and an operator's cancels, and last batch enqueues of 500 tasks into a queue in
-:data:`PARTS` partitions (a call per partition on a cluster, one joined call on one server), with PING
-as the floor. Kernel time (the
+settles of a retry and an operator's cancels, batch enqueues of 500 tasks into a queue in
+:data:`PARTS` partitions (a call per partition on a cluster, one joined call on one server), and last
+one-task ``get``s by a generated id and by a custom id (``get.lua``), with PING as the floor. Kernel time (the
 socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
 counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
 from run to run). ``--cluster`` runs the server cluster-enabled, serving every slot alone: against the
@@ -64,9 +64,11 @@ PHASES = (
     ("settle_retry_one", "one-outcome settle of a retry due in 5 s"),
     ("cancel_one", "operator's cancel of a scheduled task"),
     ("enqueue_batch_parts", "task of a 500-task enqueue into a queue in 6 partitions"),
+    ("get_one", "get of a pending task by a generated id"),
+    ("get_custom", "get of a pending task by a custom id"),
 )
 #: The queues the phases use (``--partitions`` splits each).
-QUEUES = ("warm", "one", "batch", "uone", "ubatch", "idle", "hundred", "admin")
+QUEUES = ("warm", "one", "batch", "uone", "ubatch", "idle", "hundred", "admin", "read")
 CLAIM_BATCH = 500
 CLAIM_HUNDRED = 100
 #: Partitions of the queue of the last phase, and its tasks per enqueue call (an app's batch).
@@ -268,6 +270,12 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int, per_tas
     dump("parts_ready")
     batches = max(1, tasks // PARTS_BATCH)
     each("enqueue_batch_parts", batches, parts_batch)
+    read = [task(i, "read") for i in range(singles)]
+    named = [replace(bench_task(i, "read"), id=f"named-{i}") for i in range(singles)]
+    broker.enqueue(read + named, time.time())
+    dump("enqueue_read")
+    each("get_one", singles, lambda i: broker.get(read[i].id, time.time()))
+    each("get_custom", singles, lambda i: broker.get(named[i].id, time.time()))
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -283,6 +291,8 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int, per_tas
         "settle_retry_one": retries,
         "cancel_one": singles,
         "enqueue_batch_parts": batches * PARTS_BATCH,
+        "get_one": singles,
+        "get_custom": singles,
     }
 
 

@@ -172,7 +172,7 @@ COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
 def test_server_cost_counts_each_phase_on_its_own() -> None:
     out = run_bench("bench.server_cost", "--tasks", "40", "--singles", "10", timeout=230)
     costs = {m.group(2): int(m.group(1).replace(",", "")) for m in map(COST_LINE.match, out.splitlines()) if m}
-    assert len(costs) == 14, out
+    assert len(costs) == 16, out
     ping = costs["PING"]
     assert ping > 0
     # every broker call runs a Lua function: several times the work of a PING, per call
@@ -189,6 +189,9 @@ def test_server_cost_counts_each_phase_on_its_own() -> None:
     assert costs["task of a batch enqueue, each with a unique key"] > costs["task of a batch enqueue"], out
     # a partitioned queue's batch is a task of a batch too: one call's fixed cost shared by many
     assert costs["task of a 500-task enqueue into a queue in 6 partitions"] < costs["one-task enqueue"], out
+    # a get is one read-only call: more than a PING, less than a one-task enqueue
+    for unit in ("get of a pending task by a generated id", "get of a pending task by a custom id"):
+        assert ping < costs[unit] < costs["one-task enqueue"], out
 
 
 CLUSTER_LINE = re.compile(r"^(\S+)\s+(ping|enqueue 1|enqueue 500|drain)\s.*server CPU\s+[\d.]+ us/task.*\[(.*)\]$")

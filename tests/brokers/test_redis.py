@@ -325,8 +325,10 @@ def test_read_only_operations_answer_on_a_server_out_of_memory(own_server: Redis
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", str(int(client.info("memory")["used_memory"]) - 1024))
     try:
-        assert {"list", "stats"} == READ_ONLY
+        assert {"get", "list", "stats"} == READ_ONLY
         assert [r.id for r in broker.list_tasks("q", TaskState.PENDING, NOW)] == ["kept"]
+        kept = broker.get("kept", NOW)
+        assert kept is not None and kept.state is TaskState.PENDING
         assert broker.queues(NOW)[0].counts["pending"] == 1
         with pytest.raises(BrokerError, match="out of memory"):
             broker.enqueue([task("refused")], NOW)

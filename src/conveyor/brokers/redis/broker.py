@@ -199,17 +199,33 @@ class RedisBroker(Producing):
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, task_id: str, now: float) -> TaskRecord | None:
-        prefix = self._task_prefix(task_id)
-        records = self._records([admin.task_item(self._client, self.keys.slot(prefix), task_id)])
-        if not records and prefix == self._old():  # the move may have taken it meanwhile
+        """One round trip (``get.lua``) where the id names its slot (a generated id, layout 4) or the
+        server is one (the script reads a custom id's entry, then the task); on a cluster a custom id
+        reads its entry first, in the namespace slot."""
+        keys = self.keys
+        if keys.one_slot or "~" in task_id:
+            record = self._read(keys.task_prefix(task_id), task_id, now)
+        elif self.joins_slots:
+            old = self._upgrade.prefix if self._upgrade is not None else ""
+            record = self._read(keys.namespace_prefix, task_id, now, old)
+        else:
             prefix = self._task_prefix(task_id)
-            records = self._records([admin.task_item(self._client, self.keys.slot(prefix), task_id)])
-        if not records:
-            return None
-        record = records[0]
-        if record.keep_until is not None and now >= record.keep_until:
+            record = self._read(prefix, task_id, now)
+            if record is None and prefix == self._old():  # the move may have taken it meanwhile
+                record = self._read(self._task_prefix(task_id), task_id, now)
+        if record is None or (record.keep_until is not None and now >= record.keep_until):
             return None
         return record
+
+    def _read(self, prefix: str, task_id: str, now: float, *old: str) -> TaskRecord | None:
+        """The task ``task_id`` as stored in slot ``prefix`` (with ``old``: found by its entry, get.lua)."""
+        item = self._call("get", prefix, now, task_id, *old)  # "" (none), the row alone, or the whole item
+        if isinstance(item, str):
+            if not item:
+                return None
+            item = [item, None, None, [], None, None]
+        records = self._records([item])
+        return records[0] if records else None
 
     def list_tasks(
         self, queue: str, state: TaskState, now: float, offset: int = 0, limit: int = 100

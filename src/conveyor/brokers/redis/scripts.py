@@ -60,6 +60,7 @@ OPERATIONS = (
     "enqueue",
     "extend",
     "forget_queue",
+    "get",
     "list",
     "promote",
     "purge",
@@ -78,7 +79,7 @@ OPERATIONS = (
 
 #: Operations that never write: registered ``no-writes``, so they still answer on a server that is
 #: out of memory (the dashboard and ``conveyor stats`` keep working while an operator fixes it).
-READ_ONLY = frozenset({"list", "stats"})
+READ_ONLY = frozenset({"get", "list", "stats"})
 
 
 #: Operations of the namespace slot alone: ``KEYS[1]`` is its registry (``begin_namespace`` in ``_call.lua``).
@@ -139,9 +140,10 @@ def build_library() -> tuple[str, str]:
         flags = "{'no-writes'}" if name in READ_ONLY else "{}"
         begin = "begin_namespace" if name in NAMESPACE_ONLY else "begin"
         tokened = "true" if name in TOKENED else "false"
+        quiet = ", true" if name in READ_ONLY else ""  # no events: begin() skips reading LISTENING
         registrations.append(
             f"redis.register_function{{function_name = 'conveyor_{version}_{name}', "
-            f"callback = function(keys, args) {begin}(keys, args, {tokened}) return op_{name}() end, "
+            f"callback = function(keys, args) {begin}(keys, args, {tokened}{quiet}) return op_{name}() end, "
             f"flags = {flags}}}"
         )
     code = f"#!lua name=conveyor_{version}\n{body}\n" + "\n".join(registrations) + "\n"

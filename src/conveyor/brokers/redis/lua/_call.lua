@@ -100,7 +100,8 @@ local function namespace_names(registry)
   return n
 end
 
-local function begin(keys, argv, tokened)
+-- quiet: an operation of scripts.READ_ONLY, which makes no events: LISTENING is not read
+local function begin(keys, argv, tokened, quiet)
   KEYS, ARGV = keys, argv
   if tokened then BASE, TOKEN = 5, ARGV[5] else BASE, TOKEN = 4, nil end
   ORIGIN, WANT, POLICY = ARGV[2], ARGV[3] == '1' or string.byte(ARGV[3]) == 49, nil
@@ -115,7 +116,7 @@ local function begin(keys, argv, tokened)
   P, DUE, LEASES, EXPIRING, SEQ, CHANNEL, WAKE, LISTENING, ROWS, RESULTS, LASTERR, LIMITS, TRACEBACKS, LABEL, SENTP =
     unpack(names(KEYS[1]))
   if KEYS[2] then QUEUES, UNIQ = unpack(namespace_names(KEYS[2])) else QUEUES, UNIQ = nil, nil end
-  EMIT = WANT or redis.call('EXISTS', LISTENING) == 1
+  EMIT = not quiet and (WANT or redis.call('EXISTS', LISTENING) == 1)
   -- the tables below only when a call uses them (a one-task enqueue needs few of them)
   EVENTS, WOKEN, DEFER, ZOPS, ZORDER, SETTINGS, FREED = EMIT and {} or nil, false, false, nil, nil, {}, nil
   SENT, SLOT_SETTINGS, CHECKED = nil, nil, false

@@ -26,7 +26,7 @@
 -- reads and ends with the position where the rest begins: a capture of the rest would read every byte
 -- of the body. All three are built here, once, from FIELDS, and so are a new task's row (new_row) and
 -- FRESH, its head as claim.lua compares it.
-local ROW, CLAIM_HEAD, SETTLE_HEAD, NEW_RUNS, FRESH
+local ROW, CLAIM_HEAD, SETTLE_HEAD, DUMP_HEAD, NEW_RUNS, FRESH
 do
   local FIELDS = {'s', 'm', 'q', 'x', 'a', 'c', 'l', 'ne', 'tk', 'lx', 'sa', 'fa', 'ku', 'r', 'st', 'pr', 'ea', 'fd',
     'ra', 'nr', 'ar', 'uu', 'uk'}
@@ -59,6 +59,8 @@ do
   CLAIM_HEAD = head({'s', 'm', 'q', 'x', 'a', skip('c'), 'l', 'ne', skip('tk', 'lx', 'sa')}, '()')
   -- settle.lua: s m q (x a c as one) l ne tk (lx sa as one) (fa ku), then where r begins
   SETTLE_HEAD = head({'s', 'm', 'q', {'x', 'a', 'c'}, 'l', 'ne', 'tk', {'lx', 'sa'}, skip('fa', 'ku')}, '()')
+  -- dump(): s (m q x a c) l ne: its state, whether it has a last error and failures
+  DUMP_HEAD = head({'s', skip('m', 'q', 'x', 'a', 'c'), 'l', 'ne'}, '')
   -- A new task's row: s m q x given per task (new_row), then the fields after x up to uk, each either
   -- NEW's (counters and flags 0, no lease, no result) or, in FIELDS's order, one the task sets (NEW_SETS:
   -- new_tail's parameters), which new_tail() puts between the runs of NEW's values (NEW_RUNS). FIELDS
@@ -149,12 +151,20 @@ local function drop_data(id)
   redis.call('DEL', ekey(id))
 end
 
--- a task as stored, {row, result, last error, failures, retry limit, traceback} (false: absent), or nil without a row
+-- a task as stored, {row, result, last error, failures, retry limit, traceback} (false: absent), or nil
+-- without a row; each side read only where the row says it may exist (a command from a script costs
+-- the server ~12k instructions whatever it finds, docs/performance-notes.md, "One call per get"): the
+-- result of a completed task (only a settle's `complete` writes one, and a completed task leaves its
+-- state only deleted), the last error where field l says there is one, the failures, retry limit
+-- and traceback where ne does (as claim.lua does)
 local function dump(id)
   local row = redis.call('HGET', ROWS, id)
   if not row then return nil end
-  return {row, redis.call('HGET', RESULTS, id), redis.call('HGET', LASTERR, id), redis.call('LRANGE', ekey(id), 0, -1),
-    redis.call('HGET', LIMITS, id), redis.call('HGET', TRACEBACKS, id)}
+  local s, l, ne = string.match(row, DUMP_HEAD)
+  local failed = ne == '1'
+  return {row, s == 'completed' and redis.call('HGET', RESULTS, id), l == '1' and redis.call('HGET', LASTERR, id),
+    failed and redis.call('LRANGE', ekey(id), 0, -1) or {}, failed and redis.call('HGET', LIMITS, id),
+    failed and redis.call('HGET', TRACEBACKS, id)}
 end
 
 -- admin calls: the visible task, or an error reply the caller maps to TaskNotFound
