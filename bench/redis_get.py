@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from conveyor.brokers.redis import RedisBroker, admin
 from conveyor.model import BrokerPolicy, NewTask, TaskRecord
@@ -32,8 +32,14 @@ NOW = 1_000_000.0
 
 
 def old_get(broker: RedisBroker, task_id: str, now: float) -> TaskRecord | None:
-    """``RedisBroker.get`` as it was before ``get.lua`` (the move's second try left out: no layout 4)."""
-    prefix = broker._task_prefix(task_id)
+    """``RedisBroker.get`` as it was before ``get.lua`` (the move's second try left out: no layout 4):
+    a custom id's entry read through redis-py's client, then six reads in a redis-py pipeline."""
+    keys, prefix = broker.keys, broker.keys.prefix
+    if not keys.one_slot:
+        prefix = keys.task_prefix(task_id)
+        if "~" not in task_id:
+            [entry] = cast("list[str | None]", broker.client.hmget(keys.ids, [task_id]))
+            prefix = keys.namespace_prefix if entry is None else keys.label_prefix(entry.split(" ")[0])
     records = broker._records([admin.task_item(broker.client, broker.keys.slot(prefix), task_id)])
     if not records or (records[0].keep_until is not None and now >= records[0].keep_until):
         return None

@@ -40,9 +40,9 @@ def server() -> Iterator[RedisServer]:
         yield started
 
 
-def sent_by_clients(server: RedisServer, action: Callable[[], T]) -> tuple[list[list[str]], T]:
-    """The commands clients sent (not a script's own) while ``action()`` ran, each as its arguments,
-    and what ``action()`` returned."""
+def sent_by_clients(server: RedisServer, action: Callable[[], T]) -> tuple[list[tuple[str, list[str]]], T]:
+    """The commands clients sent (not a script's own) while ``action()`` ran, each as the client's
+    address and its arguments, and what ``action()`` returned."""
     monitor = redis.Connection(host="127.0.0.1", port=server.port)  # type: ignore[no-untyped-call]
     reader = server.client()
     try:
@@ -51,7 +51,7 @@ def sent_by_clients(server: RedisServer, action: Callable[[], T]) -> tuple[list[
         reader.echo("start-of-get")
         answer = action()
         reader.echo("end-of-get")
-        commands: list[list[str]] = []
+        commands: list[tuple[str, list[str]]] = []
         started = False
         while True:
             match = _LINE.match(str(monitor.read_response()))
@@ -63,7 +63,7 @@ def sent_by_clients(server: RedisServer, action: Callable[[], T]) -> tuple[list[
                     return commands, answer
                 started = args[1] == "start-of-get"
             elif started:
-                commands.append(args)
+                commands.append((match.group(1), args))
     finally:
         monitor.disconnect()  # type: ignore[no-untyped-call]
         reader.close()
@@ -86,7 +86,7 @@ def test_a_get_sends_one_command_on_one_server(server: RedisServer, layout: str)
         for task_id, found in ((generated, True), ("order-7", True), ("unknown", False), ("gone~emails", False)):
             broker.get(task_id, NOW)  # connected, the library loaded: only the read is left
             commands, record = sent_by_clients(server, partial(broker.get, task_id, NOW))
-            assert [args[:2] for args in commands] == [["FCALL", function]], (task_id, commands)
+            assert [args[:2] for _, args in commands] == [["FCALL", function]], (task_id, commands)
             assert (record is not None) == found, task_id
             assert record is None or (record.id == task_id and record.state is TaskState.PENDING)
     finally:
@@ -94,7 +94,8 @@ def test_a_get_sends_one_command_on_one_server(server: RedisServer, layout: str)
 
 
 def test_a_get_of_a_custom_id_reads_its_entry_first_where_calls_are_one_per_slot(server: RedisServer) -> None:
-    """As on a cluster, where the entry (namespace slot) and the task (queue slot) are in two slots."""
+    """As on a cluster, where the entry (namespace slot) and the task (queue slot) are in two slots:
+    both sent on the connection the broker sends its calls on (``Connections``, ``ClusterCalls``)."""
     config = RedisConfig.from_url(server.namespace_url())
     broker = PerSlotBroker(config, BrokerPolicy(), keys=Keys5(config.namespace))
     try:
@@ -102,6 +103,8 @@ def test_a_get_of_a_custom_id_reads_its_entry_first_where_calls_are_one_per_slot
         for task_id, expected in (("order-7", ["HMGET", "FCALL"]), ("g1~emails", ["FCALL"])):
             broker.get(task_id, NOW)
             commands, _ = sent_by_clients(server, partial(broker.get, task_id, NOW))
-            assert [args[0].upper() for args in commands] == expected, (task_id, commands)
+            assert [args[0].upper() for _, args in commands] == expected, (task_id, commands)
+            # the entry on the broker's own connection, as the call (redis-py's client: dearer per command)
+            assert len({source for source, _ in commands}) == 1, commands
     finally:
         broker.close()

@@ -275,8 +275,10 @@ class RedisCalls:
         prefixes = [keys.task_prefix(task_id) for task_id in task_ids]
         custom = [place for place, task_id in enumerate(task_ids) if "~" not in task_id]
         if custom:
-            with translate_errors():
-                entries = cast("list[str | None]", self._client.hmget(keys.ids, [task_ids[place] for place in custom]))
+            with translate_errors():  # on the broker's own connections, as its scripts (a cluster's too)
+                [entries] = self._conns.execute([("HMGET", keys.ids, *(task_ids[place] for place in custom))])
+                if isinstance(entries, redis.ResponseError):
+                    raise entries
                 unlisted = self._old_prefix() or keys.namespace_prefix  # no task at the namespace's
             for place, entry in zip(custom, entries, strict=True):
                 prefixes[place] = unlisted if entry is None else keys.label_prefix(entry.split(" ")[0])

@@ -57,12 +57,13 @@ class ClusterCalls:
     """``Connections.execute`` and ``execute_each`` on a cluster.
 
     The fast path sends a call's commands (they share one slot: an ``FCALL``, maybe a blocking pop on
-    the same namespace before it) on a ``Connections`` of the master that redis-py's slot table says
-    serves the slot, as on one server. Anything else goes through ``RedisCluster.execute_command``,
-    which follows redirects and refreshes the topology: a ``MOVED``, ``ASK``, ``TRYAGAIN`` or
-    ``CLUSTERDOWN`` reply (the server ran nothing of the command), or a connection that failed after
-    its retries. So redirects, failovers and migrations stay redis-py's job; the fast path only saves
-    its per-command bookkeeping (docs/performance-notes.md, "Redis Cluster").
+    the same namespace before it; or the ``HMGET`` of custom ids' entries) on a ``Connections`` of the
+    master that redis-py's slot table says serves the slot, as on one server. Anything else goes
+    through ``RedisCluster.execute_command``, which follows redirects and refreshes the topology: a
+    ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` reply (the server ran nothing of the
+    command), or a connection that failed after its retries. So redirects, failovers and migrations
+    stay redis-py's job; the fast path only saves its per-command bookkeeping
+    (docs/performance-notes.md, "Redis Cluster").
     """
 
     def __init__(self, client: RedisCluster) -> None:
@@ -75,6 +76,8 @@ class ClusterCalls:
         """The connections of the master serving the slot of the call's key, or None. The call is the
         last command, or the one before a final ``WAIT``."""
         command = commands[-2] if len(commands) > 1 and commands[-1][0] == "WAIT" else commands[-1]
+        if command[0] == "HMGET" and len(command) > 2:  # by-id calls' entries (RedisCalls._task_prefixes)
+            return self.serving(str(command[1]))
         if command[0] != "FCALL" or len(command) < 4 or not command[2]:
             return None
         return self.serving(str(command[3]))
