@@ -9,7 +9,8 @@ private Redis-compatible server, a private 3-master cluster, the same cluster wi
 ``--partitions`` partitions, a SQLite file in a temporary directory), tasks with 16-byte payloads are
 enqueued in batches (``--batch`` a call, through ``Broker.enqueue``) into one queue until the backlog
 reaches each level. Ids are made as the app makes them, the queue's routing suffix included where the
-broker asks for one (``LabelsIds``: Redis, a slot per queue); without it each task would be a custom
+broker asks for one (``LabelsIds``: Redis, a slot per queue; asked per batch, as ``enqueue_many`` asks:
+a partitioned queue's batch goes to as few partitions as its calls need); without it each task would be a custom
 id, with an entry in the namespace slot and a round trip more per chunk, which no app pays. On the
 cluster one queue sits in one slot, so on one master; ``partitioned`` spreads it over the masters
 (``QueueSettings.partitions``), and the report says how evenly. At each level it reads:
@@ -202,14 +203,16 @@ def measure_backend(
             broker.claim([QUEUE], NOW, LEASE, limit=1)  # first use: scripts loaded, schema made
             empty = store.sizes()
             new_ids = _ids(ids)
-            suffix = broker.id_suffixes() if isinstance(broker, LabelsIds) else None
             run = Run(backend=backend, detail=store.detail, parts=store.parts, partitions=count)
             queued = 0
             for level in levels:
                 added, spent, own = level - queued, 0.0, 0.0
                 server0 = store.server_cpu() if store.server_cpu else 0.0
                 while queued < level:
-                    chunk = _tasks(new_ids, min(batch, level - queued), suffix)
+                    size = min(batch, level - queued)
+                    # each batch labelled as enqueue_many labels it: a partitioned queue's goes to few partitions
+                    suffix = broker.batch_id_suffixes(size) if isinstance(broker, LabelsIds) else None
+                    chunk = _tasks(new_ids, size, suffix)
                     started, cpu0 = time.perf_counter(), time.process_time()
                     broker.enqueue(chunk, NOW)
                     spent += time.perf_counter() - started
