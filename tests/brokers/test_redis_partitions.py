@@ -229,6 +229,102 @@ def test_a_claim_passing_idle_partitions_reads_and_promotes_any_ones_due_task(
         assert [record.id for record in broker.claim(["hot"], clock(), 3600.0, limit=1)] == [task_id]
 
 
+def _next_turn(broker: RedisBroker, what: str, label: str) -> None:
+    """Make the next claim (``what`` "claim") or generated id ("id") of ``hot`` take its partition
+    ``label`` (each turns one partition a call)."""
+    turns: dict[str, int] = broker.__dict__.setdefault("_turns", {})
+    turns[what + " hot"] = broker._spreads()["hot"].visited.index(label)
+
+
+def _two_partitions(app: Conveyor) -> tuple[RedisBroker, str, str]:
+    """``hot`` in 2 partitions: the broker and the two labels."""
+    app.configure_queue("hot", partitions=2)
+    broker = _broker(app)
+    first, second = partition_labels(broker.keys.namespace, "hot", 2)
+    return broker, first, second
+
+
+def _enqueued_in(app: Conveyor, label: str, delay: float | None = None, expires: float | None = None) -> str:
+    """The id of a task enqueued into ``hot``'s partition ``label``."""
+    _next_turn(_broker(app), "id", label)
+    task_id = app.enqueue("job", [1], queue="hot", delay=delay, expires=expires).id
+    assert _label(task_id) == label
+    return task_id
+
+
+def test_a_claim_reaching_a_later_partition_reaps_an_expired_lease_before_a_live_one(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    """A claim passes a later partition without its upkeep only where the first entries of its sorted
+    sets show nothing past; one whose earliest lease expired, a live lease after it, gets its turn:
+    the expired lease is reaped and its task claimed, after an earlier partition holding only a live
+    lease was passed."""
+    broker, early, late = _two_partitions(app)
+    expired, live = _enqueued_in(app, late), _enqueued_in(app, late)
+    held = _enqueued_in(app, early)
+    for task_id, lease_for in ((expired, 5.0), (live, 3600.0), (held, 3600.0)):
+        _next_turn(broker, "claim", _label(task_id))
+        assert [record.id for record in broker.claim(["hot"], clock(), lease_for, limit=1)] == [task_id]
+    clock.advance(10)
+    _next_turn(broker, "claim", early)
+    assert [record.id for record in broker.claim(["hot"], clock(), 60.0, limit=1)] == [expired]
+    for task_id in (live, held):
+        record = broker.get(task_id, clock())
+        assert record is not None and record.state is TaskState.ACTIVE
+
+
+def test_a_claim_reaching_a_later_partition_expires_a_task_past_its_deadline_not_yet_due(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    """A scheduled task due in an hour whose deadline passed: the first entry of the partition's
+    `due` says nothing is due, that of `expiring` that a deadline passed: a claim reaching it expires
+    the task, as the partition's upkeep always did, and notes no due time for it."""
+    broker, early, late = _two_partitions(app)
+    task_id = _enqueued_in(app, late, delay=3600, expires=5)
+    clock.advance(10)
+    _next_turn(broker, "claim", early)
+    assert broker.claim(["hot"], clock(), 60.0, limit=1) == []
+    record = broker.get(task_id, clock())
+    assert record is not None and record.state is TaskState.ARCHIVED
+
+
+def test_a_claim_takes_a_pending_task_from_a_later_partition_holding_a_live_lease(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    """A later partition's live lease and due-later task account for fewer of its keys than exist:
+    its `pending` is there too, and the claim takes its task."""
+    broker, early, late = _two_partitions(app)
+    leased, later = _enqueued_in(app, late), _enqueued_in(app, late, delay=3600)
+    _next_turn(broker, "claim", late)
+    assert [record.id for record in broker.claim(["hot"], clock(), 3600.0, limit=1)] == [leased]
+    waiting = _enqueued_in(app, late)
+    _next_turn(broker, "claim", early)
+    assert [record.id for record in broker.claim(["hot"], clock(), 60.0, limit=1)] == [waiting]
+    record = broker.get(later, clock())
+    assert record is not None and record.state is TaskState.SCHEDULED
+
+
+def test_a_claim_filled_in_a_partition_still_gives_the_next_queues_slot_its_upkeep_first(
+    server: RedisServer, clock: FakeClock
+) -> None:
+    """On one server only a later partition of a queue waits for its turn: the slot of a queue named
+    after it gets its upkeep before the claim, as in a claim of plain queues (the differential
+    test's contract; on a cluster each slot is a call of its own, made while the claim has room)."""
+    app = _app(server.url, clock)
+    try:
+        broker, early, _ = _two_partitions(app)
+        plain = app.enqueue("job", [1], queue="plain").id
+        assert [record.id for record in broker.claim(["plain"], clock(), 5.0, limit=1)] == [plain]
+        task_id = _enqueued_in(app, early)
+        clock.advance(10)
+        _next_turn(broker, "claim", early)
+        assert [record.id for record in broker.claim(["hot", "plain"], clock(), 60.0, limit=1)] == [task_id]
+        record = broker.get(plain, clock())
+        assert record is not None and record.state is TaskState.PENDING  # its lease reaped
+    finally:
+        app.close()
+
+
 def test_max_size_and_concurrency_hold_per_partition_as_shares(app: Conveyor) -> None:
     app.configure_queue("hot", max_size=5, concurrency=4, partitions=2)
     info = app.inspect.queue("hot")

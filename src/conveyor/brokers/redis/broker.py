@@ -36,6 +36,7 @@ from conveyor.brokers.redis.faults import Refused, translate_errors
 from conveyor.brokers.redis.producing import Producing
 from conveyor.brokers.redis.scripts import Arg
 from conveyor.brokers.redis.serverclock import ServerClock
+from conveyor.brokers.redis.spread import upkeep_first
 from conveyor.brokers.transitions import refusal
 from conveyor.clock import Clock
 from conveyor.errors import InvalidTransition, TaskNotFound
@@ -83,12 +84,14 @@ class RedisBroker(Producing):
             if old:  # layout 4's tasks not moved yet, after layout 5's (upgrade.py)
                 runs.append((old, queues))
             calls = self._joined(runs)
+            budget = upkeep_first(runs, MAINTENANCE_BUDGET) if len(calls) < len(runs) else MAINTENANCE_BUDGET
             for prefix, run in calls:  # in the queues' order, until `limit`
                 if len(claimed) >= limit:
                     break
-                records, first, at = self._claim_in(prefix, run, now, lease_for, limit - len(claimed), before)
+                left = limit - len(claimed)
+                records, first, at = self._claim_in(prefix, run, now, lease_for, left, before, budget)
                 if len(calls) == len(runs):  # a call per slot (not joined): what it found is that slot's
-                    self._claimed_in(prefix, len(records) < limit - len(claimed))
+                    self._claimed_in(prefix, len(records) < left)
                 claimed += records
                 if first is not None and (due is None or first - at < due - ran_at):
                     due, ran_at = first, at
@@ -98,13 +101,21 @@ class RedisBroker(Producing):
         return claimed
 
     def _claim_in(
-        self, prefix: str, queues: Sequence[Arg], now: str, lease_for: float, limit: int, before: Sequence[Command]
+        self,
+        prefix: str,
+        queues: Sequence[Arg],
+        now: str,
+        lease_for: float,
+        limit: int,
+        before: Sequence[Command],
+        budget: Arg = MAINTENANCE_BUDGET,
     ) -> tuple[list[TaskRecord], float | None, float]:
         """The tasks claimed in slot ``prefix``, and, if fewer than ``limit``, when its first scheduled
-        or retry task falls due (None: none), and the ``now`` the claim ran at."""
+        or retry task falls due (None: none), and the ``now`` the claim ran at. ``budget``: claim.lua's
+        A(4), which names the slots of a joined call whose upkeep comes first (``upkeep_first``)."""
         base = secrets.token_hex(12)
         lease_for = float(lease_for)
-        args: tuple[Arg, ...] = (repr(lease_for), limit, base, MAINTENANCE_BUDGET, *queues)
+        args: tuple[Arg, ...] = (repr(lease_for), limit, base, budget, *queues)
         _, reply, ran_at = self._invoke("claim", prefix, now, args, before)
         reply, due = split_due(reply)
         return decode_claimed(reply, ran_at, lease_for, base), due, ran_at  # rows, then one string (claim.lua)

@@ -27,11 +27,28 @@ from conveyor.brokers.redis.keys import queue_label
 from conveyor.brokers.redis.partitions import CHANGES, GRACE, REFRESH, Spread, merge_stats, read_spreads, share
 from conveyor.model import NewTask, QueueInfo, QueueSettings
 
-__all__ = ["DRY_FOR", "Spreading"]
+__all__ = ["DRY_FOR", "Spreading", "upkeep_first"]
 
 #: Seconds a partition where a claim found fewer tasks than it asked for comes last in this
 #: process's claims of its queue (``Spreading._claimed_in``).
 DRY_FOR = 1.0
+
+
+def upkeep_first(runs: Sequence[tuple[str, Sequence[str]]], budget: int) -> str:
+    """``claim.lua``'s A(4) for one call over the slots of ``runs`` (``RedisCalls._joined``): the
+    maintenance ``budget``, then the places in A of the ``seq`` keys of the slots whose upkeep comes
+    before any claim. Every later slot but a later partition of a queue (a labelled slot naming one
+    queue that an earlier slot named) is such a slot; a later partition gets its upkeep in its turn."""
+    places: list[str] = []
+    named: set[str] = set(runs[0][1])
+    place = 5 + len(runs[0][1])  # A(5) is the first queue
+    for prefix, run in runs[1:]:
+        labelled = "|" in prefix.partition("}")[0]
+        if not (labelled and len(run) == 1 and run[0] in named):
+            places.append(str(place))
+        named.update(run)
+        place += 1 + len(run)
+    return " ".join((str(budget), *places))
 
 
 class Spreading(RedisCalls):

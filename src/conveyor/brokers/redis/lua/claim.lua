@@ -1,9 +1,12 @@
 -- claim.lua: lease up to `limit` ready tasks from the queues in the order given.
 -- KEYS: the queue slot's (_call.lua), which holds the queues of A(5..) up to the first slot's key.
 -- ARGV: head (_call.lua), then A(1) lease_for, A(2) limit, A(3) token base (random, from the caller),
---       A(4) maintenance budget (due tasks promoted and leases reaped first in each slot, a later
---       partition's when the claim reaches it, each at most this many), A(5..) queue names; on one server (which checks no slots) the `seq` key of
---       another queue slot may come between them: the queues after it are that slot's (switch()).
+--       A(4) maintenance budget (due tasks promoted and leases reaped in each slot, each at most this
+--       many), A(5..) queue names; on one server (which checks no slots) the `seq` key of another
+--       queue slot may come between them: the queues after it are that slot's (switch()). Such a call
+--       gets A(4) as "<budget> <j> <j>...": the places j of the `seq` keys of the slots whose upkeep
+--       comes before any claim, as the first slot's does (the caller's choice, spread.py); every other
+--       slot is a later partition of a queue, naming that one queue, whose upkeep comes in its turn.
 -- Returns: a flat array: the row (body included) of each claimed task, in claim order, as it was
 --          before this claim, then one string: "" or, when a claimed task has a last error or
 --          failures, a JSON array of 3 values per such task: its position in the claim (1-based), its
@@ -38,22 +41,47 @@ local BRACE = 123 -- "{": starts a slot's key, never a queue name
 -- per slot (its `seq`): the first due time its upkeep read and that nothing moved since (false: none)
 local PEEKED = {}
 
+-- the lowest score in sorted set `key` (nil: none)
+local function earliest(key) return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] end
 -- the first due time of the current slot's `due` (nil: none)
-local function peek_due() return redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')[2] end
+local function peek_due() return earliest(DUE) end
 
 -- the slot's upkeep: due tasks promoted, then expired leases and deadlines reaped, each at most `n`.
 -- Its first read is the first due entry (`first`, if the caller read it: false for none), which also
 -- answers first_due() when nothing was due and nothing was reaped (a reaped or expired task may leave
--- `due`; a claim never touches it)
-local function upkeep_here(n, first)
+-- `due`; a claim never touches it). `quiet`: the caller read that no lease or deadline is past (no reap)
+local function upkeep_here(n, first, quiet)
   if first == nil then first = peek_due() end
   local known = first or false
   if first and tonumber(first) <= NOW then
     promote(n)
     known = nil
   end
-  if reap(n) > 0 then known = nil end
+  if not quiet and reap(n) > 0 then known = nil end
   PEEKED[SEQ] = known
+end
+
+-- A later partition (its `seq` key; `queue`, the one queue it names) read without switching to it:
+-- whether it has nothing to do (nothing pending, and no due time, lease or deadline past), its first
+-- due time (false: none), and whether its leases and deadlines were read and none is past. Its
+-- `due`, `leases` and `expiring` are sorted by those times, so the lowest score of each tells; EXISTS
+-- counts them with `pending`, whose pop is left out where the others account for the count.
+local function probe(seq, queue)
+  local n = names(seq)
+  local held = redis.call('EXISTS', n[2], n[3], n[4], n[1] .. 'q:' .. queue .. ':pending')
+  if held == 0 then return true, false, false end
+  local first = earliest(n[2]) or false
+  if first and tonumber(first) <= NOW then return false, first, false end
+  local found = first and 1 or 0
+  for k = 3, 4 do
+    if found == held then return true, first, false end
+    local lowest = earliest(n[k])
+    if lowest then
+      if tonumber(lowest) <= NOW then return false, first, false end
+      found = found + 1
+    end
+  end
+  return found == held, first, true
 end
 
 -- the earlier of `due` (nil: none) and the first due time of the current slot's scheduled and retry
@@ -130,54 +158,53 @@ local sent = SENTP .. A(3)
 local kept = claimed_again(sent, A(3), tonumber(A(1)))
 if kept then return kept end
 local lease_for, limit, base, budget = tonumber(A(1)), tonumber(A(2)), A(3), tonumber(A(4))
+local places -- see below
+if not budget then budget, places = string.match(A(4), '^(%d+) (.*)$') end
+budget = tonumber(budget)
 PEEKED = {}
 upkeep_here(budget)
--- every other named slot's upkeep too, before any claim: a claim filled in an earlier slot must not
--- leave a later queue's due tasks unpromoted and expired leases unreaped (as one slot's call would
--- not). But a later partition of a queue (a labelled slot naming one queue an earlier slot named:
--- spread.py) gets its upkeep when the claim reaches it, as on a cluster (docs/architecture.md,
--- "Redis Cluster: keys per queue"): claims start one partition further each call, so each has it first
--- in its turn, and the worker's promoter and reaper bound the rest.
-local others, seen, lazy = false, {}, {}
-for j = 5, #ARGV do
-  local q = A(j)
-  if not q then break end
-  if string.byte(q) ~= BRACE then
-    seen[q] = true
-  elseif seen[A(j + 1)] and (not A(j + 2) or string.byte(A(j + 2)) == BRACE) and names(q)[14] then
-    lazy[j] = true
-  else
-    switch(q)
+-- the upkeep of the slots the caller named in A(4) too, before any claim: a claim filled in an
+-- earlier slot must not leave a later queue's due tasks unpromoted and expired leases unreaped (as one
+-- slot's call would not). A later partition of a queue gets its upkeep when the claim reaches it, as
+-- on a cluster (docs/architecture.md, "Redis Cluster: keys per queue"): claims start one partition
+-- further each call, so each has it first in its turn, and the worker's promoter and reaper bound
+-- the rest. The caller tells them apart: a scan of the arguments here cost more than the claim's
+-- other Lua (docs/performance-notes.md).
+local eager = {}
+if places then
+  for j in string.gmatch(places, '%d+') do
+    j = tonumber(j)
+    eager[j] = true
+    switch(A(j))
     upkeep_here(budget)
-    others = true
   end
+  switch(KEYS[1])
 end
-if others then switch(KEYS[1]) end
 DEFER = true
 local out, extras = {}, {}
 local claimed = 0
 local lxs = f(NOW + lease_for)
 local i = 5
 local due -- the first due time of the slots left behind with room to spare (see first_due)
-while A(i) and claimed < limit do
-  local q = A(i)
-  flush_z() -- the ZCARD below must see this call's own claims
+local q = A(i)
+while q and claimed < limit do
+  if ZORDER then flush_z() end -- the ZCARD below must see this call's own claims
   local s = string.byte(q) ~= BRACE and settings(q)
-  if not s then -- the next queues are another slot's (its upkeep done above)
-    due = first_due(due) -- (claimed < limit here: the loop ends once the claim is full)
-    switch(q)
-    if lazy[i] then -- a later partition's upkeep (see above), its writes not deferred as above
-      -- an idle partition, with nothing leased, expiring or pending and nothing due by now, has
-      -- nothing to do: how many of those keys exist and its first due entry (its upkeep's first read)
-      -- tell, instead of its upkeep's other reads, its settings and a pop
-      local held = redis.call('EXISTS', DUE, LEASES, EXPIRING, qkey(A(i + 1), 'pending'))
-      local first = held > 0 and peek_due() or false
-      if held == (first and 1 or 0) and not (first and tonumber(first) <= NOW) then
-        PEEKED[SEQ] = first
+  if not s then -- the next queues are another slot's
+    -- (claimed < limit here: the loop ends once the claim is full)
+    if eager[i] then -- its upkeep done above
+      due = first_due(due)
+      switch(q)
+    else -- a later partition: passed where it has nothing to do (probe()), else its upkeep and turn
+      local idle, first, quiet = probe(q, A(i + 1))
+      if idle then -- left behind without a switch: its first due time noted here
+        if first and (not due or tonumber(first) < tonumber(due)) then due = first end
         i = i + 1
       else
-        DEFER = false
-        upkeep_here(budget, first)
+        due = first_due(due)
+        switch(q)
+        DEFER = false -- its upkeep's writes not deferred, as the first slot's are not
+        upkeep_here(budget, first, quiet)
         DEFER = true
       end
     end
@@ -257,6 +284,7 @@ while A(i) and claimed < limit do
     end
   end
   i = i + 1
+  q = A(i)
 end
 -- a string result goes back as one string, a table as a nested array (see finish())
 if claimed < limit then due = first_due(due) end
