@@ -41,6 +41,17 @@ PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(BIN)/pytest -q $(XDIST)
 NEWEST_PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(NEWEST_VENV)/bin/pytest -q $(XDIST)
 endif
 
+# $(call in_fast_tmp,COMMAND): COMMAND with TMPDIR in a new directory of /dev/shm (a RAM disk) where there
+# is one: pytest's tmp_path and the benchmarks' files, SQLite databases above all, go there, so their fsyncs
+# cost nothing (on this VM's shared disk they took a third of the SQLite tests' time). The directory is
+# removed after a run that passed and kept, named, after one that failed.
+FAST_TMP := $(firstword $(wildcard /dev/shm) /tmp)
+define in_fast_tmp
+	@tmp=$$(mktemp -d $(FAST_TMP)/conveyor-test.XXXXXX) && echo 'TMPDIR='"$$tmp"' $(strip $(1))' && \
+	TMPDIR=$$tmp $(1); status=$$?; \
+	if [ $$status = 0 ]; then rm -rf $$tmp; else echo "the failed run's files are in $$tmp"; fi; exit $$status
+endef
+
 VERSION_OF = $$($(1)/python -c 'import platform; print(platform.python_version())')
 
 # $(call redis_again,BIN): the Redis-backed tests again on redis-server with BIN's Python, if there is one.
@@ -94,7 +105,7 @@ endif
 
 unit: $(STAMP)
 	@echo "== the suite on Python $(call VERSION_OF,$(BIN)) ($(VENV))"
-	$(PYTEST)
+	$(call in_fast_tmp,$(PYTEST))
 	$(call redis_again,$(BIN))
 
 # The quick loop while working: every test but the `slow` ones (processes of their own, the browser,
@@ -104,7 +115,6 @@ unit: $(STAMP)
 # then cost nothing, which on a busy shared disk is most of the run's time. No pytest cache: parallel
 # checkouts share none. Bytecode (the test modules' with their rewritten asserts included) is kept in
 # the venv even where PYTHONDONTWRITEBYTECODE is set: compiling it again is seconds of every run.
-FAST_TMP := $(firstword $(wildcard /dev/shm) /tmp)
 unit-fast: $(STAMP)
 	@tmp=$$(mktemp -d $(FAST_TMP)/conveyor-unit-fast.XXXXXX) && \
 	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache \
@@ -120,7 +130,7 @@ $(NEWEST_VENV)/.installed-dev: pyproject.toml
 
 unit-newest: $(NEWEST_VENV)/.installed-dev
 	@echo "== the suite on Python $(call VERSION_OF,$(NEWEST_VENV)/bin) ($(NEWEST_VENV))"
-	$(NEWEST_PYTEST) $(if $(NEWEST_MARKERS),-m "$(NEWEST_MARKERS)")
+	$(call in_fast_tmp,$(NEWEST_PYTEST) $(if $(NEWEST_MARKERS),-m "$(NEWEST_MARKERS)"))
 else
 unit-newest:
 	@echo "== no Python newer than $(PYTHON)'s here (pyenv's, /usr/bin): the suite runs on one Python only"
