@@ -35,6 +35,7 @@ from pathlib import Path
 from bench.peer_runs import PEERS, Peer, PeerRunner, sqlite_peers
 from bench.procs import stop_group, tree_cpu, wait_for_file
 from bench.server import Server, choose_placement, cpu_model
+from bench.suite import new_sqlite_dir
 
 __all__ = ["main"]
 
@@ -119,7 +120,7 @@ def main(argv: list[str]) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     wanted = [name for name in args.peers.split(",") if name]
     backends = [b for b in args.backends.split(",") if b]
-    sqlite_dir = Path(tempfile.mkdtemp(prefix="conveyor-drain-ratio-"))
+    sqlite_dir = new_sqlite_dir("conveyor-drain-ratio-")
     # each backend's peers: the Redis ones when Redis runs, SqliteHuey when SQLite runs
     peers = [(p, "redis") for p in PEERS if p.module in wanted and "redis" in backends]
     peers += [(p, "sqlite") for p in sqlite_peers(sqlite_dir) if p.module in wanted and "sqlite" in backends]

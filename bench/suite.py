@@ -10,7 +10,9 @@ instead of a value, and the run goes on.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -291,5 +293,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def new_sqlite_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="conveyor-bench-sqlite-"))
+def new_sqlite_dir(prefix: str = "conveyor-bench-sqlite-") -> Path:
+    """A temporary directory for a run's SQLite files, removed when the process exits normally or by
+    ``sys.exit`` (``python -m bench`` turns a SIGTERM into that)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path

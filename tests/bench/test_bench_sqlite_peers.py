@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RATE = r"([\d.]+)/s +[\d.]+ µs/task"
 
 
-def run_python(*args: str, timeout: float) -> str:
-    """``python <args>`` from the repository's root, with ``bench`` importable: its output (exit 0)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_python(*args: str, timeout: float, tmp: Path | None = None) -> str:
+    """``python <args>`` from the repository's root, with ``bench`` importable (and its temporary
+    files in ``tmp`` if given): its output (exit 0)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"TMPDIR": str(tmp)} if tmp is not None else {})}
     done = subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -27,8 +28,8 @@ def run_python(*args: str, timeout: float) -> str:
     return done.stdout
 
 
-def run_bench(*args: str, timeout: float) -> str:
-    return run_python("-m", *args, timeout=timeout)
+def run_bench(*args: str, timeout: float, tmp: Path | None = None) -> str:
+    return run_python("-m", *args, timeout=timeout, tmp=tmp)
 
 
 @pytest.mark.slow
@@ -74,9 +75,10 @@ def test_drain_ratio_compares_conveyor_on_sqlite_with_sqlitehuey_and_with_redis(
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_drain_ratio_on_sqlite_alone_runs_only_the_sqlite_peers() -> None:
+def test_drain_ratio_on_sqlite_alone_runs_only_the_sqlite_peers(tmp_path: Path) -> None:
     args = ("--n", "300", "--reps", "1", "--conveyor", "default", "--backends", "sqlite")
-    out = run_bench("bench.drain_ratio", *args, timeout=110)  # default --peers: dramatiq,huey,huey_sqlite
+    out = run_bench("bench.drain_ratio", *args, timeout=110, tmp=tmp_path)  # default --peers: dramatiq,huey,huey_sqlite
+    assert list(tmp_path.glob("conveyor-*")) == []  # its SQLite files' directory removed on the way out
     labels = [label for label, _ in re.findall(rf"^  (.+?) +{RATE}$", out, re.M)]
     assert labels == [
         "Conveyor (sqlite) default",
@@ -92,7 +94,10 @@ def test_drain_ratio_on_sqlite_alone_runs_only_the_sqlite_peers() -> None:
 def test_make_bench_publishes_the_sqlite_peer_rows(tmp_path: Path) -> None:
     # a smoke run naming a peer runs it: the smallest sizes, one pass, no process curve
     args = ("--smoke", "--n", "200", "--peers", "huey_sqlite", "--conveyor", "sqlite", "--curve-shapes", "")
-    run_bench("bench", *args, "--out", str(tmp_path), timeout=110)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run_bench("bench", *args, "--out", str(tmp_path), timeout=110, tmp=tmp)
+    assert list(tmp.glob("conveyor-*")) == []  # its SQLite files' directory removed on the way out
     figures = json.loads((tmp_path / "results.json").read_text())["figures"]
     measured = {(f["library"], f["variant"], f["workload"]) for f in figures if f["value"] is not None}
     for threads in ("1 thread", "8 threads"):
