@@ -13,14 +13,16 @@ enqueue, a batch claim (500 per call) and its settles, a one-task claim and a on
 one-task and batch enqueues whose tasks hold unique keys, then an idle worker's claim (nothing
 pending, a scheduled task in the slot: it reads the first due time), a claim of 100, one-task
 settles of a retry and an operator's cancels, batch enqueues of 500 tasks into a queue in
-:data:`PARTS` partitions (a call per partition on a cluster, one joined call on one server), and last
-one-task ``get``s by a generated id and by a custom id (``get.lua``), with PING as the floor. Kernel time (the
-socket calls) is not in the counts. Compare two versions of the Lua code by running this on each: the
-counts repeat to within ~2% (a sorted set's skip-list levels are random, so its inserts vary a little
-from run to run). ``--cluster`` runs the server cluster-enabled, serving every slot alone: against the
-same run without it, what cluster mode costs a command (slot checks, per-slot dictionaries). The
-last phase labels each batch's ids as an app's ``enqueue_many`` does (``batch_id_suffixes``: the
-500 tasks to one partition, the next in rotation); ``--per-task-ids`` labels them one partition per
+:data:`PARTS` partitions (a call per partition on a cluster, one joined call on one server), one-task
+``get``s by a generated id and by a custom id (``get.lua``), and last claims over 3 plain queues (one
+joined call on one server): idle (a task due later in each), then of one task, in the third; PING is
+the floor. Kernel time (the socket calls) is not in the counts. Compare two versions of the Lua code
+by running this on each: the counts repeat to within ~2% (a sorted set's skip-list levels are
+random, so its inserts vary a little from run to run). ``--cluster`` runs the server
+cluster-enabled, serving every slot alone: against the same run without it, what cluster mode costs
+a command (slot checks, per-slot dictionaries). The partitioned queue's phase labels each batch's ids
+as an app's ``enqueue_many`` does (``batch_id_suffixes``: the 500 tasks to one partition, the next in
+rotation); ``--per-task-ids`` labels them one partition per
 task in rotation instead, every batch spread over the 6 (what ran before that rule).
 """
 
@@ -66,9 +68,13 @@ PHASES = (
     ("enqueue_batch_parts", "task of a 500-task enqueue into a queue in 6 partitions"),
     ("get_one", "get of a pending task by a generated id"),
     ("get_custom", "get of a pending task by a custom id"),
+    ("claim_idle_three", "claim of 3 plain queues finding nothing, a task due later in each"),
+    ("claim_third", "one-task claim of 3 plain queues, the task in the third"),
 )
 #: The queues the phases use (``--partitions`` splits each).
 QUEUES = ("warm", "one", "batch", "uone", "ubatch", "idle", "hundred", "admin", "read")
+#: The queues of the last two phases, in claim order: plain whatever ``--partitions`` says.
+THREE = ("three_a", "three_b", "three_c")
 CLAIM_BATCH = 500
 CLAIM_HUNDRED = 100
 #: Partitions of the queue of the last phase, and its tasks per enqueue call (an app's batch).
@@ -276,6 +282,17 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int, per_tas
     dump("enqueue_read")
     each("get_one", singles, lambda i: broker.get(read[i].id, time.time()))
     each("get_custom", singles, lambda i: broker.get(named[i].id, time.time()))
+    broker.enqueue([replace(task(-10 - i, q), run_at=time.time() + 3600) for i, q in enumerate(THREE)], time.time())
+    dump("three_ready")
+    three: list[TaskRecord] = []
+    each("claim_idle_three", singles, lambda _: three.extend(broker.claim(list(THREE), time.time(), 60.0, limit=1)))
+    if three:
+        raise RuntimeError("the idle claim of 3 queues took a task")
+    broker.enqueue([task(i, THREE[2]) for i in range(singles)], time.time())
+    dump("enqueue_third")
+    each("claim_third", singles, lambda _: three.extend(broker.claim(list(THREE), time.time(), 60.0, limit=1)))
+    if len(three) != singles:
+        raise RuntimeError(f"claimed {len(three)} of {singles} from the third queue")
     return {
         "ping": singles,
         "enqueue_one": singles,
@@ -293,6 +310,8 @@ def _run_phases(broker: RedisBroker, pid: int, tasks: int, singles: int, per_tas
         "enqueue_batch_parts": batches * PARTS_BATCH,
         "get_one": singles,
         "get_custom": singles,
+        "claim_idle_three": singles,
+        "claim_third": singles,
     }
 
 

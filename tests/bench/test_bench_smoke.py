@@ -172,7 +172,7 @@ COST_LINE = re.compile(r"^\s*([\d,]+)  per (.+?)  \(")
 def test_server_cost_counts_each_phase_on_its_own() -> None:
     out = run_bench("bench.server_cost", "--tasks", "40", "--singles", "10", timeout=230)
     costs = {m.group(2): int(m.group(1).replace(",", "")) for m in map(COST_LINE.match, out.splitlines()) if m}
-    assert len(costs) == 16, out
+    assert len(costs) == 18, out
     ping = costs["PING"]
     assert ping > 0
     # every broker call runs a Lua function: several times the work of a PING, per call
