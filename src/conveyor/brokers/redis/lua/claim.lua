@@ -5,8 +5,9 @@
 --       many), A(5..) queue names; on one server (which checks no slots) the `seq` key of another
 --       queue slot may come between them: the queues after it are that slot's (switch()). Such a call
 --       gets A(4) as "<budget> <j> <j>...": the places j of the `seq` keys of the slots whose upkeep
---       comes before any claim, as the first slot's does (the caller's choice, spread.py); every other
---       slot is a later partition of a queue, naming that one queue, whose upkeep comes in its turn.
+--       comes before any claim, as the first slot's does (the caller's choice, spread.py), where it
+--       has any to do (one naming a single queue is probed first); every other slot is a later
+--       partition of a queue, naming that one queue, whose upkeep comes in its turn.
 -- Returns: a flat array: the row (body included) of each claimed task, in claim order, as it was
 --          before this claim, then one string: "" or, when a claimed task has a last error or
 --          failures, a JSON array of 3 values per such task: its position in the claim (1-based), its
@@ -61,7 +62,7 @@ local function upkeep_here(n, first, quiet)
   PEEKED[SEQ] = known
 end
 
--- A later partition (its `seq` key; `queue`, the one queue it names) read without switching to it:
+-- A later slot naming one queue (its `seq` key; `queue`, that queue) read without switching to it:
 -- whether it has nothing to do (nothing pending, and no due time, lease or deadline past), its first
 -- due time (false: none), and whether its leases and deadlines were read and none is past. Its
 -- `due`, `leases` and `expiring` are sorted by those times, so the lowest score of each tells; EXISTS
@@ -170,15 +171,29 @@ upkeep_here(budget)
 -- further each call, so each has it first in its turn, and the worker's promoter and reaper bound
 -- the rest. The caller tells them apart: a scan of the arguments here cost more than the claim's
 -- other Lua (docs/performance-notes.md).
-local eager = {}
+-- A slot naming one queue (a plain queue's, in layout 5) is probed first (probe()): with nothing to
+-- do it has no upkeep to give, and the claim passes it as a later partition's (`passing[j]`: its first
+-- due time, false: none); nothing a claim does in another slot writes to its keys meanwhile.
+local eager, passing = {}, nil
 if places then
+  local switched = false
+  passing = {}
   for j in string.gmatch(places, '%d+') do
     j = tonumber(j)
     eager[j] = true
-    switch(A(j))
-    upkeep_here(budget)
+    local first, quiet
+    if not A(j + 2) or string.byte(A(j + 2)) == BRACE then
+      local nothing
+      nothing, first, quiet = probe(A(j), A(j + 1))
+      if nothing then passing[j] = first end
+    end
+    if passing[j] == nil then
+      switch(A(j))
+      switched = true
+      upkeep_here(budget, first, quiet)
+    end
   end
-  switch(KEYS[1])
+  if switched then switch(KEYS[1]) end
 end
 DEFER = true
 local out, extras = {}, {}
@@ -192,9 +207,15 @@ while q and claimed < limit do
   local s = string.byte(q) ~= BRACE and settings(q)
   if not s then -- the next queues are another slot's
     -- (claimed < limit here: the loop ends once the claim is full)
-    if eager[i] then -- its upkeep done above
-      due = first_due(due)
-      switch(q)
+    if eager[i] then
+      local passed = passing[i]
+      if passed ~= nil then -- nothing to do there (see above): left behind without a switch
+        if passed and (not due or tonumber(passed) < tonumber(due)) then due = passed end
+        i = i + 1
+      else -- its upkeep done above
+        due = first_due(due)
+        switch(q)
+      end
     else -- a later partition: passed where it has nothing to do (probe()), else its upkeep and turn
       local idle, first, quiet = probe(q, A(i + 1))
       if idle then -- left behind without a switch: its first due time noted here
