@@ -218,25 +218,13 @@ def main() -> None:
                 ("server", server.namespace_url(_namespace(n)), [server], 0),
                 ("cluster", cluster.namespace_url(_namespace(n)), list(cluster.masters), 0),
             ]
-            if args.partitions and args.compare_ids:
+            # with --compare-ids, the same partitioned targets labelling a batch per task first ("/t")
+            kinds = ((["/t"] if args.compare_ids else []) + [""]) if args.partitions else []
+            for kind in kinds:
+                p = args.partitions
                 targets += [
-                    (f"server/p{args.partitions}/t", server.namespace_url(_namespace(n)), [server], args.partitions),
-                    (
-                        f"cluster/p{args.partitions}/t",
-                        cluster.namespace_url(_namespace(n)),
-                        list(cluster.masters),
-                        args.partitions,
-                    ),
-                ]
-            if args.partitions:
-                targets += [
-                    (f"server/p{args.partitions}", server.namespace_url(_namespace(n)), [server], args.partitions),
-                    (
-                        f"cluster/p{args.partitions}",
-                        cluster.namespace_url(_namespace(n)),
-                        list(cluster.masters),
-                        args.partitions,
-                    ),
+                    (f"server/p{p}{kind}", server.namespace_url(_namespace(n)), [server], p),
+                    (f"cluster/p{p}{kind}", cluster.namespace_url(_namespace(n)), list(cluster.masters), p),
                 ]
             if one is not None:
                 targets.append(

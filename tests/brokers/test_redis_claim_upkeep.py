@@ -8,6 +8,7 @@ read (docs/architecture.md, "Redis Cluster: keys per queue")."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -21,11 +22,8 @@ QUEUES = ["a", "b", "c"]
 @pytest.fixture
 def broker(redis_url: str) -> Iterator[RedisBroker]:
     """On one server: on a cluster each slot is a call of its own, made while the claim has room."""
-    opened = RedisBroker.from_url(redis_url, BrokerPolicy())
-    try:
+    with closing(RedisBroker.from_url(redis_url, BrokerPolicy())) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def _task(task_id: str, queue: str, *, due: float | None = None, expires: float | None = None) -> NewTask:
