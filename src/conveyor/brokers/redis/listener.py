@@ -228,10 +228,10 @@ def _read(pubsub: redis.client.PubSub, timeout: float, bell: socket.socket) -> d
     nodes = _connections(pubsub)
     for _, node in nodes:
         node.check_health()  # (a PING when idle past the interval: a read would send it, a wait does not)
-    ready = [(name, node) for name, node in nodes if _has_data(node)]
+    ready = _with_data(nodes)
     if not ready:
         _wait(nodes, timeout, bell)
-        ready = [(name, node) for name, node in nodes if _has_data(node)]
+        ready = _with_data(nodes)
     for name, node in ready:
         message: dict[str, Any] | None
         if isinstance(pubsub, ClusterPubSub):
@@ -252,9 +252,14 @@ def _connections(pubsub: redis.client.PubSub) -> list[tuple[str, redis.client.Pu
     return [("", pubsub)] if pubsub.connection is not None else []
 
 
+def _with_data(nodes: Sequence[tuple[str, redis.client.PubSub]]) -> list[tuple[str, redis.client.PubSub]]:
+    """Those of ``nodes`` whose connection holds or can read something now (without reading a
+    message); one with no socket too: reading it then reconnects or raises (and the listener
+    reconnects)."""
+    return [(name, node) for name, node in nodes if _has_data(node)]
+
+
 def _has_data(node: redis.client.PubSub) -> bool:
-    """Whether ``node``'s connection holds or can read something now (without reading a message). True
-    when it has no socket: reading it then reconnects or raises (and the listener reconnects)."""
     connection = node.connection
     if connection is None or getattr(connection, "_sock", None) is None:
         return connection is not None
