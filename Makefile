@@ -41,11 +41,10 @@ PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(BIN)/pytest -q $(XDIST)
 NEWEST_PYTEST := CONVEYOR_REQUIRE_BROWSER=1 $(NEWEST_VENV)/bin/pytest -q $(XDIST)
 endif
 
-# $(call in_fast_tmp,COMMAND): COMMAND with TMPDIR in a new directory of /dev/shm (a RAM disk) where there
-# is one: pytest's tmp_path and the benchmarks' files, SQLite databases above all, go there, so their fsyncs
-# cost nothing (on this VM's shared disk they took a third of the SQLite tests' time). The directory is
-# removed after a run that passed and kept, named, after one that failed.
-# (only with 2 GB free there: a container's /dev/shm may be 64 MB, and a full one would fail the run)
+# $(call in_fast_tmp,COMMAND): COMMAND with TMPDIR in a new directory of /dev/shm (a RAM disk) where it has
+# 2 GB free (a container's may be 64 MB, and a full one would fail the run), else of /tmp: pytest's tmp_path
+# and the benchmarks' files, SQLite databases above all, go there, so their fsyncs cost nothing (figures in
+# docs/testing.md). The directory is removed after a run that passed and kept, named, after one that failed.
 FAST_TMP := $(shell [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $$4}')" -gt 2000000 ] 2>/dev/null && echo /dev/shm || echo /tmp)
 define in_fast_tmp
 	@tmp=$$(mktemp -d $(FAST_TMP)/conveyor-test.XXXXXX) && echo 'TMPDIR='"$$tmp"' $(strip $(1))' && \

@@ -153,7 +153,7 @@ end
 
 -- a task as stored, {row, result, last error, failures, retry limit, traceback} (false: absent), or nil
 -- without a row; each side read only where the row says it may exist (a command from a script costs
--- the server ~12k instructions whatever it finds, docs/performance-notes.md, "One call per get"): the
+-- the server as much whatever it finds: docs/performance-notes.md, "One call per get"): the
 -- result of a completed task (only a settle's `complete` writes one, and a completed task leaves its
 -- state only deleted), the last error where field l says there is one, the failures, retry limit
 -- and traceback where ne does (as claim.lua does)

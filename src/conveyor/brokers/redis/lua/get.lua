@@ -6,9 +6,9 @@
 --       `ids` while layout 4's registry exists (upgrade.py; the move is one call there, so the entry and
 --       the task are read at one instant).
 -- Returns: {row, result, last error, failures, retry limit, traceback} (_rows.lua's dump()); the row
---          alone, a string, when the rest is absent (a table reply costs the server ~2k instructions
---          an element and ~11k more, several times the reads: docs/performance-notes.md); "" when the
---          slot holds no such task. The caller checks keep_until.
+--          alone, a string, when the rest is absent (a table reply costs the server more than the
+--          reads: docs/performance-notes.md, "One call per get"); "" when the slot holds no such
+--          task. The caller checks keep_until.
 -- Transition: none.
 local id, old = A(1), A(2)
 if old then
