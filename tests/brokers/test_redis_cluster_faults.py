@@ -5,14 +5,17 @@ Each test builds a cluster of its own."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import traceback
 import uuid
 
 import pytest
 
 from conveyor import Conveyor, TaskState
 from conveyor.brokers.redis import RedisBroker
+from conveyor.brokers.redis.cluster import MOVING_PATIENCE
 from conveyor.brokers.redis.keys import keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable
 from conveyor.model import BrokerPolicy, Event, Outcome, QueueSettings
@@ -163,9 +166,17 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
                     errors.append(exc)
 
         thread = threading.Thread(target=load)
+
+        def state() -> str:  # what the loop did and is doing, for a timeout's message
+            frame = sys._current_frames().get(thread.ident or 0)
+            doing = "".join(traceback.format_stack(frame)[-8:]) if frame is not None else "(ended)\n"
+            return f"completions; at the timeout {counts}, {len(errors)} errors {errors[:3]!r}, the loop in\n{doing}"
+
+        # A call waits out a slot between two states for up to MOVING_PATIENCE: twice that, on a busy host
+        patience = 2 * MOVING_PATIENCE
         thread.start()
         try:
-            poll_until(lambda: counts["completed"] > 500)
+            poll_until(lambda: counts["completed"] > 500, timeout=patience, message=state)
             target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
             source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
             moved = (
@@ -175,11 +186,13 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
                 source.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
                 moved += len(keys)
             done = counts["completed"]
-            poll_until(lambda: counts["completed"] > done + 500)  # served by the target, asked
+            # served by the target, asked
+            poll_until(lambda: counts["completed"] > done + 500, timeout=patience, message=state)
             for master in cluster.masters:
                 master.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
             done = counts["completed"]
-            poll_until(lambda: counts["completed"] > done + 500)  # and after the hand-over
+            # and after the hand-over
+            poll_until(lambda: counts["completed"] > done + 500, timeout=patience, message=state)
         finally:
             stop.set()
             thread.join()
