@@ -30,14 +30,22 @@ import redis
 from redis.cluster import ClusterNode as Node
 from redis.cluster import RedisCluster
 from redis.connection import AbstractConnection
-from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    MovedError,
+    RedisClusterException,
+    TryAgainError,
+)
 
 from conveyor.brokers.redis.connections import Command, Connections
 from conveyor.brokers.redis.keys import keyslot
 
-__all__ = ["MOVING_PATIENCE", "ClusterCalls", "ClusterClient", "is_cluster_node", "moving"]
+__all__ = ["MOVING_PATIENCE", "ClusterCalls", "ClusterClient", "in_limbo", "is_cluster_node", "moving"]
 
-#: Seconds a call refused mid-migration (:func:`moving`) is retried before its error is returned.
+#: Seconds a call refused mid-migration (:func:`moving`, :func:`in_limbo`) is retried before its error is
+#: returned or raised.
 MOVING_PATIENCE = 5.0
 
 
@@ -117,18 +125,29 @@ class ClusterCalls:
         there (:func:`moving`); the scripts read before they write, so nothing was written and the
         call is sent again, with backoff, for up to :data:`MOVING_PATIENCE` seconds.
 
+        The same patience covers a slot between two owners: the operator's tool tells the nodes the
+        slot's new owner one after another, and once the source has let it go but before the target
+        has taken it, each sends the call to the other (:func:`in_limbo`).
+
         A call ending in ``WAIT`` goes to :meth:`_waited`."""
         if commands[-1][0] == "WAIT":
             return self._waited(commands)
-        replies = self._execute(commands)
+        send = self._execute
         pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
-        while any(isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies):
-            if time.monotonic() >= deadline:
-                break
+        while True:
+            try:
+                replies = send(commands)
+            except ClusterError as exc:
+                if not in_limbo(exc) or time.monotonic() >= deadline:
+                    raise
+            else:
+                if time.monotonic() >= deadline or not any(
+                    isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies
+                ):
+                    return replies
             time.sleep(pause)  # waiting for the operator's tool to finish moving the slot
             pause = min(pause * 2, 0.2)
-            replies = self._through_client(commands)
-        return replies
+            send = self._through_client
 
     def _execute(self, commands: Sequence[Command]) -> list[Any]:
         try:
@@ -165,6 +184,7 @@ class ClusterCalls:
         as the cluster client's own retries do."""
         pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
         manager = self._client.nodes_manager
+        followed = False  # a MOVED after the first: the slot between two owners (in_limbo), wait
         while True:
             try:
                 conns = self._routed(commands)
@@ -183,7 +203,9 @@ class ClusterCalls:
                 moved = next((r for r in replies if isinstance(r, MovedError)), None)
                 if moved is not None:
                     manager.move_slot(moved)  # the same update redis-py makes on a MOVED
-                    continue
+                    if not followed:
+                        followed = True
+                        continue
             except (redis.ConnectionError, RedisClusterException):
                 if time.monotonic() >= deadline:
                     raise
@@ -250,6 +272,13 @@ def moving(reply: redis.ResponseError) -> bool:
     """True for a script refused because its slot is being moved between nodes (Valkey and Redis 7
     word it differently; both say "non local key")."""
     return "non local key" in str(reply)
+
+
+def in_limbo(exc: ClusterError) -> bool:
+    """True for redis-py giving up on a call redirected back and forth (``TTL exhausted``): each
+    redirect means a node ran nothing of it. A slot's source that has let it go sends the call to the
+    target, which, still importing it, sends it back until told it owns the slot."""
+    return not isinstance(exc, redis.ResponseError)
 
 
 def _redirected(reply: redis.ResponseError) -> bool:
