@@ -18,7 +18,7 @@ from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.cluster import MOVING_PATIENCE
 from conveyor.brokers.redis.keys import keyslot, partition_labels
 from conveyor.errors import BrokerUnavailable
-from conveyor.model import BrokerPolicy, Event, Outcome, QueueSettings
+from conveyor.model import BrokerPolicy, Event, Outcome, QueueInfo, QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_cluster import LocalCluster
 
@@ -173,6 +173,14 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
 
         thread = threading.Thread(target=load)
 
+        read_queues: list[list[QueueInfo]] = []
+
+        def read() -> None:
+            try:
+                read_queues.append(broker.queues(NOW))
+            except BaseException as exc:
+                errors.append(exc)
+
         def state() -> str:  # what the loop did and is doing, for a timeout's message
             frame = sys._current_frames().get(thread.ident or 0)
             doing = "".join(traceback.format_stack(frame)[-8:]) if frame is not None else "(ended)\n"
@@ -197,9 +205,12 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
             # The new owner told to the source first and to the target a moment later, as a tool's
             # calls to the nodes may come apart on a busy host: meanwhile each sends a call to the other
             source.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            reader = threading.Thread(target=read)  # an operator's read too, in the gap
+            reader.start()
             time.sleep(LIMBO)  # the window held open (the loop makes ~200 calls in it), then closed
             for master in [target, *(master for master in cluster.masters if master not in (source, target))]:
                 master.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            reader.join()
             done = counts["completed"]
             # and after the hand-over
             poll_until(lambda: counts["completed"] > done + 500, timeout=patience, message=state)
@@ -208,6 +219,7 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
             thread.join()
         try:
             assert errors == []
+            assert [queue.name for queue in read_queues[0]] == ["q"]
             assert moved >= {"queue": 6, "namespace": 2}[moved_slot]  # rows, indexes...; the registry and ids
             while claimed := broker.claim(["q"], NOW, 60.0, limit=500):
                 counts["completed"] += sum(

@@ -50,7 +50,19 @@ MOVING_PATIENCE = 5.0
 
 
 class ClusterClient(RedisCluster):
-    """``RedisCluster`` that routes ``FCALL`` by its first key without asking the server."""
+    """``RedisCluster`` that routes ``FCALL`` by its first key without asking the server, and waits out
+    a slot between two owners (:func:`in_limbo`) for up to :data:`MOVING_PATIENCE` seconds."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except ClusterError as exc:
+                if not in_limbo(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)  # waiting for the operator's tool to tell the target it owns the slot
+            pause = min(pause * 2, 0.2)
 
     def determine_slot(self, *args: Any) -> int | None:
         command = args[0]
@@ -125,29 +137,18 @@ class ClusterCalls:
         there (:func:`moving`); the scripts read before they write, so nothing was written and the
         call is sent again, with backoff, for up to :data:`MOVING_PATIENCE` seconds.
 
-        The same patience covers a slot between two owners: the operator's tool tells the nodes the
-        slot's new owner one after another, and once the source has let it go but before the target
-        has taken it, each sends the call to the other (:func:`in_limbo`).
-
         A call ending in ``WAIT`` goes to :meth:`_waited`."""
         if commands[-1][0] == "WAIT":
             return self._waited(commands)
-        send = self._execute
+        replies = self._execute(commands)
         pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
-        while True:
-            try:
-                replies = send(commands)
-            except ClusterError as exc:
-                if not in_limbo(exc) or time.monotonic() >= deadline:
-                    raise
-            else:
-                if time.monotonic() >= deadline or not any(
-                    isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies
-                ):
-                    return replies
+        while any(isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies):
+            if time.monotonic() >= deadline:
+                break
             time.sleep(pause)  # waiting for the operator's tool to finish moving the slot
             pause = min(pause * 2, 0.2)
-            send = self._through_client
+            replies = self._through_client(commands)
+        return replies
 
     def _execute(self, commands: Sequence[Command]) -> list[Any]:
         try:
@@ -275,9 +276,10 @@ def moving(reply: redis.ResponseError) -> bool:
 
 
 def in_limbo(exc: ClusterError) -> bool:
-    """True for redis-py giving up on a call redirected back and forth (``TTL exhausted``): each
-    redirect means a node ran nothing of it. A slot's source that has let it go sends the call to the
-    target, which, still importing it, sends it back until told it owns the slot."""
+    """True for redis-py giving up on a command redirected back and forth (``TTL exhausted``): each
+    redirect means a node ran nothing of it. The operator's tool tells the nodes a slot's new owner
+    one after another; a source told first sends a call to the target, which, still importing the
+    slot, sends it back until told it owns it."""
     return not isinstance(exc, redis.ResponseError)
 
 
