@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -175,9 +176,9 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
 
         read_queues: list[list[QueueInfo]] = []
 
-        def read() -> None:
+        def read(what: Callable[[], object]) -> None:
             try:
-                read_queues.append(broker.queues(NOW))
+                what()
             except BaseException as exc:
                 errors.append(exc)
 
@@ -205,12 +206,17 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
             # The new owner told to the source first and to the target a moment later, as a tool's
             # calls to the nodes may come apart on a busy host: meanwhile each sends a call to the other
             source.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
-            reader = threading.Thread(target=read)  # an operator's read too, in the gap
-            reader.start()
+            readers = [  # an operator's reads too, in the gap: a script's call, a pipeline
+                threading.Thread(target=read, args=(lambda: read_queues.append(broker.queues(NOW)),)),
+                threading.Thread(target=read, args=(lambda: broker.history(0, 1),)),
+            ]
+            for reader in readers:
+                reader.start()
             time.sleep(LIMBO)  # the window held open (the loop makes ~200 calls in it), then closed
             for master in [target, *(master for master in cluster.masters if master not in (source, target))]:
                 master.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
-            reader.join()
+            for reader in readers:
+                reader.join()
             done = counts["completed"]
             # and after the hand-over
             poll_until(lambda: counts["completed"] > done + 500, timeout=patience, message=state)

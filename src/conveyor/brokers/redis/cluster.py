@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 from redis.cluster import ClusterNode as Node
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.connection import AbstractConnection
 from redis.exceptions import (
     AskError,
@@ -63,6 +63,12 @@ class ClusterClient(RedisCluster):
                     raise
             time.sleep(pause)  # waiting for the operator's tool to tell the target it owns the slot
             pause = min(pause * 2, 0.2)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe: ClusterPipeline = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        # a pipeline sends its redirected commands again one by one through this: the same patience
+        pipe.parent_execute_command = self.execute_command
+        return pipe
 
     def determine_slot(self, *args: Any) -> int | None:
         command = args[0]
