@@ -237,3 +237,48 @@ def test_moving_a_busy_slot_under_load_loses_nothing_and_raises_nothing(moved_sl
             assert int(source.call("CLUSTER", "COUNTKEYSINSLOT", slot)) == 0
         finally:
             broker.close()
+
+
+@pytest.mark.parametrize("moved_slot", ["queue", "namespace"])
+def test_a_listener_follows_a_moved_slot_without_a_warning(moved_slot: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A broker that listens (events) while the queue's slot (or the namespace's) moves to another
+    master, as a reshard moves it (the target told first): the listener subscribes on the new owner
+    and hears events again, and logs nothing at WARNING or above (a reshard is routine; the node it
+    listened on is not lost)."""
+    with LocalCluster(masters=3) as cluster:
+        namespace = "t" + uuid.uuid4().hex
+        broker = RedisBroker.from_url(cluster.namespace_url(namespace), BrokerPolicy())
+        listener = RedisBroker.from_url(cluster.namespace_url(namespace), BrokerPolicy())
+        seen: list[Event] = []
+        try:
+            broker.configure_queue(QueueSettings("q"))
+            listener.subscribe(seen.append)
+            broker.enqueue([task("before")], NOW)
+            poll_until(lambda: [event.task_id for event in seen] == ["before"], message="the first event")
+            slot = keyslot("{" + namespace + ("|q}" if moved_slot == "queue" else "}"))
+            source = cluster.masters[owner_of_slot(cluster, slot)]
+            target = next(master for master in cluster.masters if master is not source)
+            with caplog.at_level(logging.WARNING, logger="conveyor"):
+                target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+                source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+                while keys := source.call("CLUSTER", "GETKEYSINSLOT", slot, 100_000):
+                    source.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+                for master in [target, *(master for master in cluster.masters if master is not target)]:
+                    master.call("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+                heard = 0
+
+                def heard_again() -> bool:
+                    nonlocal heard
+                    heard += 1
+                    broker.enqueue([task(f"after-{heard}")], NOW)
+                    try:  # a short look: the caller sends another until one is heard
+                        poll_until(lambda: any(event.task_id.startswith("after") for event in seen), timeout=0.2)
+                    except AssertionError:
+                        return False
+                    return True
+
+                poll_until(heard_again, timeout=10.0, message="an event after the move")
+            assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
+        finally:
+            broker.close()
+            listener.close()

@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 from redis.cluster import ClusterPubSub, RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
 
 from conveyor.brokers.redis.keys import Slot
 from conveyor.errors import ConveyorError
@@ -158,6 +158,14 @@ class Listener:
                         self._refreshed.notify_all()
                 self._receive(_read(pubsub, _POLL, bell))
                 backoff = 0.05
+            except (_SlotLeft, AskError, TryAgainError, ClusterDownError) as exc:
+                # a reshard: routine, and the node is not lost (what is published meanwhile is missed)
+                log.info("%s listener: a slot it listens to moved (%s); subscribing again", self._what, exc)
+                _close_quietly(pubsub)
+                pubsub = None
+                _refresh_topology(self._client)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
             except (redis.RedisError, ConveyorError) as exc:
                 log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
                 _close_quietly(pubsub)
@@ -226,7 +234,9 @@ def _read(pubsub: redis.client.PubSub, timeout: float, bell: socket.socket) -> d
     select sees a reply's or a TLS record's first bytes, and a read that did not wait would take one
     split over two TCP segments for a lost connection."""
     nodes = _connections(pubsub)
-    for _, node in nodes:
+    for name, node in nodes:
+        if node.connection is None:  # (a cluster node's: its subscriptions' slot left it, see _SlotLeft)
+            raise _SlotLeft(f"{name} no longer holds a subscription")
         node.check_health()  # (a PING when idle past the interval: a read would send it, a wait does not)
     ready = _with_data(nodes)
     if not ready:
@@ -237,7 +247,10 @@ def _read(pubsub: redis.client.PubSub, timeout: float, bell: socket.socket) -> d
         if isinstance(pubsub, ClusterPubSub):
             # (through the cluster's pub/sub, which keeps its books on (un)subscriptions and moved slots)
             target = pubsub.cluster.get_node(node_name=name) or _Named(name)
-            message = pubsub.get_sharded_message(timeout=_WHOLE, target_node=target)  # type: ignore[no-untyped-call]
+            try:
+                message = pubsub.get_sharded_message(timeout=_WHOLE, target_node=target)  # type: ignore[no-untyped-call]
+            except (IndexError, TypeError) as exc:  # a reply redis-py's pub/sub cannot parse as a message
+                raise _SlotLeft(f"{name}: {exc!r}") from exc
         else:
             message = node.get_message(timeout=_WHOLE)
         if message is not None:
@@ -281,6 +294,12 @@ def _wait(nodes: Sequence[tuple[str, redis.client.PubSub]], timeout: float, bell
                 pass
         except (BlockingIOError, OSError):
             pass  # emptied (or closed under a thread that outlived close(): it ends at its next turn)
+
+
+class _SlotLeft(Exception):
+    """The slot of a subscribed channel left its node (a reshard): the node unsubscribed the listener,
+    and redis-py's cluster pub/sub, which follows only the unsubscriptions it asked for, either dropped
+    that node's connection or failed to read the reply as a message. The listener subscribes afresh."""
 
 
 class _Named:
