@@ -158,16 +158,12 @@ class Listener:
                         self._refreshed.notify_all()
                 self._receive(_read(pubsub, _POLL, bell))
                 backoff = 0.05
-            except (_SlotLeft, AskError, TryAgainError, ClusterDownError) as exc:
-                # a reshard: routine, and the node is not lost (what is published meanwhile is missed)
-                log.info("%s listener: a slot it listens to moved (%s); subscribing again", self._what, exc)
-                _close_quietly(pubsub)
-                pubsub = None
-                _refresh_topology(self._client)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except (redis.RedisError, ConveyorError) as exc:
-                log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
+            except (_SlotLeft, redis.RedisError, ConveyorError) as exc:
+                if isinstance(exc, (_SlotLeft, AskError, TryAgainError, ClusterDownError)):
+                    # a reshard: routine, and the node is not lost (what is published meanwhile is missed)
+                    log.info("%s listener: a slot it listens to moved (%s); subscribing again", self._what, exc)
+                else:
+                    log.warning("%s listener lost its connection (%s); reconnecting in %.2fs", self._what, exc, backoff)
                 _close_quietly(pubsub)
                 pubsub = None
                 _refresh_topology(self._client)
