@@ -49,20 +49,34 @@ __all__ = ["MOVING_PATIENCE", "ClusterCalls", "ClusterClient", "in_limbo", "is_c
 MOVING_PATIENCE = 5.0
 
 
+class _Patience:
+    """A call's :data:`MOVING_PATIENCE` seconds of waiting for the cluster: pauses from 5 ms, doubling
+    up to 0.2 s."""
+
+    def __init__(self) -> None:
+        self._pause, self._deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+
+    def over(self) -> bool:
+        return time.monotonic() >= self._deadline
+
+    def pause(self) -> None:
+        time.sleep(self._pause)
+        self._pause = min(self._pause * 2, 0.2)
+
+
 class ClusterClient(RedisCluster):
     """``RedisCluster`` that routes ``FCALL`` by its first key without asking the server, and waits out
     a slot between two owners (:func:`in_limbo`) for up to :data:`MOVING_PATIENCE` seconds."""
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+        patience = _Patience()
         while True:
             try:
                 return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             except ClusterError as exc:
-                if not in_limbo(exc) or time.monotonic() >= deadline:
+                if not in_limbo(exc) or patience.over():
                     raise
-            time.sleep(pause)  # waiting for the operator's tool to tell the target it owns the slot
-            pause = min(pause * 2, 0.2)
+            patience.pause()  # waiting for the operator's tool to tell the target it owns the slot
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         pipe: ClusterPipeline = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
@@ -147,12 +161,11 @@ class ClusterCalls:
         if commands[-1][0] == "WAIT":
             return self._waited(commands)
         replies = self._execute(commands)
-        pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+        patience = _Patience()
         while any(isinstance(reply, redis.ResponseError) and moving(reply) for reply in replies):
-            if time.monotonic() >= deadline:
+            if patience.over():
                 break
-            time.sleep(pause)  # waiting for the operator's tool to finish moving the slot
-            pause = min(pause * 2, 0.2)
+            patience.pause()  # waiting for the operator's tool to finish moving the slot
             replies = self._through_client(commands)
         return replies
 
@@ -189,7 +202,7 @@ class ClusterCalls:
         cluster's ``cluster-node-timeout``); then the last error is raised or returned. A redirect or
         a refusal means the node ran nothing of the script; a connection lost mid-call is sent again,
         as the cluster client's own retries do."""
-        pause, deadline = 0.005, time.monotonic() + MOVING_PATIENCE
+        patience = _Patience()
         manager = self._client.nodes_manager
         followed = False  # a MOVED after the first: the slot between two owners (in_limbo), wait
         while True:
@@ -205,7 +218,7 @@ class ClusterCalls:
                         replies = self._connections(node).execute([("ASKING",), *commands])[1:]
                 if not any(isinstance(r, redis.ResponseError) and (_redirected(r) or moving(r)) for r in replies):
                     return replies
-                if time.monotonic() >= deadline:
+                if patience.over():
                     return replies
                 moved = next((r for r in replies if isinstance(r, MovedError)), None)
                 if moved is not None:
@@ -214,14 +227,13 @@ class ClusterCalls:
                         followed = True
                         continue
             except (redis.ConnectionError, RedisClusterException):
-                if time.monotonic() >= deadline:
+                if patience.over():
                     raise
                 try:
                     manager.initialize()
                 except (redis.ConnectionError, RedisClusterException):
                     pass  # no node answered yet: try again after the pause
-            time.sleep(pause)  # the cluster is electing a new master or moving the slot
-            pause = min(pause * 2, 0.2)
+            patience.pause()  # the cluster is electing a new master or moving the slot
 
     def execute_apart(self, commands: Sequence[Command]) -> list[Any]:
         """Run ``commands`` (``FCALL``s, each of its own slot): each sent to the master serving it
