@@ -12,7 +12,7 @@ Everything is stopped by PID (``stop()``, the context manager, or ``RedisServer`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Self
 
 import redis
@@ -152,16 +152,21 @@ class SentinelGroup(Started):
 
     def master_port(self) -> int:
         """The master's port as the first sentinel that answers reports it."""
+        for port in self._reported_ports():
+            return port
+        raise redis.ConnectionError("no sentinel answered")
+
+    def _reported_ports(self) -> Iterator[int]:
+        """The master's port as each sentinel that answers reports it, in the sentinels' order."""
         for sentinel in self.sentinels:
             client = sentinel.client()
             try:
                 address: Any = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)  # type: ignore[no-untyped-call]
-                return int(address[1])
             except redis.RedisError:
                 continue
             finally:
                 client.close()
-        raise redis.ConnectionError("no sentinel answered")
+            yield int(address[1])
 
     def server_at(self, port: int) -> RedisServer:
         return next(server for server in self.servers if server.port == port)
@@ -196,11 +201,15 @@ class SentinelGroup(Started):
         )
 
     def wait_for_new_master(self, old_port: int, timeout: float = 30.0) -> RedisServer:
-        """Poll until the sentinels report a master other than ``old_port`` and it answers as master."""
+        """Poll until every sentinel reports the same master other than ``old_port`` and it answers as
+        master. A sentinel still naming the old master would take it back as master if it restarted
+        (empty) now, and could make the promoted replica sync from it."""
 
         def promoted() -> bool:
-            port = self.master_port()
-            return port != old_port and self.server_at(port).info("replication").get("role") == "master"
+            ports = list(self._reported_ports())
+            if len(ports) != len(self.sentinels) or len(set(ports)) != 1 or ports[0] == old_port:
+                return False
+            return self.server_at(ports[0]).info("replication").get("role") == "master"
 
         poll(promoted, timeout, f"the sentinels to replace the master on :{old_port}")
         return self.server_at(self.master_port())
