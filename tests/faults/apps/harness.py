@@ -62,7 +62,10 @@ class Cluster:
         if not self.ledger.exists():
             return []
         out = []
-        for line in self.ledger.read_text().splitlines():
+        text = self.ledger.read_text()
+        # a line being appended may be read half written (a write crossing a page boundary shows its
+        # first page first): only lines whole up to their newline count, the rest is read next time
+        for line in text[: text.rfind("\n") + 1].splitlines():
             ev, k, pid, attempt, at = line.split()
             if (event is None or ev == event) and (key is None or k == key):
                 out.append(Entry(ev, k, int(pid), int(attempt), float(at)))
