@@ -9,6 +9,7 @@ from click.testing import Result
 
 from conveyor import Conveyor, TaskDeclaration
 from conveyor.brokers.base import DeclaresTasks
+from conveyor.model import WorkerInfo
 
 Invoke = Callable[..., Result]
 
@@ -67,3 +68,48 @@ def test_doctor_is_content_when_every_waiting_task_is_declared(cli: Invoke, app:
         "detail": "1 task(s) declared by workers",
     }
     assert "undeclared tasks" not in checks
+
+
+def test_enqueue_of_an_undeclared_name_names_the_declared_one_it_likely_means(cli: Invoke, app: Conveyor) -> None:
+    declare(app, TaskDeclaration("send_email", queue="emails"), TaskDeclaration("report"))
+    for typed in ("tasks.send_email", "send_emial"):  # Celery's module.function; a typo
+        result = cli("enqueue", typed)
+        assert result.exit_code == 0, result.output
+        assert result.stderr == (
+            f"warning: no worker has declared task {typed!r} (did you mean 'send_email'?); "
+            "it goes to queue 'default' with default options\n"
+        )
+
+
+def test_doctor_names_the_declared_task_an_undeclared_one_likely_means(cli: Invoke, app: Conveyor) -> None:
+    declare(app, TaskDeclaration("send_email"))
+    app.enqueue("tasks.send_email")
+    app.enqueue("other_thing")
+    checks = {c["name"]: c for c in json.loads(cli("doctor", "--json").stdout)}
+    assert checks["undeclared tasks"]["detail"] == (
+        "no worker ever declared: other_thing (1 in default), "
+        "tasks.send_email (1 in default; did you mean 'send_email'?)"
+    )
+
+
+def test_doctor_warns_of_waiting_tasks_in_queues_no_live_worker_serves(cli: Invoke, app: Conveyor) -> None:
+    declare(app, TaskDeclaration("send_email", queue="emails"), TaskDeclaration("report", queue="reports"))
+    app.enqueue("send_email")
+    app.enqueue("send_email", delay=60)
+    app.enqueue("report")
+    app.enqueue("report", queue="paused")
+    app.inspect.pause("paused")
+    checks = {c["name"]: c for c in json.loads(cli("doctor", "--json").stdout)}
+    assert "unserved queues" not in checks  # no live worker at all: the workers check says so
+    assert checks["workers"]["status"] == "WARN"
+
+    app.broker.register_worker(WorkerInfo("w1", "h", 1, ("default", "reports"), 4, app.now()), app.now(), 60.0)
+    checks = {c["name"]: c for c in json.loads(cli("doctor", "--json").stdout)}
+    assert checks["unserved queues"] == {
+        "name": "unserved queues",
+        "status": "WARN",
+        "detail": "no live worker serves: emails (2 waiting)",  # a paused queue is left alone
+    }
+    app.broker.register_worker(WorkerInfo("w2", "h", 2, ("emails",), 4, app.now()), app.now(), 60.0)
+    checks = {c["name"]: c for c in json.loads(cli("doctor", "--json").stdout)}
+    assert "unserved queues" not in checks

@@ -62,3 +62,19 @@ def test_tasks_registered_after_the_worker_was_created_are_served(app: Conveyor)
     handle = registered_later.enqueue()
     assert worker.process_next()
     assert app.get(handle.id).result == "served"
+
+
+def test_an_unknown_task_name_names_the_registered_one_it_likely_means(
+    app: Conveyor, producer: Conveyor, patient_worker: Worker
+) -> None:
+    @app.task
+    def send_email(to: str) -> None: ...
+
+    qualified = producer.enqueue("tasks.send_email", args=["a@x"])  # Celery's module.function
+    unrelated = producer.enqueue("compact_database")
+    assert patient_worker.process_next() and patient_worker.process_next()
+    error = app.get(qualified.id).last_error
+    assert error is not None and "no handler registered for task name 'tasks.send_email'" in error
+    assert "(did you mean 'send_email'?)" in error
+    error = app.get(unrelated.id).last_error
+    assert error is not None and "did you mean" not in error

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from conveyor import Conveyor
 from conveyor.testing import poll_until
 
@@ -36,3 +40,29 @@ def test_by_name_task_reaches_the_worker_on_its_declared_queue(live_app: Conveyo
     producer = Conveyor(broker=live_app.broker)
     producer.enqueue("send_email", ["a@x"])
     poll_until(lambda: ran == ["a@x"], message="the task to run on the emails worker")
+
+
+def test_a_worker_told_no_queues_warns_of_the_app_queues_it_leaves_unserved(
+    live_app: Conveyor, start_worker: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    @live_app.task(queue="emails")
+    def send_email(to: str) -> None: ...
+
+    @live_app.task(queue="reports")
+    def report() -> None: ...
+
+    @live_app.task
+    def plain() -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        start_worker()
+    [line] = [record.getMessage() for record in caplog.records if "serves queue" in record.getMessage()]
+    assert line.endswith(
+        "serves queue default only (no queues given), but the app's tasks send_email (emails), report (reports) "
+        "go to emails, reports: serve them with --queues default,emails,reports"
+    )
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        start_worker(queues=["emails"])  # chosen: a fleet often splits its queues over its workers
+    assert not [record for record in caplog.records if "serves queue" in record.getMessage()]

@@ -21,7 +21,8 @@ from conveyor.brokers.base import ChecksServer
 from conveyor.cli.output import emit, json_option, redact
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
-from conveyor.model import QueueInfo, TaskState
+from conveyor.model import QueueInfo, TaskState, WorkerInfo
+from conveyor.names import similar_name
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -59,6 +60,7 @@ def run_checks(state: CliState) -> list[Check]:
     checks.append(
         Check("workers", "OK", f"{len(workers)} live") if workers else Check("workers", "WARN", "no live worker")
     )
+    checks.extend(_unserved_check(queues, workers))
     checks.extend(_undeclared_check(app, queues))
     paused = [q.name for q in queues if q.settings.paused]
     if paused:
@@ -68,6 +70,23 @@ def run_checks(state: CliState) -> list[Check]:
     if stale:
         checks.append(Check("backlog", "WARN", "tasks waiting > 5 min in: " + ", ".join(stale)))
     return checks
+
+
+def _unserved_check(queues: list[QueueInfo], workers: list[WorkerInfo]) -> list[Check]:
+    """Queues with tasks waiting to run that no live worker serves: a worker started without ``-Q``
+    serves ``default`` alone, whatever queues the app's tasks name. (With no live worker at all the
+    workers check says so already.)"""
+    if not workers:
+        return []
+    served = {queue for worker in workers for queue in worker.queues}
+    states = (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY)
+    waiting = {
+        queue.name: sum(queue.counts.get(state, 0) for state in states)
+        for queue in queues
+        if queue.name not in served and not queue.settings.paused
+    }
+    unserved = [f"{name} ({count} waiting)" for name, count in sorted(waiting.items()) if count]
+    return [] if not unserved else [Check("unserved queues", "WARN", "no live worker serves: " + ", ".join(unserved))]
 
 
 #: Tasks per queue and waiting state that ``doctor`` reads to find undeclared task names.
@@ -90,7 +109,12 @@ def _undeclared_check(app: Conveyor, queues: list[QueueInfo]) -> list[Check]:
                     waiting[(record.name, queue.name)] = waiting.get((record.name, queue.name), 0) + 1
     if not waiting:
         return [Check("task declarations", "OK", f"{len(declared)} task(s) declared by workers")]
-    found = ", ".join(f"{name} ({count} in {queue})" for (name, queue), count in sorted(waiting.items()))
+
+    def described(name: str, queue: str, count: int) -> str:
+        meant = similar_name(name, declared)
+        return f"{name} ({count} in {queue}" + ("" if meant is None else f"; did you mean {meant!r}?") + ")"
+
+    found = ", ".join(described(name, queue, count) for (name, queue), count in sorted(waiting.items()))
     return [Check("undeclared tasks", "WARN", f"no worker ever declared: {found}")]
 
 

@@ -17,6 +17,7 @@ from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
 from conveyor.model import TaskInfo
+from conveyor.names import did_you_mean
 
 __all__ = ["archive", "cancel", "delete", "enqueue", "ls", "run_now", "show"]
 
@@ -86,8 +87,9 @@ def _warn_if_undeclared(app: Conveyor, name: str, queue: str | None) -> None:
     """A name no worker ever declared is most often a typo, or a worker not started yet: say so."""
     if app.handler(name) is None and app.declared.supported and app.declaration(name) is None:
         where = queue or "default"
+        hint = did_you_mean(name, app.declared.all())
         click.echo(
-            f"warning: no worker has declared task {name!r}; it goes to queue {where!r} with default options",
+            f"warning: no worker has declared task {name!r}{hint}; it goes to queue {where!r} with default options",
             err=True,
         )
 

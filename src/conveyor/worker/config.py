@@ -21,7 +21,10 @@ from conveyor._validate import check_positive, check_queue, check_seconds
 if TYPE_CHECKING:
     from conveyor.worker.middleware import Middleware
 
-__all__ = ["WorkerConfig", "parse_queues"]
+__all__ = ["DEFAULT_QUEUES", "WorkerConfig", "parse_queues"]
+
+#: What a worker serves unless told otherwise (``-Q``, ``CONVEYOR_WORKER_QUEUES``, ``queues=``).
+DEFAULT_QUEUES = ("default",)
 
 _ENV_PREFIX = "CONVEYOR_WORKER_"
 
@@ -74,7 +77,7 @@ class WorkerConfig:
         ``unregistered``. Rolling deploys lose nothing.
     """
 
-    queues: tuple[str, ...] = ("default",)
+    queues: tuple[str, ...] = DEFAULT_QUEUES
     weights: tuple[int, ...] | None = None
     strict: bool = False
     concurrency: int = 10

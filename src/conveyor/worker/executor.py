@@ -19,6 +19,7 @@ from conveyor import outcomes
 from conveyor.context import TaskContext
 from conveyor.errors import BrokerError, SerializationError, UnknownBackoff, UnknownTask
 from conveyor.model import ArchiveReason, LeaseStatus, Outcome, TaskRecord, TaskState
+from conveyor.names import did_you_mean
 from conveyor.options import EffectiveOptions, TaskOptions, decode_stored, resolve
 from conveyor.serializers import decode_payload, encode
 from conveyor.worker.config import WorkerConfig
@@ -110,6 +111,7 @@ class Executor:
         self._registered_options: dict[str, EffectiveOptions] = {}
         # Per handler function: (is async, takes a TaskContext first), looked up once, not per execution.
         self._kinds: dict[Any, tuple[bool, bool]] = {}
+        self._hints: dict[str, str] = {}  # per unknown task name: the registered one it may mean
 
     def prepare(self, record: TaskRecord) -> Job | Outcome:
         """A Job to run, or at once an Outcome (unknown name → put back / archived; bad payload → poison)."""
@@ -117,8 +119,11 @@ class Executor:
         token = record.lease_token
         task = self.app.handler(record.name)
         if task is None:
+            hint = self._hints.get(record.name)
+            if hint is None:  # (once per unknown name: a flood of them is a flood of lookups)
+                hint = self._hints[record.name] = did_you_mean(record.name, self.app.registry)
             return self._unregistered(
-                record, token, UnknownTask(f"no handler registered for task name {record.name!r}")
+                record, token, UnknownTask(f"no handler registered for task name {record.name!r}{hint}")
             )
         try:
             args, kwargs = decode_payload(record.payload)

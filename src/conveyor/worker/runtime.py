@@ -32,6 +32,7 @@ from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.cancels import CancelWatcher
+from conveyor.worker.config import DEFAULT_QUEUES
 from conveyor.worker.events import log_event
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
@@ -127,6 +128,7 @@ class Runtime:
             ",".join(self.config.queues),
             self.config.concurrency,
         )
+        _warn_of_unserved_queues(self.app, self.config, self.worker_id)
         services: list[Service] = [self.registry, *self.maintenance, self.pool, self.heartbeat, self.cancels]
         if self.config.freeze_heap:
             _freeze_heap()
@@ -219,3 +221,25 @@ def install_signals(handler: signal.Handlers | object) -> dict[int, object]:
 def restore_signals(previous: dict[int, object]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def _warn_of_unserved_queues(app: Host, config: WorkerConfig, worker_id: str) -> None:
+    """A worker told no queues serves ``default`` alone, as Celery's and asynq's do: say so when the
+    app's tasks name other queues, whose tasks it would leave waiting (``conveyor doctor`` lists
+    such queues over every live worker)."""
+    if config.queues != DEFAULT_QUEUES:
+        return  # queues chosen: a fleet often splits them over its workers
+    unserved = sorted((task.options.queue, name) for name, task in app.registry.items())
+    unserved = [(queue, name) for queue, name in unserved if queue not in config.queues]
+    if not unserved:
+        return
+    queues = sorted({queue for queue, _ in unserved})
+    log.warning(
+        "worker %s serves queue %s only (no queues given), but the app's tasks %s go to %s: "
+        "serve them with --queues %s",
+        worker_id,
+        ",".join(config.queues),
+        ", ".join(f"{name} ({queue})" for queue, name in unserved),
+        ", ".join(queues),
+        ",".join([*config.queues, *queues]),
+    )
