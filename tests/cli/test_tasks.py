@@ -95,6 +95,7 @@ def test_show_prints_every_field_errors_and_timeline(cli: Invoke, failing_task: 
     text = cli("show", task_id).stdout
     for heading in ("retries_left", "Error history", "Timeline", "ValueError: boom 7"):
         assert heading in text
+    assert "completed_at" not in text  # the JSON's old key only; the table shows finished_at, formatted
 
 
 def test_show_prints_the_latest_failures_traceback(cli: Invoke, failing_task: Callable[[], str]) -> None:

@@ -122,7 +122,7 @@ def purge(state: CliState, queue: str, task_state: str, yes: bool, chunk: int) -
 
 @click.group()
 def queues() -> None:
-    """Manage queues themselves (``stats`` lists them)."""
+    """Manage queues themselves (`conveyor stats` lists them)."""
 
 
 @queues.command("delete")

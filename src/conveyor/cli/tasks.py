@@ -175,7 +175,7 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
     fields.add_column("value", overflow="fold")
     times = {"next_run_at", "enqueued_at", "started_at", "finished_at", "expires_at", "keep_until", "lease_expires_at"}
     for key, value in to_jsonable(info).items():
-        if key in ("errors", "traceback"):  # sections of their own, below
+        if key in ("errors", "traceback", "completed_at"):  # sections of their own, below; a JSON-only alias
             continue
         if key in times:
             text = format_time(value, now)
