@@ -66,3 +66,15 @@ def test_a_worker_told_no_queues_warns_of_the_app_queues_it_leaves_unserved(
     with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
         start_worker(queues=["emails"])  # chosen: a fleet often splits its queues over its workers
     assert not [record for record in caplog.records if "serves queue" in record.getMessage()]
+
+
+def test_the_unserved_queues_warning_names_ten_tasks_at_most(
+    live_app: Conveyor, start_worker: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(12):
+        live_app.task(name=f"t{i:02d}", queue="bulk")(lambda: None)
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        start_worker()
+    [line] = [record.getMessage() for record in caplog.records if "serves queue" in record.getMessage()]
+    named = ", ".join(f"t{i:02d} (bulk)" for i in range(10))
+    assert f"the app's tasks {named} and 2 more go to bulk: serve them with --queues default,bulk" in line

@@ -223,6 +223,10 @@ def restore_signals(previous: dict[int, object]) -> None:
         signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
+#: Tasks a worker's warning of unserved queues names (an app may have hundreds).
+_NAMED = 10
+
+
 def _warn_of_unserved_queues(app: Host, config: WorkerConfig, worker_id: str) -> None:
     """A worker told no queues serves ``default`` alone, as Celery's and asynq's do: say so when the
     app's tasks name other queues, whose tasks it would leave waiting (``conveyor doctor`` lists
@@ -234,12 +238,15 @@ def _warn_of_unserved_queues(app: Host, config: WorkerConfig, worker_id: str) ->
     if not unserved:
         return
     queues = sorted({queue for queue, _ in unserved})
+    named = ", ".join(f"{name} ({queue})" for queue, name in unserved[:_NAMED])
+    if len(unserved) > _NAMED:
+        named += f" and {len(unserved) - _NAMED} more"
     log.warning(
         "worker %s serves queue %s only (no queues given), but the app's tasks %s go to %s: "
         "serve them with --queues %s",
         worker_id,
         ",".join(config.queues),
-        ", ".join(f"{name} ({queue})" for queue, name in unserved),
+        named,
         ", ".join(queues),
         ",".join([*config.queues, *queues]),
     )
