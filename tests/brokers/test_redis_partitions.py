@@ -69,6 +69,15 @@ def _rows(app: Conveyor, label: str) -> int:
     return int(broker.client.hlen(broker.keys.slot(broker.keys.label_prefix(label)).rows))
 
 
+def _partitioned(app: Conveyor, queue: str, partitions: int) -> None:
+    """``configure_queue`` of a new queue, and its one slot (retired, empty) dropped at once: the steady
+    state, as a worker's promoter leaves it a few seconds later (``spread.GRACE``)."""
+    app.configure_queue(queue, partitions=partitions)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spread, "GRACE", -1000.0)
+        assert _broker(app)._drop_retired() == 1
+
+
 def test_partitions_sit_in_evenly_spaced_slot_windows() -> None:
     labels = partition_labels("ns", "hot", 6)
     assert labels[0].startswith("hot|") and len(set(labels)) == 6
@@ -139,7 +148,7 @@ def test_processes_that_enqueue_one_task_each_do_not_all_pick_the_first_partitio
 
 
 def test_claims_start_at_the_next_partition_so_none_starves(app: Conveyor) -> None:
-    app.configure_queue("hot", partitions=3)
+    _partitioned(app, "hot", 3)
     for n in range(15):
         app.enqueue("job", [n], queue="hot")
     claimed = [app.claim(["hot"]) for _ in range(3)]
@@ -157,7 +166,7 @@ def test_claims_try_the_partitions_found_dry_last_for_a_while(
     app = Conveyor(broker=PerSlotBroker(config, keys=SplitKeys(config.namespace)), clock=clock)
     app.task(name="job")(lambda n: n)
     try:
-        app.configure_queue("hot", partitions=6)
+        _partitioned(app, "hot", 6)
         broker = _broker(app)
 
         def calls() -> int:
@@ -376,7 +385,7 @@ def test_a_pause_reaches_every_partition(app: Conveyor) -> None:
 
 
 def test_every_partitions_slot_is_followed(app: Conveyor) -> None:
-    app.configure_queue("hot", partitions=4)
+    _partitioned(app, "hot", 4)
     app.enqueue("job", [1], queue="plain")
     broker = _broker(app)
     wanted = {broker.keys.label_prefix(label) for label in partition_labels(broker.keys.namespace, "hot", 4)}
@@ -404,7 +413,8 @@ def test_changing_partitions_strands_no_task_in_any_state(
     waiting += [app.enqueue("job", [n], queue="hot").id for n in range(4)]
     app.configure_queue("hot", partitions=5)
     monkeypatch.setattr(spread, "GRACE", -1000.0)  # every retired partition old enough
-    assert _broker(app)._drop_retired() == 0  # all still hold tasks
+    assert _broker(app)._drop_retired() == 1  # the queue's one slot, empty (partitioned before any task)
+    assert _broker(app)._drop_retired() == 0  # the partitions of 6 still hold tasks
     for lease in active:
         lease.complete(None)
     clock.advance(61)
@@ -416,6 +426,31 @@ def test_changing_partitions_strands_no_task_in_any_state(
     broker = _broker(app)
     assert broker._drop_retired() > 0
     wanted = {broker.keys.label_prefix(label) for label in partition_labels(broker.keys.namespace, "hot", 5)}
+    assert set(broker._slots_now()) == wanted
+
+
+def test_partitioning_a_queue_that_holds_tasks_strands_none_of_them(
+    app: Conveyor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue never partitioned keeps its tasks in its one slot; raising ``partitions`` retires that
+    slot like any partition: its tasks are counted, listed and claimed, and it is dropped once empty."""
+    whole = [app.enqueue("job", [n], queue="hot").id for n in range(5)]
+    later = [app.enqueue("job", [n], queue="hot", delay=30).id for n in range(2)]
+    app.configure_queue("hot", partitions=4)
+    info = app.inspect.queue("hot")
+    assert (info.counts["pending"], info.counts["scheduled"], info.counts["total"]) == (5, 2, 7)
+    assert {task.id for task in app.inspect.list("hot", TaskState.PENDING)} == set(whole)
+    spread_ids = [app.enqueue("job", [n], queue="hot").id for n in range(8)]
+    assert {_label(task_id) for task_id in spread_ids} == set(partition_labels(_broker(app).keys.namespace, "hot", 4))
+    clock.advance(31)
+    assert app.worker(queues=["hot"]).run_until_idle() == 15
+    assert all(app.get(task_id).state is TaskState.COMPLETED for task_id in whole + later + spread_ids)
+    for task_id in whole + later:
+        app.inspect.delete(task_id)
+    monkeypatch.setattr(spread, "GRACE", -1000.0)  # every retired partition old enough
+    broker = _broker(app)
+    assert broker._drop_retired() == 1  # the queue's one slot, now empty
+    wanted = {broker.keys.label_prefix(label) for label in partition_labels(broker.keys.namespace, "hot", 4)}
     assert set(broker._slots_now()) == wanted
 
 

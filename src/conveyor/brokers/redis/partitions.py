@@ -67,6 +67,12 @@ class Spread:
     concurrency: int | None = None
     changes: int = 0
 
+    @classmethod
+    def whole(cls, namespace: str, queue: str) -> Spread:
+        """The spread of a queue never partitioned (absent from ``parts``): its one slot, which a
+        change of ``partitions`` retires like any other partition, so its tasks are still claimed."""
+        return cls(queue, 1, tuple(partition_labels(namespace, queue_label(queue), 1)))
+
     @cached_property
     def visited(self) -> tuple[str, ...]:
         """Every label a claim, a read or the maintenance visits: the active ones, then the retired."""

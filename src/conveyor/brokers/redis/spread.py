@@ -250,7 +250,8 @@ class Spreading(RedisCalls):
             return
         with translate_errors():
             now = float(self._client.time()[0])
-        new = (old or Spread(name)).changed(self.keys.namespace, count, settings.max_size, settings.concurrency, now)
+        start = old or Spread.whole(self.keys.namespace, name)
+        new = start.changed(self.keys.namespace, count, settings.max_size, settings.concurrency, now)
         if self.keys.one_slot:
             configure(self.keys.prefix, settings)
         else:
