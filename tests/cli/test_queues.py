@@ -98,3 +98,77 @@ def test_demo_delegates_to_conveyor_demo_main(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(cli_group, ["demo"])
     assert calls == ["ran"]
     assert result.exit_code == 3
+
+
+def _settings(app: Conveyor, queue: str) -> dict[str, object]:
+    info = next(q for q in app.inspect.queues() if q.name == queue)
+    s = info.settings
+    return {"max_size": s.max_size, "concurrency": s.concurrency, "aging": s.aging, "partitions": s.partitions,
+            "paused": s.paused}  # fmt: skip
+
+
+def test_queues_configure_shows_a_queues_settings_and_changes_only_those_given(cli: Invoke, app: Conveyor) -> None:
+    shown = cli("queues", "configure", "mail")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.strip() == "queue mail: max_size none, concurrency none, aging none, partitions 1, paused False"
+    assert all(q.name != "mail" for q in app.inspect.queues())  # showing stores nothing
+
+    app.configure_queue("mail", max_size=100, concurrency=3, aging=60.0)
+    app.inspect.pause("mail")
+    done = cli("queues", "configure", "mail", "--partitions", "4", "--concurrency", "none")
+    assert done.exit_code == 0, done.output
+    assert (
+        done.stdout.strip() == "configured mail: max_size 100, concurrency none, aging 60.0, partitions 4, paused True"
+    )
+    assert _settings(app, "mail") == {
+        "max_size": 100,
+        "concurrency": None,
+        "aging": 60.0,
+        "partitions": 4,
+        "paused": True,
+    }
+
+    data = json.loads(cli("queues", "configure", "mail", "--aging", "none", "--max-size", "5", "--json").stdout)
+    assert data == {"name": "mail", "max_size": 5, "concurrency": None, "aging": None, "paused": True, "partitions": 4}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--max-size", "many"], 2, "'many' is not an integer or 'none'"),
+        (["--aging", "soon"], 2, "'soon' is not a number or 'none'"),
+        (["--partitions", "0"], 2, "--partitions"),
+        (["--concurrency", "0"], 1, "concurrency"),
+        (["--max-size", "-1"], 1, "max_size"),
+        (["--aging", "0"], 1, "aging must be > 0"),
+    ],
+)
+def test_queues_configure_refuses_a_bad_value_and_keeps_the_settings(
+    cli: Invoke, app: Conveyor, args: list[str], code: int, message: str
+) -> None:
+    app.configure_queue("mail", max_size=100, concurrency=3, partitions=2)
+    result = cli("queues", "configure", "mail", *args)
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert _settings(app, "mail") == {
+        "max_size": 100,
+        "concurrency": 3,
+        "aging": None,
+        "partitions": 2,
+        "paused": False,
+    }
+
+
+def test_queues_configure_partitions_of_a_queue_with_tasks_runs_every_task(cli: Invoke, app: Conveyor) -> None:
+    @app.task(queue="mail")
+    def send(i: int) -> int:
+        return i
+
+    handles = [send.enqueue(i) for i in range(30)]
+    assert cli("queues", "configure", "mail", "--partitions", "6").exit_code == 0
+    handles += [send.enqueue(i) for i in range(30, 60)]
+    assert cli("queues", "configure", "mail", "--partitions", "2").exit_code == 0
+    handles += [send.enqueue(i) for i in range(60, 90)]
+    worker = app.worker(queues=["mail"])
+    assert worker.run_until_idle() == 90
+    assert sorted(handle.result(timeout=0) for handle in handles) == list(range(90))

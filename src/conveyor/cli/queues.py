@@ -1,8 +1,11 @@
-"""Queue commands: ``stats`` (``--watch``), ``pause`` / ``resume``, ``purge``, ``queues delete``."""
+"""Queue commands: ``stats`` (``--watch``), ``pause`` / ``resume``, ``purge``, ``queues configure``
+and ``queues delete``."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 from rich.console import Console, Group
@@ -11,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from conveyor.cli.output import STATES, console, emit, json_option, queue_table, worker_table
 from conveyor.cli.state import CliState, pass_state
+from conveyor.errors import ConveyorError
+from conveyor.model import MAX_PARTITIONS, QueueSettings
 
 __all__ = ["pause", "purge", "queues", "resume", "stats"]
 
@@ -133,3 +138,81 @@ def delete_queue(state: CliState, queue: str) -> None:
     """Forget an empty QUEUE (its settings too); purge its tasks first."""
     state.conveyor().inspect.delete_queue(queue)
     emit(state.json, {"queue": queue, "deleted": True}, lambda c: c.print(f"deleted queue {queue}"))
+
+
+def _or_none(kind: type[int] | type[float]) -> Callable[[click.Context, click.Parameter, str | None], object]:
+    """An option's callback: a number, ``none`` to lift the setting (``_NONE``), or None when not given."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
+        if value is None:
+            return None
+        if value.strip().lower() == "none":
+            return _NONE
+        try:
+            return kind(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is not {'an integer' if kind is int else 'a number'} or 'none'"
+            ) from None
+
+    return convert
+
+
+N = TypeVar("N", int, float)
+
+#: ``none`` given for a setting: lift it (None alone means "not given").
+_NONE = object()
+
+
+@queues.command("configure")
+@click.argument("queue")
+@click.option("--max-size", callback=_or_none(int), metavar="N|none", help="Most unfinished tasks the queue holds.")
+@click.option("--concurrency", callback=_or_none(int), metavar="N|none", help="Most tasks running at once.")
+@click.option("--aging", callback=_or_none(float), metavar="S|none", help="Waiting seconds per priority step.")
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help="Parts the queue is spread over.")
+@json_option
+@pass_state
+def configure_queue(
+    state: CliState, queue: str, max_size: object, concurrency: object, aging: object, partitions: int | None
+) -> None:
+    """Show QUEUE's settings, or change those given (the others are kept, and a paused queue stays
+    paused). Every process sees them at once; changing --partitions loses and strands no task."""
+    app = state.conveyor()
+    current = next((q.settings for q in app.inspect.queues() if q.name == queue), QueueSettings(queue))
+    changing = any(value is not None for value in (max_size, concurrency, aging, partitions))
+    settings = current
+    if changing:
+        try:
+            app.configure_queue(
+                queue,
+                max_size=_pick(max_size, current.max_size, int),
+                concurrency=_pick(concurrency, current.concurrency, int),
+                aging=_pick(aging, current.aging, float),
+                partitions=current.partitions if partitions is None else partitions,
+            )
+        except (ConveyorError, TypeError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+        settings = next(q.settings for q in app.inspect.queues() if q.name == queue)
+
+    def render(c: Console) -> None:
+        shown = {
+            "max_size": settings.max_size,
+            "concurrency": settings.concurrency,
+            "aging": settings.aging,
+            "partitions": settings.partitions,
+            "paused": settings.paused,
+        }
+        text = ", ".join(f"{key} {'none' if value is None else value}" for key, value in shown.items())
+        c.print(f"{'configured' if changing else 'queue'} {queue}: {text}")
+
+    emit(state.json, settings, render)
+
+
+def _pick(given: object, current: N | None, kind: type[N]) -> N | None:
+    """A setting's new value: ``current`` when not given, None for ``none``, else the number given."""
+    if given is None:
+        return current
+    if given is _NONE:
+        return None
+    assert isinstance(given, kind)  # (what _or_none(kind) made of the option)
+    return given
