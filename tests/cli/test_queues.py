@@ -108,10 +108,10 @@ def _settings(app: Conveyor, queue: str) -> dict[str, object]:
 
 
 def test_queues_configure_shows_a_queues_settings_and_changes_only_those_given(cli: Invoke, app: Conveyor) -> None:
+    app.enqueue("a", queue="mail")
     shown = cli("queues", "configure", "mail")
     assert shown.exit_code == 0, shown.output
     assert shown.stdout.strip() == "queue mail: max_size none, concurrency none, aging none, partitions 1, paused False"
-    assert all(q.name != "mail" for q in app.inspect.queues())  # showing stores nothing
 
     app.configure_queue("mail", max_size=100, concurrency=3, aging=60.0)
     app.inspect.pause("mail")
@@ -172,3 +172,20 @@ def test_queues_configure_partitions_of_a_queue_with_tasks_runs_every_task(cli: 
     worker = app.worker(queues=["mail"])
     assert worker.run_until_idle() == 90
     assert sorted(handle.result(timeout=0) for handle in handles) == list(range(90))
+
+
+def test_queues_configure_of_an_unknown_queue_needs_create(cli: Invoke, app: Conveyor) -> None:
+    for args in ([], ["--max-size", "5"], ["--create"]):  # a typo must not make a new queue
+        result = cli("queues", "configure", "mial", *args)
+        assert result.exit_code == 1, result.output
+        assert "queue not found: 'mial'" in result.output
+    assert all(q.name != "mial" for q in app.inspect.queues())
+    made = cli("queues", "configure", "ahead", "--max-size", "5", "--create")
+    assert made.exit_code == 0, made.output
+    assert _settings(app, "ahead") == {
+        "max_size": 5,
+        "concurrency": None,
+        "aging": None,
+        "partitions": 1,
+        "paused": False,
+    }

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from conveyor.cli.output import STATES, console, emit, json_option, queue_table, worker_table
 from conveyor.cli.state import CliState, pass_state
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, QueueNotFound
 from conveyor.model import MAX_PARTITIONS, QueueSettings
 
 __all__ = ["pause", "purge", "queues", "resume", "stats"]
@@ -170,16 +170,28 @@ _NONE = object()
 @click.option("--concurrency", callback=_or_none(int), metavar="N|none", help="Most tasks running at once.")
 @click.option("--aging", callback=_or_none(float), metavar="S|none", help="Waiting seconds per priority step.")
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help="Parts the queue is spread over.")
+@click.option("--create", is_flag=True, help="Configure QUEUE even if it has no task yet (ahead of its first).")
 @json_option
 @pass_state
 def configure_queue(
-    state: CliState, queue: str, max_size: object, concurrency: object, aging: object, partitions: int | None
+    state: CliState,
+    queue: str,
+    max_size: object,
+    concurrency: object,
+    aging: object,
+    partitions: int | None,
+    create: bool,
 ) -> None:
     """Show QUEUE's settings, or change those given (the others are kept, and a paused queue stays
     paused). Every process sees them at once; changing --partitions loses and strands no task."""
-    app = state.conveyor()
-    current = next((q.settings for q in app.inspect.queues() if q.name == queue), QueueSettings(queue))
     changing = any(value is not None for value in (max_size, concurrency, aging, partitions))
+    app = state.conveyor()
+    try:
+        current = app.inspect.queue(queue).settings
+    except QueueNotFound:
+        if not (create and changing):
+            raise  # a typo must not make a new queue
+        current = QueueSettings(queue)
     settings = current
     if changing:
         try:
