@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import pytest
 
 from conveyor.brokers import open_broker
+from conveyor.brokers.base import Finding
 from conveyor.brokers.redis import RedisBroker, RedisConfig
 from conveyor.brokers.redis.sentinel import SentinelTarget
 from conveyor.errors import BrokerUnavailable, ConfigurationError
@@ -150,6 +151,44 @@ def test_acknowledged_tasks_survive_a_failover_and_the_broker_follows_the_new_ma
     finally:
         broker.close()
         other.close()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_the_preflight_says_what_the_sentinels_say_of_the_service(group: SentinelGroup) -> None:
+    """doctor's ``sentinels`` row (and a starting worker's): the master every sentinel names and the
+    replicas online; not ok once a sentinel stops answering, and once no replica is left to promote."""
+    broker = RedisBroker.from_url(group.url(namespace=f"t{uuid.uuid4().hex}"), BrokerPolicy())
+    master, (replica,) = group.master_port(), group.replica_set.replicas
+    try:
+        first = broker.preflight()[0]
+        assert first == Finding(
+            "sentinels",
+            True,
+            f"master 127.0.0.1:{master} named by 3 of 3 sentinel(s); 1 replica online (127.0.0.1:{replica.port})",
+        )
+        assert [finding.name for finding in broker.preflight()[1:]] == ["maxmemory-policy", "persistence"]
+
+        silent = group.sentinels[2]
+        silent.kill()
+        found = broker.preflight()[0]
+        assert not found.ok
+        assert found.detail == (
+            f"master 127.0.0.1:{master} named by 2 of 3 sentinel(s); 1 replica online (127.0.0.1:{replica.port}); "
+            f"not answering: 127.0.0.1:{silent.port}"
+        )
+
+        replica.kill()
+
+        def replica_gone() -> bool:
+            return "no replica online: a failover would have none to promote" in broker.preflight()[0].detail
+
+        poll(replica_gone, 10.0, "the sentinels to see the replica down")
+        assert broker.preflight()[0].detail.startswith(
+            f"master 127.0.0.1:{master} named by 2 of 3 sentinel(s); 0 replicas"
+        )
+    finally:
+        broker.close()
 
 
 def _online_replicas(group: SentinelGroup) -> int:

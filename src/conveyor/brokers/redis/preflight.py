@@ -25,6 +25,8 @@ import redis
 from conveyor.brokers.base import Finding
 from conveyor.brokers.redis import admin
 from conveyor.brokers.redis.faults import CLIENT_ERRORS, translated
+from conveyor.brokers.redis.sentinel import SentinelRedis
+from conveyor.brokers.redis.sentinel_checks import sentinel_finding
 
 if TYPE_CHECKING:
     from redis.cluster import RedisCluster
@@ -77,6 +79,8 @@ class Shard:
 def findings(client: redis.Redis, wait: ReplicaWait | None, cluster: bool) -> list[Finding]:
     """The preflight of the server ``client`` talks to, or of every master of its cluster."""
     if not cluster:
+        if isinstance(client, SentinelRedis):  # what the sentinels say first: where the master is
+            return [sentinel_finding(client), *_server(client, wait)]
         return _server(client, wait)
     shards_client: RedisCluster = client  # type: ignore[assignment]
     try:
