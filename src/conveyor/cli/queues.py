@@ -204,7 +204,7 @@ def configure_queue(
             )
         except (ConveyorError, TypeError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
-        settings = next(q.settings for q in app.inspect.queues() if q.name == queue)
+        settings = app.inspect.queue(queue).settings
 
     def render(c: Console) -> None:
         shown = {

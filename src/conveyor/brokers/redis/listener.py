@@ -264,15 +264,14 @@ def _connections(pubsub: redis.client.PubSub) -> list[tuple[str, redis.client.Pu
 def _with_data(nodes: Sequence[tuple[str, redis.client.PubSub]]) -> list[tuple[str, redis.client.PubSub]]:
     """Those of ``nodes`` whose connection holds or can read something now (without reading a
     message); one with no socket too: reading it then reconnects or raises (and the listener
-    reconnects)."""
+    reconnects). Every one has a connection (``_read`` raised for one without)."""
     return [(name, node) for name, node in nodes if _has_data(node)]
 
 
 def _has_data(node: redis.client.PubSub) -> bool:
     connection = node.connection
-    if connection is None or getattr(connection, "_sock", None) is None:
-        return connection is not None
-    return bool(connection.can_read(0))
+    assert connection is not None  # (see _with_data)
+    return getattr(connection, "_sock", None) is None or bool(connection.can_read(0))
 
 
 def _wait(nodes: Sequence[tuple[str, redis.client.PubSub]], timeout: float, bell: socket.socket) -> None:
