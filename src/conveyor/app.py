@@ -29,7 +29,7 @@ from conveyor.info import task_info
 from conveyor.inspect import Inspector
 from conveyor.lease import Lease
 from conveyor.model import MAX_PARTITIONS, BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
-from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling
+from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling, malformed_call
 from conveyor.serializers import encode, encode_payload
 from conveyor.task import Task, TaskHandle
 from conveyor.worker import Worker, WorkerConfig
@@ -179,7 +179,10 @@ class Conveyor:
             raise ValueError("task_id cannot be shared by several calls; enqueue them one by one")
         calls = calls if isinstance(calls, list) else list(calls)
         suffix = _batch_suffixes(self.broker, len(calls)) if self._id_suffix is not None else None
-        tasks = [self._build(name, args, kwargs, checked, now, suffix) for args, kwargs in calls]
+        try:
+            tasks = [self._build(name, args, kwargs, checked, now, suffix) for args, kwargs in calls]
+        except (TypeError, ValueError) as exc:
+            raise (malformed_call(calls) or exc) from None
         results = self.broker.enqueue(tasks, now) if tasks else []
         for hook in self._enqueue_hooks:  # usually none
             _tell(hook, [task for task, existing in zip(tasks, results, strict=True) if existing is None])

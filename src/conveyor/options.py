@@ -9,7 +9,7 @@ worker declares.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,14 @@ from conveyor.errors import SerializationError, UnknownBackoff
 from conveyor.retry import Backoff, Exponential, backoff_from_dict, check_backoff, check_travelling_backoff
 from conveyor.serializers import decode
 
-__all__ = ["ENQUEUE_OPTIONS", "TRAVELLING", "EffectiveOptions", "TaskOptions", "check_enqueue_options"]
+__all__ = [
+    "ENQUEUE_OPTIONS",
+    "TRAVELLING",
+    "EffectiveOptions",
+    "TaskOptions",
+    "check_enqueue_options",
+    "malformed_call",
+]
 
 #: Options that, given at enqueue, are stored with the task and win over the worker's registration.
 TRAVELLING = ("max_retries", "backoff", "retry_on", "timeout", "retention")
@@ -92,6 +99,17 @@ _CHECKS: dict[str, Callable[[Any], object]] = {
     "retention": lambda v: check_seconds("retention", v),
     "unique_for": lambda v: check_seconds("unique_for", v),
 }
+
+
+def malformed_call(calls: Sequence[Any]) -> TypeError | None:
+    """The error naming the first of ``enqueue_many``'s ``calls`` that is not an ``(args, kwargs)``
+    pair, or None: looked for only after the batch failed, so a good batch pays nothing for it."""
+    for place, call in enumerate(calls):
+        if not (isinstance(call, (tuple, list)) and len(call) == 2 and isinstance(call[1], dict)) or isinstance(
+            call[0], (str, bytes, dict)
+        ):
+            return TypeError(f"enqueue_many takes (args, kwargs) pairs, like ([1, 2], {{}}): call {place} is {call!r}")
+    return None
 
 
 def check_enqueue_options(options: dict[str, Any]) -> dict[str, Any]:

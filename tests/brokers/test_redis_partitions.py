@@ -340,8 +340,14 @@ def test_max_size_and_concurrency_hold_per_partition_as_shares(app: Conveyor) ->
     assert (info.settings.max_size, info.settings.concurrency, info.settings.partitions) == (5, 4, 2)
     for n in range(6):  # ceil(5 / 2) = 3 per partition, in rotation
         app.enqueue("job", [n], queue="hot")
-    with pytest.raises(QueueFull):
+    with pytest.raises(QueueFull) as refused:
         app.enqueue("job", [7], queue="hot")
+    # the queue's own max_size, not the share of the partition that refused
+    assert (refused.value.queue, refused.value.max_size) == ("hot", 5)
+    assert "max_size=5" in str(refused.value), refused.value
+    with pytest.raises(QueueFull) as refused:
+        app.enqueue_many("job", [([8], {}), ([9], {})], queue="hot")
+    assert refused.value.max_size == 5, refused.value
     broker = _broker(app)
     records = broker.claim(["hot"], app.now(), 60.0, limit=10)
     assert len(records) == 4  # ceil(4 / 2) = 2 active per partition

@@ -156,6 +156,20 @@ def test_args_must_be_a_sequence_and_kwargs_a_dict(
         app.enqueue("job", args=args, kwargs=kwargs)
 
 
+@pytest.mark.parametrize(
+    "calls",
+    [[[1], [2]], [([1], {}), [1, 2]], [([1], {}), ((1,), {}, {})], [((), {}), ("ab", {})], [([1], {"k": 1}), 7]],
+    ids=["args-alone", "two-values", "three-values", "string-args", "not-a-pair"],
+)
+def test_enqueue_many_names_a_call_that_is_not_an_args_kwargs_pair(
+    app: Conveyor, nothing_written: None, calls: list[Any]
+) -> None:
+    with pytest.raises(TypeError, match=r"enqueue_many takes \(args, kwargs\) pairs, .*: call (\d+) is ") as refused:
+        app.enqueue_many("job", calls)
+    place = int(str(refused.value).split("call ")[1].split(" ")[0])
+    assert place == (0 if calls[0] == [1] else 1), refused.value
+
+
 @pytest.mark.parametrize(("name", "error"), [("", ValueError), ("has space", ValueError), (42, TypeError)])
 def test_bad_task_name_is_rejected(app: Conveyor, nothing_written: None, name: Any, error: type[Exception]) -> None:
     with pytest.raises(error):

@@ -67,13 +67,21 @@ class Producing(Spreading):
                 try:
                     way(self, tasks, groups, repr(float(now)), results, ranks)
                 except Refused as exc:
-                    raise _queue_full(exc) from None
+                    raise self._queue_full(exc) from None
                 return results
             for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
                 stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
                 for place, result in zip(places, stored, strict=True):
                     results[place] = result
         return results
+
+    def _queue_full(self, refused: Refused) -> QueueFull:
+        """``enqueue.lua``'s refusal of a full queue, ``CONVEYOR_QUEUEFULL <queue> <max_size>``, as raised:
+        a partition refuses at its share of the queue's ``max_size``, the user is told the queue's own."""
+        _, queue, max_size = refused.text.split(" ")
+        spread = self._spreads().get(queue)
+        configured = None if spread is None else spread.max_size
+        return QueueFull(queue, int(float(max_size)) if configured is None else configured)
 
     def _slot_seqs(self) -> dict[str, int]:
         """Each slot's ``seq`` as this broker's calls left it (see :meth:`_ranks`), to update."""
@@ -173,7 +181,7 @@ class Producing(Spreading):
             # layout 4: the next chunk is encoded while the server stores this one
             self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
         except Refused as exc:
-            raise _queue_full(exc) from None
+            raise self._queue_full(exc) from None
         return stored
 
     def _enqueue_one(self, prefix: str, task: NewTask, now: str, ranks: Ranks | None = None) -> str:
@@ -239,12 +247,6 @@ class Producing(Spreading):
             if not refused:  # written, or maybe (a reply lost, replicas short)
                 seqs[prefix] = top
         return reply
-
-
-def _queue_full(refused: Refused) -> QueueFull:
-    """``enqueue.lua``'s refusal of a full queue, ``CONVEYOR_QUEUEFULL <queue> <max_size>``, as raised."""
-    _, queue, max_size = refused.text.split(" ")
-    return QueueFull(queue, int(float(max_size)))
 
 
 def _contested(tasks: Sequence[NewTask], groups: Sequence[tuple[str, list[int]]]) -> bool:
