@@ -1,4 +1,5 @@
-"""Task commands: ``enqueue``, ``ls``, ``show``, and the actions ``run-now / archive / delete / cancel ID...``."""
+"""Task commands: ``enqueue``, ``ls``, ``show``, and the actions ``run-now / archive / delete / cancel ID...``
+(``run-now`` and ``delete`` also ``--all`` tasks a filter keeps: ``bulk.py``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from conveyor.app import Conveyor
+from conveyor.cli.bulk import Bulk, bulk_options, run_bulk
 from conveyor.cli.output import STATES, emit, format_time, json_option, short, task_row, to_jsonable
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
@@ -245,13 +247,56 @@ def _action_command(name: str, verb: str, help_text: str, action: Callable[[Insp
     return command
 
 
-run_now = _action_command(
-    "run-now", "queued", "Make scheduled, retry or archived tasks pending now.", lambda i, t: i.run_now(t)
+def _bulk_command(
+    name: str,
+    verb: str,
+    help_text: str,
+    action: Callable[[Inspector, str], Any],
+    bulk: tuple[str, str, tuple[str, ...]],
+) -> click.Command:
+    """An action command that takes IDs, or ``--all`` and filters (``bulk``: the bulk action's key in
+    ``selection.BULK_ACTIONS``, the confirmation's verb, the states it may select)."""
+    key, ask, states = bulk
+    default = tuple(s for s in ("retry", "archived") if s in states)
+
+    @click.command(name, help=help_text)
+    @click.argument("task_ids", metavar="[ID...]", nargs=-1)
+    @bulk_options(states, default)
+    @json_option
+    @pass_state
+    def command(state: CliState, /, task_ids: tuple[str, ...], **filters: Any) -> None:
+        selection = Bulk(default, filters)
+        if selection.selected == bool(task_ids):
+            raise click.UsageError(
+                "give task IDs, or --all (with options to narrow it), not both"
+                if task_ids
+                else "give task IDs, or --all"
+            )
+        if selection.selected:
+            run_bulk(state, selection, key, verb, ask)
+        else:
+            _act(state, verb, task_ids, action)
+
+    return command
+
+
+run_now = _bulk_command(
+    "run-now",
+    "queued",
+    "Make scheduled, retry or archived tasks pending now: IDs, or --all (default: every retry and archived task).",
+    lambda i, t: i.run_now(t),
+    ("retry", "Run now", ("scheduled", "retry", "archived")),
 )
 archive = _action_command(
     "archive", "archived", "Archive waiting tasks (scheduled, pending, retry).", lambda i, t: i.archive(t)
 )
-delete = _action_command("delete", "deleted", "Delete tasks (any state but active).", lambda i, t: i.delete(t))
+delete = _bulk_command(
+    "delete",
+    "deleted",
+    "Delete tasks (any state but active): IDs, or --all (default: every retry and archived task).",
+    lambda i, t: i.delete(t),
+    ("delete", "Delete", ("scheduled", "pending", "retry", "completed", "archived")),
+)
 cancel = _action_command(
     "cancel", "cancelled", "Cancel unfinished tasks, running ones too (archived cancelled).", lambda i, t: i.cancel(t)
 )
