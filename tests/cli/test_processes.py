@@ -168,6 +168,9 @@ def test_process_mode_exports_the_summed_counters_of_every_child(tmp_path: Path,
             @app.task(max_retries=0)
             def fail() -> None:
                 raise ValueError("no")
+
+            @app.task(queue="mail")
+            def mail() -> None: ...
             """
         )
     )
@@ -203,3 +206,7 @@ def test_process_mode_exports_the_summed_counters_of_every_child(tmp_path: Path,
     _, stderr = worker.communicate(timeout=30)
     assert worker.returncode == 0, stderr
     assert "middleware" not in stderr
+    # the queue the children leave unserved: said once, by the supervisor, not once per child
+    [warning] = [line for line in stderr.splitlines() if "serves queue default only" in line]
+    assert re.search(r" WARNING conveyor\.worker: supervisor \d+ serves queue default only ", warning), warning
+    assert warning.endswith("the app's tasks mail (mail) go to mail: serve them with --queues default,mail"), warning

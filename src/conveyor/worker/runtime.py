@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from conveyor.worker.config import WorkerConfig
     from conveyor.worker.executor import Executor
 
-__all__ = ["Runtime", "install_signals", "restore_signals"]
+__all__ = ["Runtime", "install_signals", "restore_signals", "warn_of_unserved_queues"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -76,6 +76,7 @@ class Runtime:
         linger = SETTLE_LINGER if isinstance(app.broker, SettlesWithClaim) else 0.0
         self.acker = Acker(app, self.inflight, linger=linger)
         runner = Runner(executor, config.middleware)
+        self.supervised = reporter is not None  # a child of ``--processes N``: it reports to a supervisor
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order, self.acker)
         self.acker.claims_soon = self.fetcher.claims_soon
@@ -128,7 +129,8 @@ class Runtime:
             ",".join(self.config.queues),
             self.config.concurrency,
         )
-        _warn_of_unserved_queues(self.app, self.config, self.worker_id)
+        if not self.supervised:  # a supervisor warns once for all its children
+            warn_of_unserved_queues(self.app, self.config, f"worker {self.worker_id}")
         services: list[Service] = [self.registry, *self.maintenance, self.pool, self.heartbeat, self.cancels]
         if self.config.freeze_heap:
             _freeze_heap()
@@ -227,7 +229,7 @@ def restore_signals(previous: dict[int, object]) -> None:
 _NAMED = 10
 
 
-def _warn_of_unserved_queues(app: Host, config: WorkerConfig, worker_id: str) -> None:
+def warn_of_unserved_queues(app: Host, config: WorkerConfig, who: str) -> None:
     """A worker told no queues serves ``default`` alone, as Celery's and asynq's do: say so when the
     app's tasks name other queues, whose tasks it would leave waiting (``conveyor doctor`` lists
     such queues over every live worker)."""
@@ -242,9 +244,8 @@ def _warn_of_unserved_queues(app: Host, config: WorkerConfig, worker_id: str) ->
     if len(unserved) > _NAMED:
         named += f" and {len(unserved) - _NAMED} more"
     log.warning(
-        "worker %s serves queue %s only (no queues given), but the app's tasks %s go to %s: "
-        "serve them with --queues %s",
-        worker_id,
+        "%s serves queue %s only (no queues given), but the app's tasks %s go to %s: serve them with --queues %s",
+        who,
         ",".join(config.queues),
         named,
         ", ".join(queues),

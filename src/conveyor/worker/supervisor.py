@@ -30,7 +30,7 @@ from conveyor.worker.args import config_to_args
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import Executor
 from conveyor.worker.loader import load_app
-from conveyor.worker.runtime import install_signals, restore_signals
+from conveyor.worker.runtime import install_signals, restore_signals, warn_of_unserved_queues
 
 __all__ = ["CANCEL_GRACE", "KILL_SLACK", "Supervisor"]
 
@@ -73,6 +73,7 @@ class Supervisor:
     def run(self) -> int:
         if len(self.config.middleware) > len(self.config.middleware_refs):
             log.warning("middleware objects given in code are not passed to child processes; use --middleware REF")
+        warn_of_unserved_queues(self.app, self.config, f"supervisor {os.getpid()}")
         previous = install_signals(self._on_signal)
         try:
             for slot in range(self.config.processes):
