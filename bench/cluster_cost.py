@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import time
 import uuid
@@ -95,6 +96,20 @@ def _switches(server: RedisServer) -> int:
             return sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
     except OSError:
         return 0
+
+
+def _pin(servers: Sequence[RedisServer]) -> None:
+    """``--pin``: the servers on the first core, this process on the last, so the client's work never
+    shares a core (and its caches) with a server's; three masters then share one core, as one server
+    has one, and what they cost beyond it is their switching and their caches' sharing."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin needs two cores")
+    for server in servers:
+        assert server.pid is not None  # started
+        os.sched_setaffinity(server.pid, {cores[0]})
+    os.sched_setaffinity(0, {cores[-1]})
+    print(f"pinned: {len(servers)} servers on core {cores[0]}, this client on core {cores[-1]}")
 
 
 def _phase(
@@ -204,6 +219,9 @@ def main() -> None:
     parser.add_argument(
         "--background", action="store_true", help="also the servers' CPU while idle, as long as each phase took"
     )
+    parser.add_argument(
+        "--pin", action="store_true", help="every server on the first core, this client on the last (Linux)"
+    )
     args = parser.parse_args()
     if not 2 <= args.namespace_length <= 33:
         parser.error("--namespace-length must be 2..33 (`t` and up to 32 hex digits)")
@@ -212,6 +230,8 @@ def main() -> None:
         server = stack.enter_context(RedisServer())
         cluster = stack.enter_context(LocalCluster(masters=3))
         one = stack.enter_context(LocalCluster(masters=1)) if args.one_master and args.partitions else None
+        if args.pin:
+            _pin([server, *cluster.masters, *(one.masters if one else [])])
         n = args.namespace_length
         for _ in range(args.reps):
             targets: list[tuple[str, str, Sequence[RedisServer], int]] = [
