@@ -1,4 +1,6 @@
-"""Fixtures for dashboard tests: a TestClient over ``create_app`` on the parametrized broker."""
+"""Fixtures for dashboard tests: a TestClient over ``create_app`` on the parametrized broker, the
+Redis one on a server and on the session's 3-master Redis Cluster (``redis-cluster``), where the
+dashboard's reads and actions gather from every master."""
 
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ with warnings.catch_warnings():
 __all__ = ["TestClient"]
 
 XSS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
+def broker_url(request: pytest.FixtureRequest, url_of_backend: Callable[[str], str]) -> str:
+    return url_of_backend(request.param)
 
 
 @pytest.fixture

@@ -98,6 +98,7 @@ def _many_archived(app: Conveyor, count: int, queue: str, error: str) -> None:
 
 def test_retry_all_matching_covers_every_page_of_the_selection(client: TestClient, app: Conveyor, csrf: Csrf) -> None:
     matching = PAGE + 60  # more than one page of the broker's listing, and many pages on screen
+    app.configure_queue("imports", partitions=3)  # on Redis, the listing's pages go over 3 slots
     _many_archived(app, matching, "imports", "bad row")
     _many_archived(app, 30, "exports", "disk full")
     page = client.get("/failed", params={"error": "bad row"})
