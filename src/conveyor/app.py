@@ -29,7 +29,7 @@ from conveyor.info import task_info
 from conveyor.inspect import Inspector
 from conveyor.lease import Lease
 from conveyor.model import MAX_PARTITIONS, BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
-from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling, malformed_call
+from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling, malformed_call, registered_options
 from conveyor.serializers import encode, encode_payload
 from conveyor.task import Task, TaskHandle
 from conveyor.worker import Worker, WorkerConfig
@@ -111,11 +111,13 @@ class Conveyor:
         """Register a handler: ``@app.task`` or ``@app.task(name=..., queue=..., max_retries=...)``.
 
         Options: name (default: the function's ``__name__``), queue, max_retries, backoff, retry_on,
-        timeout, priority, retention, expires. A handler whose first parameter is annotated
-        ``TaskContext`` receives the running task's context there.
+        timeout, priority, retention, expires, unique_for (every enqueue unique by name and arguments
+        for that many seconds, as ``enqueue(..., unique_for=...)``; ``unique_for=None`` at an enqueue
+        lifts it). A handler whose first parameter is annotated ``TaskContext`` receives the running
+        task's context there.
         """
         name = options.pop("name", None)
-        task_options = TaskOptions(**options)
+        task_options = registered_options(options)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(func):
@@ -219,9 +221,9 @@ class Conveyor:
         if not isinstance(kwargs, dict):
             raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
         payload = encode_payload(args if type(args) is list else list(args), kwargs)
-        # A name without a handler here gets its worker's declared queue, priority and expiry.
+        # A name without a handler here gets its worker's declared queue, priority, expiry and uniqueness.
         base = registered.options if registered is not None else self._declared_options(name)
-        if not options:  # the usual call: the base options as they are (TaskOptions checked them)
+        if not options and base.unique_for is None:  # the usual call: the base options as they are (checked)
             expires_at = None if base.expires is None else check_expires(base.expires, now)
             # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
             return NewTask(self._new_id(base.queue, suffix), name, base.queue, payload, base.priority, None, expires_at)
@@ -237,9 +239,9 @@ class Conveyor:
         if expires is not None:
             expires_at = check_expires(expires, now)
         unique_key, unique_until = None, None
-        if options.get("unique_for") is not None or options.get("unique_key") is not None:
+        window = options.get("unique_for", base.unique_for)  # None given: not unique
+        if window is not None or options.get("unique_key") is not None:
             unique_key = options.get("unique_key") or _call_key(name, payload)
-            window = options.get("unique_for")
             unique_until = now + (float(window) if window is not None else _UNBOUNDED)
         # positional, in NewTask's field order (cheaper than keywords on every enqueue; docs/performance-notes.md):
         # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
@@ -279,7 +281,12 @@ class Conveyor:
         declaration = self.declared.get(name)
         if declaration is None:
             return _DEFAULT_OPTIONS
-        return TaskOptions(queue=declaration.queue, priority=declaration.priority, expires=declaration.expires)
+        return TaskOptions(
+            queue=declaration.queue,
+            priority=declaration.priority,
+            expires=declaration.expires,
+            unique_for=declaration.unique_for,
+        )
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -37,7 +37,12 @@ def declarations_of(registry: Mapping[str, Task[Any, Any]], now: float) -> list[
         o = task.options
         expires = None if o.expires is None or isinstance(o.expires, datetime) else float(o.expires)
         timeout = None if o.timeout is None else float(o.timeout)
-        out.append(TaskDeclaration(name, o.queue, o.priority, expires, o.max_retries, timeout, float(o.retention), now))
+        unique_for = None if o.unique_for is None else float(o.unique_for)
+        out.append(
+            TaskDeclaration(
+                name, o.queue, o.priority, expires, o.max_retries, timeout, float(o.retention), now, unique_for
+            )
+        )
     return out
 
 

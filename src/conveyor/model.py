@@ -243,9 +243,10 @@ class WorkerInfo:
 class TaskDeclaration:
     """A task name as a worker serving it registered it: what a producer that enqueues by name needs.
 
-    ``queue``, ``priority`` and ``expires`` (seconds, None: never) are applied at enqueue;
-    ``max_retries``, ``timeout`` and ``retention`` are shown to operators (the worker resolves them
-    itself when the task runs). ``declared_at``: when a worker last published it.
+    ``queue``, ``priority``, ``expires`` (seconds, None: never) and ``unique_for`` (seconds, None:
+    not unique) are applied at enqueue; ``max_retries``, ``timeout`` and ``retention`` are shown to
+    operators (the worker resolves them itself when the task runs). ``declared_at``: when a worker
+    last published it.
     """
 
     name: str
@@ -256,6 +257,7 @@ class TaskDeclaration:
     timeout: float | None = None
     retention: float = 3600.0
     declared_at: float = 0.0
+    unique_for: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

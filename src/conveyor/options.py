@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ from conveyor._validate import (
     check_task_id,
 )
 from conveyor.errors import SerializationError, UnknownBackoff
+from conveyor.names import did_you_mean
 from conveyor.retry import Backoff, Exponential, backoff_from_dict, check_backoff, check_travelling_backoff
 from conveyor.serializers import decode
 
@@ -34,6 +35,7 @@ __all__ = [
     "TaskOptions",
     "check_enqueue_options",
     "malformed_call",
+    "registered_options",
 ]
 
 #: Options that, given at enqueue, are stored with the task and win over the worker's registration.
@@ -71,6 +73,7 @@ class TaskOptions:
     priority: int = 0
     retention: float = 3600.0
     expires: float | datetime | None = None
+    unique_for: float | None = None
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -80,11 +83,15 @@ class TaskOptions:
         check_seconds("timeout", self.timeout, allow_none=True)
         check_priority(self.priority)
         check_seconds("retention", self.retention)
+        check_seconds("unique_for", self.unique_for, allow_none=True)
         if self.expires is not None and not isinstance(self.expires, datetime):
             check_seconds("expires", self.expires)
         elif isinstance(self.expires, datetime) and self.expires.tzinfo is None:
             raise ValueError("expires must be a timezone-aware datetime")
 
+
+#: Every keyword ``@app.task`` takes besides ``name``.
+_REGISTERED = frozenset(f.name for f in fields(TaskOptions))
 
 _CHECKS: dict[str, Callable[[Any], object]] = {
     "queue": check_queue,
@@ -97,8 +104,22 @@ _CHECKS: dict[str, Callable[[Any], object]] = {
     "timeout": lambda v: check_seconds("timeout", v, allow_none=True),
     "expires": lambda v: check_expires(v, 0.0),
     "retention": lambda v: check_seconds("retention", v),
-    "unique_for": lambda v: check_seconds("unique_for", v),
+    "unique_for": lambda v: check_seconds("unique_for", v, allow_none=True),  # None: lifts the task's own
 }
+
+
+def registered_options(options: dict[str, Any]) -> TaskOptions:
+    """``@app.task``'s options as :class:`TaskOptions`; one it does not take is named (those only an
+    enqueue takes as such), not left to the dataclass's "unexpected keyword argument"."""
+    unknown = sorted(set(options) - _REGISTERED)
+    if unknown:
+        per_call = [name for name in unknown if name in ENQUEUE_OPTIONS]
+        hint = (
+            f" ({', '.join(per_call)}: an option of each enqueue, with_options(...) or app.enqueue)" if per_call else ""
+        )
+        hint += "".join(did_you_mean(name, _REGISTERED) for name in unknown if name not in ENQUEUE_OPTIONS)
+        raise TypeError(f"unknown task option(s) for @app.task: {', '.join(unknown)}{hint}")
+    return TaskOptions(**options)
 
 
 def malformed_call(calls: Sequence[Any]) -> TypeError | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor import Conveyor, FakeClock, TaskDeclaration
+from conveyor import Conveyor, DuplicateTask, FakeClock, TaskDeclaration
 from conveyor.brokers.base import DeclaresTasks
 from conveyor.declared import declarations_of
 
@@ -36,6 +36,21 @@ def test_enqueue_by_name_uses_the_declared_queue_priority_and_expiry(app: Convey
     assert (info.queue, info.priority, info.expires_at) == ("emails", 4, app.now() + 30)
     explicit = producer.enqueue("send_email", ["b@x"], queue="urgent", priority=1).status()
     assert (explicit.queue, explicit.priority) == ("urgent", 1)
+
+
+def test_enqueue_by_name_applies_the_declared_unique_for(app: Conveyor, clock: FakeClock) -> None:
+    @app.task(unique_for=300)
+    def sync_account(account: str) -> None: ...
+
+    app.declared.publish(declarations_of(app.registry, app.now()))
+    assert app.broker.declared_tasks(["sync_account"])["sync_account"].unique_for == 300.0  # type: ignore[attr-defined]
+    producer = Conveyor(broker=app.broker, clock=clock)  # no handler registered
+    first = producer.enqueue("sync_account", ["a-1"])
+    with pytest.raises(DuplicateTask) as dup:
+        producer.enqueue("sync_account", ["a-1"])
+    assert dup.value.existing_id == first.id
+    producer.enqueue("sync_account", ["a-1"], unique_for=None)  # lifted for this call
+    assert app.stats()["default"]["total"] == 2
 
 
 def test_enqueue_of_an_undeclared_name_goes_to_the_default_queue(app: Conveyor, clock: FakeClock) -> None:

@@ -45,6 +45,34 @@ def test_same_call_within_unique_for_is_a_duplicate(app: Conveyor, charge: Task[
     assert app.stats()["default"]["total"] == 1
 
 
+def test_unique_for_given_at_registration_holds_for_every_enqueue_and_lifts_per_call(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    @app.task(unique_for=600)
+    def sync_account(account: str) -> None: ...
+
+    first = sync_account.enqueue("a-1")
+    with pytest.raises(DuplicateTask) as dup:
+        sync_account.enqueue("a-1")
+    assert dup.value.existing_id == first.id
+    with pytest.raises(DuplicateTask):
+        app.enqueue("sync_account", ["a-1"], priority=5)  # other options: the window still holds
+    sync_account.enqueue("a-2")  # other arguments: not a duplicate
+    sync_account.with_options(unique_for=None).enqueue("a-1")  # lifted for this call
+    assert sync_account.with_options(unique_for=60).enqueue("a-3").status().state is TaskState.PENDING
+    clock.advance(600)
+    sync_account.enqueue("a-1")  # past the window
+    assert app.stats()["default"]["total"] == 5
+
+
+def test_unique_for_at_registration_is_checked_there() -> None:
+    app = Conveyor("memory://")
+    with pytest.raises(ValueError, match="unique_for"):
+        app.task(unique_for=-1)
+    with pytest.raises(TypeError, match="unique_for"):
+        app.task(unique_for="10 minutes")
+
+
 def test_same_call_with_keyword_arguments_in_another_order_is_a_duplicate(
     app: Conveyor, charge: Task[[str, int], str]
 ) -> None:

@@ -82,6 +82,24 @@ def _ids(cases: list[tuple[dict[str, Any], type[Exception]]]) -> list[str]:
     return [",".join(f"{k}={v!r}"[:40] for k, v in options.items()) for options, _ in cases]
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queu": "mail"}, "unknown task option(s) for @app.task: queu (did you mean 'queue'?)"),
+        ({"max_retry": 2}, "unknown task option(s) for @app.task: max_retry (did you mean 'max_retries'?)"),
+        (
+            {"unique_key": "k", "delay": 5},
+            "unknown task option(s) for @app.task: delay, unique_key "
+            "(delay, unique_key: an option of each enqueue, with_options(...) or app.enqueue)",
+        ),
+    ],
+)
+def test_an_option_registration_does_not_take_is_named(app: Conveyor, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError) as refused:
+        app.task(**options)
+    assert str(refused.value) == message
+
+
 @pytest.mark.parametrize(("options", "error"), BAD_OPTIONS, ids=_ids(BAD_OPTIONS))
 def test_bad_task_option_at_registration_is_rejected(
     app: Conveyor, options: dict[str, Any], error: type[Exception]

@@ -31,4 +31,5 @@ def decode_declaration(text: str) -> TaskDeclaration:
         timeout=None if data.get("timeout") is None else float(data["timeout"]),
         retention=float(data["retention"]),
         declared_at=float(data.get("declared_at", 0.0)),
+        unique_for=None if data.get("unique_for") is None else float(data["unique_for"]),  # older workers publish none
     )
