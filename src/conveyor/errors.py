@@ -131,7 +131,8 @@ class TaskFailed(ConveyorError):
     """The task ended archived; ``reason`` and ``error`` say why."""
 
     def __init__(self, task_id: str, reason: str | None, error: str | None) -> None:
-        super().__init__(f"task {task_id!r} archived ({reason}): {error}")
+        # a task cancelled or archived by hand has no error to tell
+        super().__init__(f"task {task_id!r} archived ({reason})" + (f": {error}" if error is not None else ""))
         self.task_id = task_id
         self.reason = reason
         self.error = error

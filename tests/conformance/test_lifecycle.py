@@ -215,6 +215,16 @@ def test_handle_result_raises_the_failure_of_an_archived_task(app: Conveyor, wor
     with pytest.raises(TaskFailed) as failure:
         handle.result(timeout=10)
     assert (failure.value.reason, failure.value.error) == ("failed", "RuntimeError: no luck")
+    assert str(failure.value) == f"task {handle.id!r} archived (failed): RuntimeError: no luck"
+
+
+def test_handle_result_of_a_cancelled_task_says_so_without_an_error(app: Conveyor, greet: object) -> None:
+    handle = app.enqueue("greet", args=["ann"])
+    handle.cancel()
+    with pytest.raises(TaskFailed) as failure:
+        handle.result(timeout=0)
+    assert (failure.value.reason, failure.value.error) == ("cancelled", None)
+    assert str(failure.value) == f"task {handle.id!r} archived (cancelled)"  # no ": None"
 
 
 def test_handle_result_times_out_while_the_task_is_unfinished(app: Conveyor, greet: object) -> None:

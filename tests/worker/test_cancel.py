@@ -5,6 +5,7 @@ whatever the handler returns. (``--processes`` mode: ``tests/faults/test_worker_
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +43,9 @@ def settled(worker: Worker) -> bool:
     return worker.runtime is not None and len(worker.runtime.inflight) == 0
 
 
-def test_cancel_raises_cancelled_error_in_a_running_async_handler(app: Conveyor, start_worker: Start) -> None:
+def test_cancel_raises_cancelled_error_in_a_running_async_handler(
+    app: Conveyor, start_worker: Start, caplog: pytest.LogCaptureFixture
+) -> None:
     started = threading.Event()
     seen: list[tuple[bool, bool]] = []
 
@@ -63,12 +66,16 @@ def test_cancel_raises_cancelled_error_in_a_running_async_handler(app: Conveyor,
     handle = waits.enqueue()
     worker = start_worker(app, **SETTINGS)
     assert started.wait(5)
-    assert handle.cancel() is TaskState.ARCHIVED
-    poll_until(lambda: bool(seen), message="CancelledError in the async handler")
-    assert seen == [(True, True)]
-    poll_until(lambda: settled(worker), message="the slot freed")
+    with caplog.at_level(logging.INFO, logger="conveyor.worker"):
+        assert handle.cancel() is TaskState.ARCHIVED
+        poll_until(lambda: bool(seen), message="CancelledError in the async handler")
+        assert seen == [(True, True)]
+        poll_until(lambda: settled(worker), message="the slot freed")
     assert_cancelled(app, handle.id)
     assert after.enqueue().result(timeout=5) == "ran"
+    # one line says it, not one from the heartbeat that found the cancel and one from the pool
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"task cancelled task_id={handle.id}")]
+    assert len(lines) == 1, lines
 
 
 def test_a_sync_handler_in_a_thread_sees_ctx_cancelled_and_its_return_is_discarded(

@@ -162,7 +162,8 @@ class Pool:
     def _async_done(self, held: Held, future: Future[Any]) -> None:
         outcome: Outcome | None = None
         if future.cancelled():
-            log_event(held.record, "cancelled")
+            if not held.lost:  # a lost lease's cancel was logged where it was found (heartbeat.py)
+                log_event(held.record, "cancelled")
         elif future.exception() is not None:
             log.error("task %s: the runtime failed to run it", held.id, exc_info=future.exception())
         else:
