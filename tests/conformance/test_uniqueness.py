@@ -60,9 +60,12 @@ def test_unique_for_given_at_registration_holds_for_every_enqueue_and_lifts_per_
     sync_account.enqueue("a-2")  # other arguments: not a duplicate
     sync_account.with_options(unique_for=None).enqueue("a-1")  # lifted for this call
     assert sync_account.with_options(unique_for=60).enqueue("a-3").status().state is TaskState.PENDING
+    batch = sync_account.enqueue_many([(["a-9"], {}), (["a-9"], {}), (["a-2"], {})])  # a batch too
+    assert batch[1].id == batch[0].id and batch[2].id != batch[0].id
+    assert app.stats()["default"]["total"] == 5
     clock.advance(600)
     sync_account.enqueue("a-1")  # past the window
-    assert app.stats()["default"]["total"] == 5
+    assert app.stats()["default"]["total"] == 6
 
 
 def test_unique_for_at_registration_is_checked_there() -> None:
