@@ -17,6 +17,7 @@ from typing import Any
 from conveyor._validate import (
     check_expires,
     check_int,
+    check_positive,
     check_priority,
     check_queue,
     check_retry_on,
@@ -80,7 +81,7 @@ class TaskOptions:
         check_int("max_retries", self.max_retries)
         check_backoff(self.backoff)
         check_retry_on(self.retry_on)
-        check_seconds("timeout", self.timeout, allow_none=True)
+        check_timeout(self.timeout)
         check_priority(self.priority)
         check_seconds("retention", self.retention)
         check_seconds("unique_for", self.unique_for, allow_none=True)
@@ -88,6 +89,15 @@ class TaskOptions:
             check_seconds("expires", self.expires)
         elif isinstance(self.expires, datetime) and self.expires.tzinfo is None:
             raise ValueError("expires must be a timezone-aware datetime")
+
+
+def check_timeout(value: object) -> float | None:
+    """A task's timeout: seconds > 0, or None for none. 0 is refused: several queues read it as "no
+    limit", where here it would fail every run."""
+    try:
+        return check_positive("timeout", value, allow_none=True)
+    except ValueError:
+        raise ValueError(f"timeout must be finite and > 0 seconds (None: no timeout), got {value!r}") from None
 
 
 #: Every keyword ``@app.task`` takes besides ``name``.
@@ -101,7 +111,7 @@ _CHECKS: dict[str, Callable[[Any], object]] = {
     "max_retries": lambda v: check_int("max_retries", v),
     "backoff": check_travelling_backoff,
     "retry_on": check_retry_on,
-    "timeout": lambda v: check_seconds("timeout", v, allow_none=True),
+    "timeout": check_timeout,
     "expires": lambda v: check_expires(v, 0.0),
     "retention": lambda v: check_seconds("retention", v),
     "unique_for": lambda v: check_seconds("unique_for", v, allow_none=True),  # None: lifts the task's own

@@ -32,6 +32,7 @@ BAD_OPTIONS: list[tuple[dict[str, Any], type[Exception]]] = [
     ({"max_retries": "3"}, TypeError),
     ({"max_retries": True}, TypeError),
     ({"timeout": -1}, ValueError),
+    ({"timeout": 0}, ValueError),  # not "no limit", as elsewhere: that is None
     ({"timeout": NAN}, ValueError),
     ({"timeout": INF}, ValueError),
     ({"timeout": "10"}, TypeError),
