@@ -65,7 +65,7 @@ def enqueue(
     task_id: str | None,
     calls_file: TextIO | None,
 ) -> None:
-    """Enqueue task NAME (the handler need not be importable here: its queue, priority and expiry are
+    """Enqueue task NAME (the handler need not be importable here: its queue, priority, expiry and uniqueness are
     the ones a worker serving it declared)."""
     options: dict[str, Any] = {"delay": delay, "priority": priority, "queue": queue, "task_id": task_id}
     options = {key: value for key, value in options.items() if value is not None}
