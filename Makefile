@@ -10,6 +10,9 @@ NEWEST := $(shell $(PYTHON) tools/pythons.py)
 NEWEST_VERSION := $(word 1,$(NEWEST))
 NEWEST_PYTHON := $(word 2,$(NEWEST))
 NEWEST_VENV := .venv-$(NEWEST_VERSION)
+# Every Python between those two ("3.12 /path/to/python3.12 ..."): the quick tests run on each, in a venv
+# of its own, so each version the README claims is tried (~45 s each here).
+BETWEEN := $(shell $(PYTHON) tools/pythons.py --between)
 # A pytest marker expression for the run on the newest Python (empty: the whole suite). Running everything
 # twice took 12 min on this 2-core machine, past issue 43's 10, so the newest Python skips the `slow` tests
 # (processes of their own, the browser, benchmarks, the long differential run), which the oldest runs;
@@ -72,7 +75,7 @@ define redis_again
 	fi
 endef
 
-.PHONY: demo test lint types browser unit unit-fast unit-newest bench bench-backlog bench-smoke clean
+.PHONY: demo test lint types browser unit unit-fast unit-newest unit-between bench bench-backlog bench-smoke clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -146,7 +149,23 @@ unit-newest:
 	@echo "== no Python newer than $(PYTHON)'s here (pyenv's, /usr/bin): the suite runs on one Python only"
 endif
 
-test: lint types browser unit unit-newest
+# The quick tests on each Python between the oldest and the newest, each in its venv (made or brought up
+# to date with pyproject.toml here).
+unit-between: $(STAMP)
+	@set -- $(BETWEEN); while [ $$# -gt 0 ]; do \
+		python=$$2; venv=.venv-$$1; shift 2; \
+		if [ ! -f $$venv/.installed-dev ] || [ pyproject.toml -nt $$venv/.installed-dev ]; then \
+			$$python -m venv $$venv && $$venv/bin/pip install -q --upgrade pip && \
+			$$venv/bin/pip install -q -e '.[dev]' && touch $$venv/.installed-dev || exit 1; \
+		fi; \
+		echo "== the quick tests on Python $$($$venv/bin/python -c 'import platform; print(platform.python_version())') ($$venv)"; \
+		tmp=$$(mktemp -d $(FAST_TMP)/conveyor-test.XXXXXX); \
+		TMPDIR=$$tmp $$venv/bin/pytest -q -m "not slow" $(if $(JOBS),$(XDIST),$(SPREAD)) \
+			|| { echo "the failed run's files are in $$tmp"; exit 1; }; \
+		rm -rf $$tmp; \
+	done
+
+test: lint types browser unit unit-newest unit-between
 	@echo "== make test passed:"
 	@echo "   Python $(call VERSION_OF,$(BIN)) ($(VENV)): ruff, import layers (lint-imports), mypy strict, the whole suite"
 ifneq ($(NEWEST),)
@@ -154,6 +173,9 @@ ifneq ($(NEWEST),)
 else
 	@echo "   no newer Python found (pyenv's, /usr/bin): the suite ran on Python $(call VERSION_OF,$(BIN)) only"
 endif
+	@set -- $(BETWEEN); while [ $$# -gt 0 ]; do \
+		echo "   Python $$($$2 -c 'import platform; print(platform.python_version())') (.venv-$$1): the tests not marked 'slow'"; shift 2; \
+	done
 	@$(BIN)/python tools/pythons.py --check-oldest | sed 's/^/   /'
 	@if command -v redis-server >/dev/null 2>&1; then \
 		echo "   Python $(call VERSION_OF,$(BIN)): the Redis-backed tests again on $$(redis-server --version | cut -d' ' -f1-3) (the TLS tests ran on it)"; \

@@ -117,11 +117,11 @@ def _run(path: Path, mode: str, layout: str, payload: str, count: int) -> dict[s
     ready = _swap(ops._READY, "SELECT seq", f"SELECT {key}")
     update = _swap(ops._claim_sql(1), "WHERE seq IN", f"WHERE {key} IN")
     fences = f"{ops._FENCES} (?)"
-    complete = _swap(ops._COMPLETE, "WHERE seq = ?4", f"WHERE {key} = ?4")
+    complete = _swap(ops._COMPLETE, "WHERE seq = ?", f"WHERE {key} = ?")
     due = (  # as ``Tx.anything_due``
-        "SELECT EXISTS (SELECT 1 FROM tasks WHERE next_run_at <= ?1)"
-        " OR EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at <= ?1)"
-        " OR EXISTS (SELECT 1 FROM tasks WHERE expires_at <= ?1 AND expires_at IS NOT NULL"
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE next_run_at <= ?)"
+        " OR EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at <= ?)"
+        " OR EXISTS (SELECT 1 FROM tasks WHERE expires_at <= ? AND expires_at IS NOT NULL"
         " AND state IN ('pending', 'scheduled', 'retry'))"
     )
     claimed: list[tuple[str, str]] = []
@@ -129,9 +129,9 @@ def _run(path: Path, mode: str, layout: str, payload: str, count: int) -> dict[s
     def claim(_: int) -> None:
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(due, (now,)).fetchone()
+        conn.execute(due, (now, now, now)).fetchone()
         keys = [row[0] for row in conn.execute(ready, ("default", 1))]
-        row = conn.execute(update, (now, now + 60, "token-", *keys)).fetchone()
+        row = conn.execute(update, (now, now, "token-", now + 60, *keys)).fetchone()
         conn.execute("COMMIT")
         claimed.append((row[1], row[10]))
 
@@ -141,7 +141,7 @@ def _run(path: Path, mode: str, layout: str, payload: str, count: int) -> dict[s
         conn.execute("BEGIN IMMEDIATE")
         _, seq, _, stored = conn.execute(fences, (task_id,)).fetchone()
         assert stored == token
-        conn.execute(complete, (now, now + 3600, "null", task_id if key == "id" else seq))
+        conn.execute(complete, ops._COMPLETE_ROW((now, now + 3600, "null", task_id if key == "id" else seq)))
         conn.execute("COMMIT")
 
     try:

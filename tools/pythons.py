@@ -2,8 +2,11 @@
 
 Prints ``VERSION PATH`` (``3.13 /root/.pyenv/versions/3.13.0/bin/python3.13``) of the highest
 ``python3.N`` >= 3.11 found among pyenv's versions and the system's, whose minor version is not the
-running interpreter's; prints nothing when there is none. ``--check-oldest`` instead prints a note when
-the running interpreter is not the oldest supported Python (the main venv should be).
+running interpreter's; prints nothing when there is none. ``--between`` instead prints ``VERSION PATH``
+pairs, one minor version each (its newest patch release), of those above the running interpreter's
+and below that newest one: `make test` runs the quick tests on each, so every Python between the
+oldest and the newest is tried too. ``--check-oldest`` instead prints a note when the running
+interpreter is not the oldest supported Python (the main venv should be).
 """
 
 from __future__ import annotations
@@ -50,7 +53,23 @@ def newest() -> tuple[tuple[int, int, int], str] | None:
     return best
 
 
+def between() -> list[tuple[tuple[int, int, int], str]]:
+    """Per minor version above the running one and below the newest, its newest interpreter here."""
+    top = newest()
+    best: dict[tuple[int, int], tuple[tuple[int, int, int], str]] = {}
+    for path in candidates():
+        found = version(path)
+        if found is None or top is None or not sys.version_info[:2] < found[:2] < top[0][:2]:
+            continue
+        if found[:2] not in best or found > best[found[:2]][0]:
+            best[found[:2]] = (found, path)
+    return [best[minor] for minor in sorted(best)]
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--between"]:
+        print(" ".join(f"{major}.{minor} {path}" for (major, minor, _micro), path in between()))
+        return
     if sys.argv[1:] == ["--check-oldest"]:
         if sys.version_info[:2] != OLDEST:
             here = ".".join(map(str, sys.version_info[:2]))

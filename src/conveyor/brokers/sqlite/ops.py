@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import secrets
 import time
 from collections.abc import Sequence
@@ -42,17 +43,18 @@ _DELETE_STALE = "DELETE FROM tasks WHERE id = ? AND keep_until <= ?"
 #: (``Tx.listening``), whether the queue has a row, and its settings (as ``Tx.settings`` reads them).
 _PRELUDE = (
     f"SELECT {LISTENING}, q.rowid IS NOT NULL,"
-    " q.max_size, q.concurrency, q.aging, q.paused FROM (SELECT 1) LEFT JOIN queues q ON q.name = ?3"
+    " q.max_size, q.concurrency, q.aging, q.paused FROM (SELECT 1) LEFT JOIN queues q ON q.name = ?"
 )
 
 
-#: A queue's next ``?2`` pending tasks, in claim order (read from the ``tasks_order`` index alone).
+#: A queue's next pending tasks (``queue, limit``), in claim order (read from the ``tasks_order`` index alone).
 _READY = "SELECT seq FROM tasks WHERE queue = ? AND state = 'pending' ORDER BY sort_key, seq LIMIT ?"
 _CLAIM_BY_COUNT: dict[int, str] = {}
-#: When a queue's first scheduled task and its first retry fall due (``tasks_order``: one index step each).
+#: When a queue's first scheduled task and its first retry fall due (``tasks_order``: one index step
+#: each); parameters ``queue, queue``.
 _NEXT_DUE = (
-    "SELECT (SELECT min(sort_key) FROM tasks WHERE queue = ?1 AND state = 'scheduled'),"
-    " (SELECT min(sort_key) FROM tasks WHERE queue = ?1 AND state = 'retry')"
+    "SELECT (SELECT min(sort_key) FROM tasks WHERE queue = ? AND state = 'scheduled'),"
+    " (SELECT min(sort_key) FROM tasks WHERE queue = ? AND state = 'retry')"
 )
 #: Claimed tasks read whole (append ``(?, ...)``): those the claim's ``RETURNING`` flagged.
 _CLAIMED_WHOLE = f"SELECT {CLAIMED} FROM tasks WHERE seq IN"
@@ -60,14 +62,15 @@ _CLAIMED_WHOLE = f"SELECT {CLAIMED} FROM tasks WHERE seq IN"
 #: The lease of each active task among some ids: ``id, seq, queue, lease_token`` (append ``(?, ...)``).
 _FENCES = "SELECT id, seq, queue, lease_token FROM tasks WHERE state = 'active' AND id IN"
 
-# the completion rule's values, as the parameters of the statement below
-_NOW: Any = Param(1)
-_KEEP_UNTIL: Any = Param(2)
-_RESULT: Any = Param(3)
-#: A completion, the columns ``transitions.completed`` sets: ``(now, keep_until, result, seq)``.
-_COMPLETE = (
-    f"UPDATE tasks SET {set_clause(transitions.completed(_NOW, _KEEP_UNTIL, _RESULT))}, sort_key = ?1 WHERE seq = ?4"
-)
+# the completion rule's values: places in a completion's row ``(now, keep_until, result, seq)``
+_NOW: Any = Param(0)
+_KEEP_UNTIL: Any = Param(1)
+_RESULT: Any = Param(2)
+_COMPLETION_SET, _COMPLETION_PLACES = set_clause(transitions.completed(_NOW, _KEEP_UNTIL, _RESULT))
+#: A completion, the columns ``transitions.completed`` sets; its parameters are a completion's row
+#: ``(now, keep_until, result, seq)`` put in their order by ``_COMPLETE_ROW``.
+_COMPLETE = f"UPDATE tasks SET {_COMPLETION_SET}, sort_key = ? WHERE seq = ?"
+_COMPLETE_ROW = operator.itemgetter(*_COMPLETION_PLACES, 0, 3)
 
 
 #: A completion without retention (``transitions.deleted_at_settle``): ``(seq,)``.
@@ -252,7 +255,7 @@ def claim(tx: Tx, queues: Sequence[str], now: float, lease_for: float, limit: in
         base = base or secrets.token_hex(12) + "-"
         order = {seq: i for i, seq in enumerate(seqs)}
         expires = now + lease_for
-        rows = conn.execute(_claim_sql(len(seqs)), (now, expires, base, *seqs)).fetchall()
+        rows = conn.execute(_claim_sql(len(seqs)), (now, now, base, expires, *seqs)).fetchall()
         rows.sort(key=lambda row: order[row[0]])
         more = [row[0] for row in rows if row[-1]]
         whole = {row[0]: row for row in conn.execute(f"{_CLAIMED_WHOLE} ({_marks(more)})", more)} if more else {}
@@ -273,7 +276,8 @@ def claim_noting_due(
 def next_due(tx: Tx, queues: Sequence[str]) -> float | None:
     """When the first scheduled or retry task of ``queues`` falls due (None: there is none)."""
     tx.flush()
-    found = [due for queue in queues for due in tx.conn.execute(_NEXT_DUE, (queue,)).fetchone() if due is not None]
+    execute = tx.conn.execute
+    found = [due for queue in queues for due in execute(_NEXT_DUE, (queue, queue)).fetchone() if due is not None]
     return min(found, default=None)
 
 
@@ -281,8 +285,8 @@ def _claim_sql(count: int) -> str:
     sql = _CLAIM_BY_COUNT.get(count)
     if sql is None:
         sql = _CLAIM_BY_COUNT[count] = (
-            "UPDATE tasks SET state = 'active', attempts = attempts + 1, started_at = ?1, sort_key = ?1,"
-            " lease_token = ?3 || seq, lease_expires_at = ?2, cancel_requested = 0"
+            "UPDATE tasks SET state = 'active', attempts = attempts + 1, started_at = ?, sort_key = ?,"
+            " lease_token = ? || seq, lease_expires_at = ?, cancel_requested = 0"
             f" WHERE seq IN ({','.join('?' * count)}) RETURNING {FRESH}"
         )
     return sql
@@ -342,7 +346,7 @@ def _complete(tx: Tx, completed: list[tuple[Any, ...]], gone: list[tuple[int]]) 
     if completed or gone:
         tx.flush()
         if completed:
-            tx.conn.executemany(_COMPLETE, completed)
+            tx.conn.executemany(_COMPLETE, map(_COMPLETE_ROW, completed))
             completed.clear()
         if gone:
             tx.conn.executemany(_DELETE, gone)

@@ -31,8 +31,10 @@ _SETTINGS = "SELECT max_size, concurrency, aging, paused FROM queues WHERE name 
 #: fortieth of an Event to build) and the broker makes Events of them only for a subscriber.
 EventRow = tuple[str, str | None, str, str, float]
 
-#: Whether a broker object other than ``?2`` listens for events (1 or 0), at wall-clock time ``?1``.
-LISTENING = "EXISTS (SELECT 1 FROM listeners WHERE until > ?1 AND origin != ?2)"
+#: Whether a broker object other than the given origin listens for events (1 or 0); parameters: the
+#: wall-clock time, then the origin. Statements here bind plain ``?`` placeholders only: Python 3.12.0
+#: to 3.12.3 take numbered ones (``?1``) for named ones and warn on every execute (CPython gh-117995).
+LISTENING = "EXISTS (SELECT 1 FROM listeners WHERE until > ? AND origin != ?)"
 _LISTENING = f"SELECT {LISTENING}"
 _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queue, at) VALUES (?, ?, ?, ?, ?, ?)"
 #: A task scheduled or retried to fall due within this many seconds rings its queue after the commit
@@ -149,11 +151,11 @@ class Tx:
     def anything_due(self, now: float) -> bool:
         """Whether a sweep has work: a due task, an expired lease or a deadline passed (one statement)."""
         row = self.execute(
-            "SELECT EXISTS (SELECT 1 FROM tasks WHERE next_run_at <= ?1)"
-            " OR EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at <= ?1)"
-            " OR EXISTS (SELECT 1 FROM tasks WHERE expires_at <= ?1 AND expires_at IS NOT NULL"
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE next_run_at <= ?)"
+            " OR EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at <= ?)"
+            " OR EXISTS (SELECT 1 FROM tasks WHERE expires_at <= ? AND expires_at IS NOT NULL"
             " AND state IN ('pending', 'scheduled', 'retry'))",
-            (now,),
+            (now, now, now),
         ).fetchone()
         return bool(row[0])
 
@@ -211,21 +213,24 @@ def _settings(queue: str, row: tuple[Any, ...] | None) -> QueueSettings:
 
 
 class Param:
-    """SQL parameter ``?n`` standing in for a value when a rule's change is rendered by :func:`set_clause`."""
+    """The ``n``-th value (from 0) of a statement's row, standing in for a value when a rule's change
+    is rendered by :func:`set_clause`."""
 
     def __init__(self, n: int) -> None:
-        self.sql = f"?{n}"
+        self.n = n
 
 
-def set_clause(change: Change) -> str:
+def set_clause(change: Change) -> tuple[str, tuple[int, ...]]:
     """A rule's ``change`` as the ``SET`` list of an ``UPDATE`` of ``tasks``, built once at import so a
-    statement run per row follows the rule: :class:`Param` values as parameters, the others as literals."""
-    return ", ".join(f"{column} = {_literal(value)}" for column, value in change.items())
+    statement run per row follows the rule: :class:`Param` values as plain ``?`` parameters, the others
+    as literals; with the row's places those parameters take, in order (see :data:`LISTENING`)."""
+    places = tuple(value.n for value in change.values() if isinstance(value, Param))
+    return ", ".join(f"{column} = {_literal(value)}" for column, value in change.items()), places
 
 
 def _literal(value: Any) -> str:
     if isinstance(value, Param):
-        return value.sql
+        return "?"
     if value is None:
         return "NULL"
     if isinstance(value, bool):
