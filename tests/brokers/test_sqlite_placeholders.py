@@ -17,6 +17,10 @@ def test_no_statement_of_the_sqlite_broker_numbers_its_placeholders() -> None:
     found = []
     for path in sorted(Path(conveyor.brokers.sqlite.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
-        strings = [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
-        found += [f"{path.name}:{node.lineno}: {node.value!r}" for node in strings if NUMBERED.search(node.value)]
+        strings = [
+            (node.lineno, node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+        found += [f"{path.name}:{line}: {text!r}" for line, text in strings if NUMBERED.search(text)]
     assert found == []
