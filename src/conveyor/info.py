@@ -74,4 +74,5 @@ def task_info(
         payload_error=payload_error,
         options_error=options_error,
         traceback=record.traceback,
+        unique_key=record.unique_key,
     )

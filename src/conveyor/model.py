@@ -284,6 +284,9 @@ class TaskInfo:
     ``retries_left`` is None exactly when ``max_retries`` is.
     ``finished_at`` is when the task completed or was archived (None while unfinished);
     ``completed_at`` is its deprecated alias, kept for one release.
+    ``unique_key``: the key another enqueue is refused by (``DuplicateTask``) while this task is
+    unfinished and its window lasts (``unique_for``'s key is a hash of the name and arguments); None
+    for a task enqueued without uniqueness.
     """
 
     id: str
@@ -313,6 +316,7 @@ class TaskInfo:
     payload_error: str | None = None  # set when the stored payload could not be decoded
     options_error: str | None = None  # set when the stored options could not be decoded (then defaults apply)
     traceback: str | None = None  # the (bounded) traceback of its latest failed execution, if it had one
+    unique_key: str | None = None  # see the class docstring
 
     @property
     def completed_at(self) -> float | None:

@@ -68,6 +68,16 @@ def test_unique_for_given_at_registration_holds_for_every_enqueue_and_lifts_per_
     assert app.stats()["default"]["total"] == 6
 
 
+def test_a_tasks_info_says_what_makes_it_unique(app: Conveyor, clock: FakeClock, charge: Task[[str, int], str]) -> None:
+    assert charge.enqueue("ann", 1).status().unique_key is None
+    by_call = charge.with_options(unique_for=600).enqueue("ann", 2).status()
+    assert isinstance(by_call.unique_key, str)
+    again = charge.with_options(unique_for=60).enqueue("bob", 2).status()
+    assert again.unique_key not in (None, by_call.unique_key)  # the arguments' own key
+    by_key = charge.with_options(unique_key="invoice-7", unique_for=30).enqueue("ann", 3).status()
+    assert by_key.unique_key == "invoice-7"
+
+
 def test_unique_for_at_registration_is_checked_there() -> None:
     app = Conveyor("memory://")
     with pytest.raises(ValueError, match="unique_for"):

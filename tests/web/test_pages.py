@@ -177,6 +177,13 @@ def test_task_page_shows_args_result_errors_and_timeline(client: TestClient, app
     assert "&#34;answer&#34;: 42" in client.get(f"/tasks/{done.id}").text
 
 
+def test_task_page_shows_a_unique_tasks_key(client: TestClient, app: Conveyor) -> None:
+    unique = app.enqueue("sync", ["a-1"], unique_key="account-a-1", unique_for=60)
+    plain = app.enqueue("sync", ["a-2"])
+    assert "<dt>unique key</dt><dd><code>account-a-1</code>" in client.get(f"/tasks/{unique.id}").text
+    assert "unique key" not in client.get(f"/tasks/{plain.id}").text
+
+
 def test_task_page_shows_the_latest_failures_traceback_escaped(client: TestClient, app: Conveyor) -> None:
     @app.task(max_retries=0)
     def explode_markup() -> None:
