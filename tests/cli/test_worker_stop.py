@@ -118,3 +118,39 @@ def test_a_task_enqueued_as_an_idle_worker_stops_ran_or_is_pending(url: str, tmp
             assert proc.wait(timeout=PROMPT + 30.0) == 0
             state = producer.get(handle.id).state
             assert state in (TaskState.COMPLETED, TaskState.PENDING), state
+
+
+STUBBORN = """
+import time
+from conveyor import Conveyor
+
+app = Conveyor()  # CONVEYOR_URL
+
+
+@app.task
+def stubborn() -> None:
+    time.sleep(60)  # past any grace: it never looks at ctx.cancelled
+"""
+
+
+def test_grace_and_lease_given_on_the_command_line_hold(url: str, tmp_path: Path, spawn: Spawn) -> None:
+    """``conveyor worker --grace 0.5 --lease 90 --prefetch 0``: the running task holds a 90 s lease, and
+    SIGTERM gives it half a second before it goes back to pending, untouched (its attempt given back)."""
+    (tmp_path / "grace_app.py").write_text(textwrap.dedent(STUBBORN))
+    argv = ["worker", "grace_app:app", "--grace", "0.5", "--lease", "90", "--prefetch", "0"]
+    proc = spawn(argv, env=clean_env(url), cwd=tmp_path)
+    with Conveyor(url) as app:
+        task_id = app.enqueue("stubborn").id
+        poll_until(lambda: app.get(task_id).state is TaskState.ACTIVE, timeout=30.0, message="the task to start")
+        running = app.get(task_id)
+        assert running.lease_expires_at is not None and running.started_at is not None
+        assert 85 <= running.lease_expires_at - running.started_at <= 90, running
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=PROMPT + 30.0) == 0
+        took = time.monotonic() - sent
+        assert took < PROMPT, f"the worker exited {took:.1f} s after SIGTERM, with a grace of 0.5 s"
+        _, errors = proc.communicate()
+        assert "shutting down (grace 0.5 s)" in errors and "released 1 task(s) back to pending" in errors, errors
+        back = app.get(task_id)
+        assert (back.state, back.attempts) == (TaskState.PENDING, 0)

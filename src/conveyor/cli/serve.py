@@ -34,6 +34,17 @@ MIN_TOKEN = 16
     help="Seconds between the INFO lines summing up what the worker did (default 10; 0: none).",
 )
 @click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    help="Seconds running tasks may finish after SIGTERM before they are given back (default 20).",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    help="Tasks claimed ahead of free slots (default: what the slots finish in 10 ms at the recent rate).",
+)
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True), help="Seconds a claim holds a task (default 30).")
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -51,6 +62,9 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     summary_interval: float | None,
+    grace: float | None,
+    prefetch: int | None,
+    lease: float | None,
     log_level: str,
 ) -> None:
     """Run a worker for the app at MODULE:APP (its tasks registered). Settings not given here come from
@@ -78,6 +92,9 @@ def worker(
         "processes": processes,
         "strict": strict,
         "summary_interval": summary_interval,
+        "shutdown_grace": grace,
+        "prefetch": prefetch,
+        "lease_for": lease,
     }
     overrides.update({name: value for name, value in given.items() if value is not None})
     config = WorkerConfig.from_env(**overrides)
