@@ -83,15 +83,20 @@ def start_idle(url: str, tmp_path: Path, spawn: Spawn) -> subprocess.Popen[str]:
     return proc
 
 
-def test_an_idle_worker_exits_at_once_on_sigterm(url: str, tmp_path: Path, spawn: Spawn) -> None:
-    proc = start_idle(url, tmp_path, spawn)
+def stop_promptly(proc: subprocess.Popen[str], what: str) -> str:
+    """SIGTERM ``proc``, which must exit with status 0 within :data:`PROMPT`: its output, stderr last."""
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=PROMPT + 30.0) == 0
     took = time.monotonic() - sent
-    assert took < PROMPT, f"the idle worker exited {took:.1f} s after SIGTERM"
+    assert took < PROMPT, f"{what} exited {took:.1f} s after SIGTERM"
     out, errors = proc.communicate()
-    assert "stopped" in out + errors
+    return out + errors
+
+
+def test_an_idle_worker_exits_at_once_on_sigterm(url: str, tmp_path: Path, spawn: Spawn) -> None:
+    proc = start_idle(url, tmp_path, spawn)
+    assert "stopped" in stop_promptly(proc, "the idle worker")
 
 
 def blocked(url: str) -> int:
@@ -145,12 +150,7 @@ def test_grace_and_lease_given_on_the_command_line_hold(url: str, tmp_path: Path
         running = app.get(task_id)
         assert running.lease_expires_at is not None and running.started_at is not None
         assert 85 <= running.lease_expires_at - running.started_at <= 90, running
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=PROMPT + 30.0) == 0
-        took = time.monotonic() - sent
-        assert took < PROMPT, f"the worker exited {took:.1f} s after SIGTERM, with a grace of 0.5 s"
-        _, errors = proc.communicate()
-        assert "shutting down (grace 0.5 s)" in errors and "released 1 task(s) back to pending" in errors, errors
+        output = stop_promptly(proc, "the worker with a grace of 0.5 s")
+        assert "shutting down (grace 0.5 s)" in output and "released 1 task(s) back to pending" in output, output
         back = app.get(task_id)
         assert (back.state, back.attempts) == (TaskState.PENDING, 0)
