@@ -42,28 +42,28 @@ def version(path: str) -> tuple[int, int, int] | None:
     return major, minor, micro
 
 
-def newest() -> tuple[tuple[int, int, int], str] | None:
-    best: tuple[tuple[int, int, int], str] | None = None
+def others() -> list[tuple[tuple[int, int, int], str]]:
+    """Per supported minor version other than the running one, its newest interpreter here, oldest
+    first (each candidate asked its version once)."""
+    best: dict[tuple[int, int], tuple[tuple[int, int, int], str]] = {}
     for path in candidates():
         found = version(path)
         if found is None or found[:2] < OLDEST or found[:2] == sys.version_info[:2]:
             continue
-        if best is None or found > best[0]:
-            best = (found, path)
-    return best
+        if found[:2] not in best or found > best[found[:2]][0]:
+            best[found[:2]] = (found, path)
+    return [best[minor] for minor in sorted(best)]
+
+
+def newest() -> tuple[tuple[int, int, int], str] | None:
+    found = others()
+    return found[-1] if found else None
 
 
 def between() -> list[tuple[tuple[int, int, int], str]]:
     """Per minor version above the running one and below the newest, its newest interpreter here."""
-    top = newest()
-    best: dict[tuple[int, int], tuple[tuple[int, int, int], str]] = {}
-    for path in candidates():
-        found = version(path)
-        if found is None or top is None or not sys.version_info[:2] < found[:2] < top[0][:2]:
-            continue
-        if found[:2] not in best or found > best[found[:2]][0]:
-            best[found[:2]] = (found, path)
-    return [best[minor] for minor in sorted(best)]
+    found = others()
+    return [(version, path) for version, path in found[:-1] if version[:2] > sys.version_info[:2]]
 
 
 def main() -> None:
