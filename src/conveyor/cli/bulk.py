@@ -23,8 +23,8 @@ __all__ = ["Bulk", "bulk_options", "run_bulk"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The keyword arguments ``bulk_options`` adds to a command.
-FILTERS = ("select_all", "queues", "states", "name", "reason", "error", "yes")
+#: The options of ``bulk_options`` that narrow ``--all``: their keyword argument and their flag.
+NARROWING = {"queues": "--queue", "states": "--state", "name": "--name", "reason": "--reason", "error": "--error"}
 
 
 def bulk_options(states: Sequence[str], default: Sequence[str]) -> Callable[[F], F]:
@@ -64,7 +64,7 @@ class Bulk:
     def __init__(self, default: Sequence[str], values: dict[str, Any]) -> None:
         self.selected: bool = values["select_all"]
         self.yes: bool = values["yes"]
-        given = [f"--{key.rstrip('s')}" for key in FILTERS[1:-1] if values[key]]
+        given = [flag for key, flag in NARROWING.items() if values[key]]
         if given and not self.selected:
             verb = "narrows" if len(given) == 1 else "narrow"
             raise click.UsageError(f"{', '.join(given)} {verb} --all: give --all, or task IDs alone")
