@@ -138,12 +138,20 @@ def stubborn() -> None:
 """
 
 
-def test_grace_and_lease_given_on_the_command_line_hold(url: str, tmp_path: Path, spawn: Spawn) -> None:
-    """``conveyor worker --grace 0.5 --lease 90 --prefetch 0``: the running task holds a 90 s lease, and
-    SIGTERM gives it half a second before it goes back to pending, untouched (its attempt given back)."""
+@pytest.mark.parametrize("given", ["options", "variables"])
+def test_grace_and_lease_given_on_the_command_line_hold(url: str, given: str, tmp_path: Path, spawn: Spawn) -> None:
+    """``conveyor worker --grace 0.5 --lease 90 --prefetch 0`` (or the variables named after those
+    options): the running task holds a 90 s lease, and SIGTERM gives it half a second before it goes
+    back to pending, untouched (its attempt given back). A misspelt variable is named in a warning."""
     (tmp_path / "grace_app.py").write_text(textwrap.dedent(STUBBORN))
-    argv = ["worker", "grace_app:app", "--grace", "0.5", "--lease", "90", "--prefetch", "0"]
-    proc = spawn(argv, env=clean_env(url), cwd=tmp_path)
+    settings = {"grace": "0.5", "lease": "90", "prefetch": "0"}
+    argv, env = ["worker", "grace_app:app"], clean_env(url)
+    if given == "options":
+        argv += [item for name, value in settings.items() for item in (f"--{name}", value)]
+    else:
+        env.update({f"CONVEYOR_WORKER_{name.upper()}": value for name, value in settings.items()})
+        env["CONVEYOR_WORKER_CONCURENCY"] = "2"
+    proc = spawn(argv, env=env, cwd=tmp_path)
     with Conveyor(url) as app:
         task_id = app.enqueue("stubborn").id
         poll_until(lambda: app.get(task_id).state is TaskState.ACTIVE, timeout=30.0, message="the task to start")
@@ -152,5 +160,7 @@ def test_grace_and_lease_given_on_the_command_line_hold(url: str, tmp_path: Path
         assert 85 <= running.lease_expires_at - running.started_at <= 90, running
         output = stop_promptly(proc, "the worker with a grace of 0.5 s")
         assert "shutting down (grace 0.5 s)" in output and "released 1 task(s) back to pending" in output, output
+        misspelt = "warning: CONVEYOR_WORKER_CONCURENCY is ignored: no worker setting reads it (did you mean"
+        assert (misspelt in output) == (given == "variables"), output
         back = app.get(task_id)
         assert (back.state, back.attempts) == (TaskState.PENDING, 0)

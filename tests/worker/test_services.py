@@ -19,7 +19,7 @@ from conveyor.testing import Call, SpyBroker, poll_until
 from conveyor.worker.acker import Acker
 from conveyor.worker.args import config_from_args, config_to_args, parse
 from conveyor.worker.buffer import Buffer
-from conveyor.worker.config import parse_queues
+from conveyor.worker.config import parse_queues, unknown_env
 from conveyor.worker.fetcher import Fetcher, QueueOrder
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.inflight import Held, Inflight
@@ -553,3 +553,30 @@ def test_acker_settles_every_outcome_submitted_from_many_threads_in_batches() ->
     batches = [len(call.arguments["outcomes"]) for call in spy.calls_to("settle")]
     assert sum(batches) == 400 and max(batches) <= 256  # one settle per batch, at most _BATCH each
     assert all(app.broker.get(held.id, 0.0).state is TaskState.COMPLETED for held in helds)  # type: ignore[union-attr]
+
+
+def test_config_from_env_takes_the_options_names_and_names_a_bad_variable() -> None:
+    config = WorkerConfig.from_env({"CONVEYOR_WORKER_GRACE": "3", "CONVEYOR_WORKER_LEASE": "6"})
+    assert (config.shutdown_grace, config.lease_for) == (3.0, 6.0)
+    with pytest.raises(ConfigurationError, match=r"CONVEYOR_WORKER_CONCURRENCY='abc'"):
+        WorkerConfig.from_env({"CONVEYOR_WORKER_CONCURRENCY": "abc"})
+    with pytest.raises(ConfigurationError, match=r"CONVEYOR_WORKER_STRICT='maybe': not a yes/no value"):
+        WorkerConfig.from_env({"CONVEYOR_WORKER_STRICT": "maybe"})
+    with pytest.raises(ConfigurationError, match=r"CONVEYOR_WORKER_QUEUES=' , '"):
+        WorkerConfig.from_env({"CONVEYOR_WORKER_QUEUES": " , "})
+    assert WorkerConfig.from_env({"CONVEYOR_WORKER_STRICT": "off"}).strict is False
+
+
+def test_unknown_worker_variables_are_named_with_the_likely_one() -> None:
+    env = {
+        "CONVEYOR_WORKER_CONCURENCY": "4",
+        "CONVEYOR_WORKER_URL": "memory://",
+        "CONVEYOR_WORKER_GRACE": "1",
+        "CONVEYOR_WORKER_MIDDLEWARE": "x:y",
+        "CONVEYOR_URL": "memory://",
+    }
+    assert unknown_env(env) == [
+        "CONVEYOR_WORKER_CONCURENCY is ignored: no worker setting reads it"
+        " (did you mean 'CONVEYOR_WORKER_CONCURRENCY'?)",
+        "CONVEYOR_WORKER_MIDDLEWARE is ignored: no worker setting reads it",
+    ]

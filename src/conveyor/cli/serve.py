@@ -43,7 +43,7 @@ MIN_TOKEN = 16
     type=click.IntRange(min=0),
     help="Tasks claimed ahead of free slots (default: what the slots finish in 10 ms at the recent rate).",
 )
-@click.option("--lease", type=click.FloatRange(min=0, min_open=True), help="Seconds a claim holds a task (default 30).")
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True), help="Seconds a claim holds a task (default 10).")
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
@@ -72,7 +72,7 @@ def worker(
     CONVEYOR_URL) is given: then that URL wins."""
     from conveyor.app import Conveyor
     from conveyor.errors import ConfigurationError
-    from conveyor.worker.config import WorkerConfig, parse_queues
+    from conveyor.worker.config import WorkerConfig, parse_queues, unknown_env
     from conveyor.worker.entry import run_worker
     from conveyor.worker.loader import URL_ENV, load_app
 
@@ -98,6 +98,8 @@ def worker(
     }
     overrides.update({name: value for name, value in given.items() if value is not None})
     config = WorkerConfig.from_env(**overrides)
+    for message in unknown_env():
+        click.echo(f"warning: {message}", err=True)
     broker = redact(app.url) if app.url else repr(app.broker)
     click.echo(f"worker {app_path} on {broker}, queues {','.join(config.queues)}", err=True)
     stop_metrics = None

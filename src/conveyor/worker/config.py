@@ -17,11 +17,13 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from conveyor._validate import check_positive, check_queue, check_seconds
+from conveyor.errors import ConfigurationError
+from conveyor.names import similar_name
 
 if TYPE_CHECKING:
     from conveyor.worker.middleware import Middleware
 
-__all__ = ["DEFAULT_QUEUES", "WorkerConfig", "parse_queues"]
+__all__ = ["DEFAULT_QUEUES", "WorkerConfig", "parse_queues", "unknown_env"]
 
 #: What a worker serves unless told otherwise (``-Q``, ``CONVEYOR_WORKER_QUEUES``, ``queues=``).
 DEFAULT_QUEUES = ("default",)
@@ -152,24 +154,54 @@ class WorkerConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
         """Settings from ``CONVEYOR_WORKER_<FIELD>`` variables (e.g. ``CONVEYOR_WORKER_CONCURRENCY=20``,
-        ``CONVEYOR_WORKER_QUEUES=emails=3,default=1``, ``CONVEYOR_WORKER_STRICT=1``); ``overrides`` win."""
+        ``CONVEYOR_WORKER_QUEUES=emails=3,default=1``, ``CONVEYOR_WORKER_STRICT=1``), or named as the
+        ``conveyor worker`` option is (``CONVEYOR_WORKER_GRACE``, ``CONVEYOR_WORKER_LEASE``); ``overrides``
+        win. A value that does not parse raises ``ConfigurationError`` naming its variable;
+        :func:`unknown_env` names the variables no setting reads."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         types = {f.name: f.type for f in fields(cls)}
-        for name, kind in types.items():
-            raw = env.get(_ENV_PREFIX + name.upper())
-            if raw is None or name in ("middleware", "middleware_refs", "weights"):
+        for variable, name in _env_names().items():
+            raw = env.get(variable)
+            if raw is None:
                 continue
-            if name == "queues":
-                values["queues"], values["weights"] = parse_queues(raw)
-            elif kind == "bool":
-                values[name] = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif str(kind).startswith("int"):
-                values[name] = int(raw)
-            else:
-                values[name] = float(raw)
+            kind = types[name]
+            try:
+                if name == "queues":
+                    values["queues"], values["weights"] = parse_queues(raw)
+                elif kind == "bool":
+                    values[name] = _parse_bool(raw)
+                elif str(kind).startswith("int"):
+                    values[name] = int(raw)
+                else:
+                    values[name] = float(raw)
+            except ValueError as exc:
+                raise ConfigurationError(f"{variable}={raw!r}: {exc}") from None
         values.update(overrides)
         return cls(**values)
+
+
+#: Variables named as the ``conveyor worker`` option is, where that differs from the field's name.
+_ENV_ALIASES = {"GRACE": "shutdown_grace", "LEASE": "lease_for"}
+#: Fields no variable sets: objects, and weights (given with the queues: ``emails=3,default=1``).
+_NOT_FROM_ENV = ("middleware", "middleware_refs", "weights")
+#: ``CONVEYOR_WORKER_*`` variables read elsewhere (the loader's broker URL).
+_READ_ELSEWHERE = ("URL",)
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def _env_names() -> dict[str, str]:
+    """Each variable a setting reads → the ``WorkerConfig`` field it sets."""
+    names = {_ENV_PREFIX + f.name.upper(): f.name for f in fields(WorkerConfig) if f.name not in _NOT_FROM_ENV}
+    names.update({_ENV_PREFIX + alias: name for alias, name in _ENV_ALIASES.items()})
+    return names
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"not a yes/no value (one of {', '.join(v for v in _TRUE + _FALSE if v)})")
+    return value in _TRUE
 
 
 def parse_queues(spec: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
@@ -194,3 +226,18 @@ def _check_int(what: str, value: object, minimum: int) -> None:
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value!r}")
+
+
+def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One message per ``CONVEYOR_WORKER_*`` variable that no setting reads (a misspelt name would be
+    ignored silently otherwise), naming the likely one."""
+    env = os.environ if environ is None else environ
+    known = [name.removeprefix(_ENV_PREFIX) for name in _env_names()] + list(_READ_ELSEWHERE)
+    messages = []
+    for variable in sorted(env):
+        setting = variable.removeprefix(_ENV_PREFIX)
+        if variable.startswith(_ENV_PREFIX) and setting not in known:
+            likely = similar_name(setting, known)  # by the part after the prefix, which every name shares
+            hint = "" if likely is None else f" (did you mean {_ENV_PREFIX + likely!r}?)"
+            messages.append(f"{variable} is ignored: no worker setting reads it{hint}")
+    return messages
