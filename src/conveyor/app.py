@@ -31,6 +31,7 @@ from conveyor.lease import Lease
 from conveyor.model import MAX_PARTITIONS, BrokerPolicy, NewTask, QueueSettings, TaskDeclaration, TaskInfo, TaskRecord
 from conveyor.options import TaskOptions, check_enqueue_options, encode_travelling, malformed_call, registered_options
 from conveyor.serializers import encode, encode_payload
+from conveyor.signatures import arguments_check
 from conveyor.task import Task, TaskHandle
 from conveyor.worker import Worker, WorkerConfig
 
@@ -125,9 +126,10 @@ class Conveyor:
             task_name = check_task_name(name if name is not None else getattr(func, "__name__", ""))
             if task_name in self.registry:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
-            task: Task[Any, Any] = Task(self, func, task_name, task_options)
+            takes_context = wants_context(func)
+            task: Task[Any, Any] = Task(self, func, task_name, task_options, arguments_check(func, takes_context))
             self.registry[task_name] = task
-            self._wants_ctx[task_name] = wants_context(func)
+            self._wants_ctx[task_name] = takes_context
             return task
 
         if fn is not None:
@@ -220,7 +222,13 @@ class Conveyor:
             raise TypeError("args must be a list or tuple of positional arguments")
         if not isinstance(kwargs, dict):
             raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
-        payload = encode_payload(args if type(args) is list else list(args), kwargs)
+        arguments = args if type(args) is list else list(args)
+        if registered is not None and registered.fits is not None:
+            try:
+                registered.fits(*arguments, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"task {name!r} cannot take these arguments: {exc}") from None
+        payload = encode_payload(arguments, kwargs)
         # A name without a handler here gets its worker's declared queue, priority, expiry and uniqueness.
         base = registered.options if registered is not None else self._declared_options(name)
         if not options and base.unique_for is None:  # the usual call: the base options as they are (checked)

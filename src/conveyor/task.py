@@ -105,11 +105,20 @@ class BoundTask(Generic[P, R]):
 class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function directly; ``enqueue`` queues it."""
 
-    def __init__(self, app: Producer, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+    def __init__(
+        self,
+        app: Producer,
+        fn: Callable[..., Any],
+        name: str,
+        options: TaskOptions,
+        fits: Callable[..., None] | None = None,
+    ) -> None:
         self.app = app
         self.fn = fn
         self.name = name
         self.options = options
+        #: takes the arguments ``fn`` takes and raises TypeError for others (None: nothing checked)
+        self.fits = fits
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 

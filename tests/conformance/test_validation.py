@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import Conveyor, Exponential, FakeClock, Fixed, Retry, SerializationError, TaskState
+from conveyor import Conveyor, Exponential, FakeClock, Fixed, Retry, SerializationError, TaskContext, TaskState
 from conveyor.errors import ConfigurationError
 from conveyor.model import MAX_PARTITIONS
 
@@ -173,6 +173,51 @@ def test_args_must_be_a_sequence_and_kwargs_a_dict(
 ) -> None:
     with pytest.raises(TypeError):
         app.enqueue("job", args=args, kwargs=kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, r"send\(\) missing 1 required positional argument: 'to'"),
+        (("ada", "hi", "extra"), {}, r"send\(\) takes from 1 to 2 positional arguments but 3 were given"),
+        (("ada",), {"cc": "bob"}, r"send\(\) got an unexpected keyword argument 'cc'"),
+        (("ada",), {"to": "bob"}, r"send\(\) got multiple values for argument 'to'"),
+    ],
+    ids=["missing", "too-many", "unknown-keyword", "twice"],
+)
+def test_arguments_a_registered_handler_cannot_take_are_refused_at_enqueue(
+    app: Conveyor, nothing_written: None, args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    """Every way a producer with the handler enqueues it (the handler would fail on every attempt)."""
+
+    @app.task
+    def send(to: str, subject: str = "hi", *, urgent: bool = False) -> None: ...
+
+    whole = rf"^task 'send' cannot take these arguments: {message}$"
+    with pytest.raises(TypeError, match=whole):
+        send.enqueue(*args, **kwargs)
+    with pytest.raises(TypeError, match=whole):
+        app.enqueue("send", args=list(args), kwargs=kwargs)
+    with pytest.raises(TypeError, match=whole):
+        send.with_options(delay=5).enqueue(*args, **kwargs)
+    with pytest.raises(TypeError, match=whole):
+        send.enqueue_many([(("ada",), {}), (args, kwargs)])
+
+
+def test_arguments_are_checked_without_the_context_and_only_where_the_handler_is(app: Conveyor) -> None:
+    @app.task
+    def with_context(ctx: TaskContext, item: int) -> None: ...
+
+    @app.task
+    def anything(*args: Any, **kwargs: Any) -> None: ...
+
+    with_context.enqueue(7)
+    with pytest.raises(TypeError, match=r"with_context\(\) takes 1 positional argument but 2 were given"):
+        with_context.enqueue(7, 8)  # type: ignore[call-arg]
+    anything.enqueue(1, "two", three=3)
+    producer = Conveyor(broker=app.broker)  # no handler here: the worker's failure will say it
+    producer.enqueue("with_context", args=[7, 8])
+    assert app.stats()["default"]["total"] == 3
 
 
 @pytest.mark.parametrize(
