@@ -9,6 +9,7 @@ import pytest
 from click.testing import Result
 
 from conveyor import Conveyor, InvalidTransition, QueueNotFound
+from conveyor.model import QueueSettings
 
 Invoke = Callable[..., Result]
 
@@ -36,6 +37,17 @@ def test_queues_delete_forgets_an_empty_queue_and_its_settings(cli: Invoke, app:
     assert [q.name for q in app.inspect.queues()] == ["default"]
     app.enqueue("job", queue="typo")  # a new queue of that name starts with no settings
     assert app.inspect.queue("typo").settings.max_size is None
+
+
+def test_queues_delete_forgets_every_setting_of_a_partitioned_queue(cli: Invoke, app: Conveyor) -> None:
+    """Its limits held in the partitions and in the queue's entry alike: none survives the delete."""
+    app.configure_queue("spread", max_size=5, concurrency=2, aging=5.0, partitions=3)
+    app.inspect.pause("spread")
+    assert cli("queues", "delete", "spread").exit_code == 0
+    handles = [app.enqueue("job", queue="spread") for _ in range(8)]  # past the old max_size
+    assert app.inspect.queue("spread").settings == QueueSettings("spread")
+    claimed = app.broker.claim(["spread"], app.now(), 30.0, limit=8)  # past the old concurrency
+    assert sorted(record.id for record in claimed) == sorted(handle.id for handle in handles)
 
 
 def test_queues_delete_refuses_a_queue_with_tasks(cli: Invoke, app: Conveyor) -> None:

@@ -295,10 +295,13 @@ class Spreading(RedisCalls):
     def _forget_spread(self, queue: str, restore: Callable[[QueueSettings], None]) -> int | None:
         """``forget_queue`` of a partitioned queue: the three steps in every partition, the registry
         written once. While any partition holds tasks nothing is forgotten: the partitions already
-        marked (their settings deleted) get the queue's settings back by ``restore``. The ``parts``
-        entry stays: a process that still has it may enqueue into a partition, which must be visited
-        when the queue is listed again."""
+        marked (their settings deleted) get the queue's settings back by ``restore``. Forgotten, the
+        queue is whole again with no limits, as a queue never configured (its settings are in
+        ``parts`` as well as in its partitions'); its partitions are retired, not dropped: a
+        process that still has the old entry may enqueue into one, which must be visited when the
+        queue is listed again."""
         settings = self._settings_of(queue)
+        old = self._spreads(fresh=True).get(queue)
         marks: list[tuple[str, str]] = []
         tasks, known = 0, False
         for prefix in self._queue_prefixes(queue):
@@ -310,6 +313,10 @@ class Spreading(RedisCalls):
                 marks.append((prefix, marked))
         if not tasks and known:
             self._unregister(queue)
+            if old is not None and (old.count, old.max_size, old.concurrency) != (1, None, None):
+                with translate_errors():
+                    now = float(self._client.time()[0])
+                self._store_spread(old, old.changed(self.keys.namespace, 1, None, None, now))
         for prefix, marker in marks:
             self._forget_finish(queue, marker, prefix)
         if tasks and marks and settings is not None:
