@@ -140,6 +140,25 @@ def test_a_dead_seed_node_is_skipped(redis_cluster: LocalCluster) -> None:
         broker.close()
 
 
+def test_the_server_clock_reads_a_node_that_answers_when_the_first_seed_is_down(
+    redis_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It read the URL's first node alone: a worker whose first seed was down logged a WARNING every
+    5 s and never agreed with the servers' clock."""
+    alive = redis_cluster.masters[1].port
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{alive}/?namespace=t{uuid.uuid4().hex}"
+    broker = RedisBroker.from_url(url + "&socket_connect_timeout=0.5", BrokerPolicy())
+    try:
+        clock = broker.server_clock()  # before any call: the first seed is all it knows, and it is down
+        drain_one(broker, "a")
+        with caplog.at_level(logging.DEBUG, logger="conveyor.brokers.redis.clock"):
+            clock.offset = 1e6  # a measurement that read nothing would keep it
+            clock.sync()
+        assert abs(clock.offset) < 60 and not caplog.records, caplog.text
+    finally:
+        broker.close()
+
+
 def test_an_unreachable_cluster_is_broker_unavailable_quickly() -> None:
     url = f"redis+cluster://127.0.0.1:{free_port()}/?namespace=t&socket_connect_timeout=0.5&socket_timeout=1"
     broker = RedisBroker.from_url(url, BrokerPolicy())

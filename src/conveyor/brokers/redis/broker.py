@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+import redis
+
 from conveyor.brokers.base import EventCallback, Finding
 from conveyor.brokers.redis import admin, preflight, upkeep, waits
 from conveyor.brokers.redis.calls import ENQUEUE_CHUNK, SETTLE_CHUNK, settle_args
@@ -382,8 +384,14 @@ class RedisBroker(Producing):
     def server_clock(self) -> ServerClock:
         """A clock agreeing with the server's TIME (see ``serverclock.py``); one per broker object."""
         if self._clock is None:
-            self._clock = ServerClock(self._plain, self.config.clock_refresh)  # any node's TIME will do
+            self._clock = ServerClock(self._time_client, self.config.clock_refresh)
         return self._clock
+
+    def _time_client(self) -> redis.Redis:
+        """Whom the clock asks: any node's TIME will do, so the chosen client (a cluster's moves off
+        a seed that went down), or before the first call has chosen one, the URL's first node."""
+        link = self._link
+        return self._plain if link is None else link.client
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """``WaitsForWork``: block up to ``timeout`` seconds until some call made tasks pending.

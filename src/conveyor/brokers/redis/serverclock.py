@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import redis
+from redis.exceptions import RedisClusterException
 
 __all__ = ["ServerClock"]
 
@@ -23,7 +25,9 @@ log = logging.getLogger("conveyor.brokers.redis.clock")
 class ServerClock:
     """Callable returning the server's idea of now, in epoch seconds."""
 
-    def __init__(self, client: redis.Redis, refresh: float = 60.0) -> None:
+    def __init__(self, client: Callable[[], redis.Redis], refresh: float = 60.0) -> None:
+        """``client()``: the client to ask, at each measurement (a broker's may change once it knows
+        the server is a cluster node: then a node that answers, not the URL's first)."""
         self._client = client
         self._refresh = refresh
         self._lock = threading.Lock()
@@ -38,9 +42,9 @@ class ServerClock:
         the same unreachable server and raises ``BrokerUnavailable``, which says it in one line."""
         try:
             before = time.time()
-            seconds, micros = self._client.time()
+            seconds, micros = self._client().time()
             after = time.time()
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             level = logging.DEBUG if first else logging.WARNING
             log.log(level, "could not read the server clock (%s); keeping offset %.6fs", exc, self.offset)
             self._next_sync = time.monotonic() + 5.0
