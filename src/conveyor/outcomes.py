@@ -34,8 +34,12 @@ CUT_MARKER = "[... traceback cut ...]\n"
 
 
 def describe(exc: BaseException) -> str:
-    """``"ExcType: message"`` (just the type when there is no message)."""
-    message = str(exc)
+    """``"ExcType: message"`` (just the type when there is no message; a note in its place when the
+    exception's ``__str__`` itself raises, as ``traceback`` prints it)."""
+    try:
+        message = str(exc)
+    except Exception:  # a handler's exception must not break the failure's own handling
+        message = "<exception str() failed>"
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 

@@ -213,3 +213,60 @@ def test_last_error_is_the_exception_type_and_message(
     handle = app.enqueue(register())
     worker.process_next()
     assert app.get(handle.id).last_error == "Unreachable: db at 10.0.0.1 is down"
+
+
+class Unprintable(Exception):
+    """An exception whose ``__str__`` itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_an_unprintable_exception_fails_its_task_as_any_failure_does(app: Conveyor, worker: Worker, kind: str) -> None:
+    """Its ``__str__`` raising broke the failure's own handling: the task stayed active until its
+    lease expired, ran again as a stalled task, and ended archived ``poison`` with its error lost."""
+    handle = app.enqueue(_register_odd(app, kind, Unprintable()))
+    assert worker.process_next()
+    info = app.get(handle.id)
+    error = "Unprintable: <exception str() failed>"
+    assert (info.state, info.last_error, info.retries_left) == (TaskState.RETRY, error, 0)
+    app.inspect.run_now(handle.id)
+    assert worker.process_next()
+    info = app.get(handle.id)
+    assert (info.state, info.archive_reason, info.last_error) == (TaskState.ARCHIVED, ArchiveReason.FAILED, error)
+
+
+def test_sys_exit_in_a_handler_fails_its_task_and_not_the_worker(app: Conveyor, worker: Worker, kind: str) -> None:
+    """Not an ``Exception``, so not retried by the default ``retry_on``: archived ``permanent`` at
+    once, as any error ``retry_on`` leaves out (it escaped the handler's call as a fault of the
+    runtime: the task stayed active until its lease expired)."""
+    handle = app.enqueue(_register_odd(app, kind, SystemExit(3)))
+    assert worker.process_next()
+    info = app.get(handle.id)
+    assert (info.state, info.archive_reason, info.last_error) == (
+        TaskState.ARCHIVED,
+        ArchiveReason.PERMANENT,
+        "SystemExit: 3",
+    )
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _register_odd(app: Conveyor, kind: str, raised: BaseException) -> str:
+    """A task named ``odd`` (one retry allowed) raising ``raised``, a sync or an async handler."""
+    if kind == "sync":
+
+        @app.task(name="odd", max_retries=1)
+        def odd() -> None:
+            raise raised
+
+    else:
+
+        @app.task(name="odd", max_retries=1)
+        async def odd_async() -> None:
+            raise raised
+
+    return "odd"

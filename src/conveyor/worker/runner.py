@@ -22,6 +22,11 @@ from conveyor.worker.middleware import Middleware, call_after, call_before, call
 
 __all__ = ["Runner"]
 
+#: What a handler raising fails its task with: any exception, and ``sys.exit()`` in a handler (a
+#: worker's threads must not end for it). ``KeyboardInterrupt`` is the user's Ctrl-C where a handler
+#: runs on the main thread (``run_until_idle``), and a cancellation is not the handler's failure.
+_FAILURES = (Exception, SystemExit)
+
 
 class Runner:
     """Runs jobs: ``run_sync`` in the calling thread, ``run_async`` on the calling event loop."""
@@ -48,7 +53,7 @@ class Runner:
             timeout = job.options.timeout
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TaskTimeout(f"handler ran past its {timeout} s timeout")
-        except Exception as exc:
+        except _FAILURES as exc:
             call_on_error(middleware, job, exc)
             outcome = self.executor.failed(job, exc)
         else:
@@ -66,7 +71,7 @@ class Runner:
         token = set_current(job)
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
-        except Exception as exc:
+        except _FAILURES as exc:
             call_on_error(self.middleware, job, exc)
             outcome = self.executor.failed(job, exc)
         else:
