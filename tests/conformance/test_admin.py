@@ -91,6 +91,29 @@ def test_run_now_revives_an_archived_task_with_its_retries_back(
     assert (info.state, info.archive_reason, info.retries_left) == (TaskState.PENDING, None, 1)
 
 
+def test_run_now_of_an_expired_task_runs_it(app: Conveyor, clock: FakeClock, worker: Worker, noop: str) -> None:
+    """Its expiry past, it was made pending and then archived ``expired`` again at the next claim: the
+    operator's "run it now" lifts an expiry already past (one still ahead is kept)."""
+    archived = app.enqueue(noop, args=[1], expires=10).id
+    waiting = app.enqueue(noop, args=[2], delay=30, expires=20).id
+    later = app.enqueue(noop, args=[3], delay=30, expires=3600).id
+    clock.advance(15)
+    worker.process_next()  # runs nothing: the claim archives the first as expired
+    assert app.get(archived).archive_reason is ArchiveReason.EXPIRED
+    clock.advance(10)
+    for task_id in (archived, waiting, later):
+        app.inspect.run_now(task_id)
+    assert [app.get(task_id).expires_at for task_id in (archived, waiting)] == [None, None]
+    assert app.get(later).expires_at == clock.now() - 25 + 3600
+    while worker.process_next():
+        pass
+    assert [(app.get(i).state, app.get(i).result) for i in (archived, waiting, later)] == [
+        (TaskState.COMPLETED, 1),
+        (TaskState.COMPLETED, 2),
+        (TaskState.COMPLETED, 3),
+    ]
+
+
 @pytest.mark.parametrize("make_state", ["pending", "completed"])
 def test_run_now_of_a_pending_or_completed_task_is_an_invalid_transition(
     app: Conveyor, worker: Worker, noop: str, make_state: str

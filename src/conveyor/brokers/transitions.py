@@ -259,11 +259,14 @@ def _admit(action: str, rec: TaskRecord) -> None:
 
 def run_now(rec: TaskRecord, now: float) -> Change:
     """scheduled | retry -> pending now; archived -> pending now with its retries, stalls and archive
-    fields reset (a fresh budget)."""
+    fields reset (a fresh budget). An expiry already past is lifted: the operator's "run it now"
+    overrides it (kept, it would archive the task ``expired`` again at its next claim)."""
     _admit("run_now", rec)
     change = _pending(now)
     if rec.state is _S.ARCHIVED:
         change.update(retries=0, stalls=0, archive_reason=None, finished_at=None, keep_until=None)
+    if rec.expires_at is not None and rec.expires_at <= now:
+        change["expires_at"] = None
     return change
 
 

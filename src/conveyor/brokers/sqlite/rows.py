@@ -63,7 +63,7 @@ UPDATE_TASK = (
     "UPDATE tasks SET state = ?, next_run_at = ?, attempts = ?, retries = ?, stalls = ?, started_at = ?,"
     " finished_at = ?, keep_until = ?, last_error = ?, archive_reason = ?, result = ?, errors = ?,"
     " lease_token = ?, lease_expires_at = ?, cancel_requested = ?, max_retries = ?, traceback = ?,"
-    " ready_at = ?, sort_key = ?"
+    " expires_at = ?, ready_at = ?, sort_key = ?"
     " WHERE seq = ?"
 )
 
@@ -213,6 +213,7 @@ def update_params(stored: Stored, key: float) -> tuple[Any, ...]:
         int(rec.cancel_requested),
         rec.max_retries,
         rec.traceback,
+        rec.expires_at,  # lifted by an operator's run_now past it
         stored.ready_at,
         key,
         stored.seq,
