@@ -353,11 +353,25 @@ def test_open_broker_reads_namespace_and_timeouts_from_the_url(redis_server: Red
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://h/0?namespace=bad{ns}", "redis://h/0?socket_timeout=-1", "redis://h/0?retries=x", "http://h"]
-)
+    "url",
+    ["redis://h/0?namespace=bad{ns}", "redis://h/0?socket_timeout=-1", "redis://h/0?retries=x", "http://h",
+     "redis://h:6379/x", "rediss://h/0/1", "redis://h/-1"],
+)  # fmt: skip
 def test_bad_urls_are_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError):
         RedisConfig.from_url(url)
+
+
+@pytest.mark.parametrize("path", ["", "/", "/0", "/15"])
+def test_a_plain_url_names_its_database_by_number_or_not_at_all(path: str) -> None:
+    assert RedisConfig.from_url(f"redis://h:6379{path}").seeds == [("h", 6379)]
+
+
+@pytest.mark.parametrize("url", ["memory://x", "memory://?x=1", "memory:///tmp/q.db"])
+def test_a_memory_url_takes_nothing_more(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="memory:// takes no host, path or options"):
+        open_broker(url)
+    open_broker("memory://").close()
 
 
 def layout_1(client: redis.Redis, old: str) -> dict[str, str]:

@@ -97,6 +97,17 @@ def test_a_plain_url_naming_any_node_of_a_cluster_is_recognised_and_logged(
         assert any("is a node of a Redis Cluster" in record.getMessage() for record in caplog.records)
 
 
+def test_a_plain_url_naming_a_database_of_a_cluster_node_says_why_it_is_refused(redis_cluster: LocalCluster) -> None:
+    """It was a bare ``DB index is out of range`` at the first call."""
+    node = redis_cluster.masters[0]
+    broker = RedisBroker.from_url(f"redis://127.0.0.1:{node.port}/1?namespace=t{uuid.uuid4().hex}", BrokerPolicy())
+    try:
+        with pytest.raises(ConfigurationError, match="a Redis Cluster has database 0 only"):
+            broker.enqueue([NewTask(id="x", name="n", queue="q", payload="[[], {}]")], 1.0)
+    finally:
+        broker.close()
+
+
 def test_a_plain_server_keeps_the_plain_client(redis_url: str) -> None:
     broker = RedisBroker.from_url(redis_url, BrokerPolicy())
     try:

@@ -112,3 +112,14 @@ def test_stats_watch_refuses_a_zero_interval(cli: Invoke) -> None:
 def test_pause_create_pauses_a_queue_ahead_of_its_first_task(cli: Invoke, app: Conveyor) -> None:
     assert cli("pause", "later", "--create").stdout == "paused later\n"
     assert app.inspect.queue("later").settings.paused
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [("", "no queue named in ''"), ("emails=x", "the weight of queue 'emails' must be a whole number, got 'x'")],
+)
+def test_a_bad_queues_option_is_a_usage_error_before_anything_starts(cli: Invoke, spec: str, says: str) -> None:
+    """An empty -Q (an unset variable) served `default` quietly; a bad weight was a bare int() error."""
+    result = cli("worker", "no_such_module:app", "-Q", spec)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--queues' / '-Q': {says}" in result.stderr

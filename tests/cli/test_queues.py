@@ -85,6 +85,16 @@ def test_purge_refuses_active_tasks(cli: Invoke) -> None:
     assert cli("purge", "default", "--state", "active", "--yes").exit_code == 2
 
 
+def test_purge_and_ls_of_an_unknown_queue_name_the_known_ones(cli: Invoke, app: Conveyor) -> None:
+    """They said "deleted 0" and "no pending tasks" (exit 0) for a misspelt queue, where pause, resume
+    and run-now --all call it an error; ``ls`` without --queue still lists ``default`` quietly."""
+    app.enqueue("job", queue="emails")
+    for args in (["purge", "emials", "-s", "pending", "--yes"], ["ls", "-q", "emials"]):
+        result = cli(*args)
+        assert (result.exit_code, result.stderr) == (1, "Error: queue not found: 'emials' (known: emails)\n"), args
+    assert cli("ls").output == "no pending tasks in queue 'default'\n"
+
+
 def test_demo_delegates_to_conveyor_demo_main(monkeypatch: pytest.MonkeyPatch) -> None:
     import conveyor.demo
 
@@ -175,11 +185,15 @@ def test_queues_configure_partitions_of_a_queue_with_tasks_runs_every_task(cli: 
 
 
 def test_queues_configure_of_an_unknown_queue_needs_create(cli: Invoke, app: Conveyor) -> None:
-    for args in ([], ["--max-size", "5"], ["--create"]):  # a typo must not make a new queue
+    for args in ([], ["--max-size", "5"]):  # a typo must not make a new queue
         result = cli("queues", "configure", "mial", *args)
         assert result.exit_code == 1, result.output
         assert "queue not found: 'mial'" in result.output
     assert all(q.name != "mial" for q in app.inspect.queues())
+    alone = cli("queues", "configure", "empty", "--create")  # made with every setting at its default
+    assert (alone.exit_code, alone.output) == (0, "configured empty: max_size none, concurrency none, aging none,"
+                                               " partitions 1, paused False\n")  # fmt: skip
+    assert _settings(app, "empty")["max_size"] is None
     made = cli("queues", "configure", "ahead", "--max-size", "5", "--create")
     assert made.exit_code == 0, made.output
     assert _settings(app, "ahead") == {

@@ -104,8 +104,7 @@ def resume(state: CliState, queue: str) -> None:
 def purge(state: CliState, queue: str, task_state: str, yes: bool, chunk: int) -> None:
     """Delete every task of QUEUE in one state, in chunks (progress bar on a terminal)."""
     inspector = state.conveyor().inspect
-    counts = next((q.counts for q in inspector.queues() if q.name == queue), None)
-    total = counts.get(task_state, 0) if counts else 0
+    total = inspector.queue(queue).counts.get(task_state, 0)  # QueueNotFound: a typo is not "deleted 0"
     if not yes:
         click.confirm(f"Delete {total} {task_state} task(s) of queue {queue!r}?", abort=True, err=True)
     deleted = 0
@@ -189,9 +188,10 @@ def configure_queue(
     try:
         current = app.inspect.queue(queue).settings
     except QueueNotFound:
-        if not (create and changing):
+        if not create:
             raise  # a typo must not make a new queue
         current = QueueSettings(queue)
+        changing = True  # created with the settings given, the others at their defaults
     settings = current
     if changing:
         try:

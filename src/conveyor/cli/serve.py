@@ -76,6 +76,12 @@ def worker(
     from conveyor.worker.entry import run_worker
     from conveyor.worker.loader import URL_ENV, load_app
 
+    overrides: dict[str, Any] = {}
+    if queues is not None:  # given empty (an unset variable, say): refused, not "the default"
+        try:
+            overrides["queues"], overrides["weights"] = parse_queues(queues)
+        except (TypeError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="'--queues' / '-Q'") from None
     logging.getLogger("conveyor").setLevel(log_level.upper())
     if state.url:  # --url or CONVEYOR_URL wins over the app's own broker, here and in child processes
         os.environ[URL_ENV] = state.url
@@ -84,9 +90,6 @@ def worker(
     app = load_app(app_path)
     if not isinstance(app, Conveyor):  # the worker's loader knows an app by what it uses of one
         raise ConfigurationError(f"{app_path!r} is a {type(app).__name__}, not a Conveyor app")
-    overrides: dict[str, Any] = {}
-    if queues:
-        overrides["queues"], overrides["weights"] = parse_queues(queues)
     given = {
         "concurrency": concurrency,
         "processes": processes,

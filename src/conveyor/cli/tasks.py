@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -136,8 +137,11 @@ def _enqueue_file(state: CliState, name: str, lines: TextIO, options: dict[str, 
 def ls(state: CliState, queue: str, task_state: str, limit: int, offset: int) -> None:
     """List a page of tasks of one queue in one state."""
     app = state.conveyor()
+    known = next((q for q in app.inspect.queues() if q.name == queue), None)
+    if known is None and click.get_current_context().get_parameter_source("queue") is not ParameterSource.DEFAULT:
+        app.inspect.queue(queue)  # QueueNotFound naming the known ones: a typo is not "no tasks"
     infos = app.inspect.list(queue, task_state, offset=offset, limit=limit)
-    total = next((q.counts.get(task_state, 0) for q in app.inspect.queues() if q.name == queue), 0)
+    total = known.counts.get(task_state, 0) if known is not None else 0
     now = app.now()
 
     def render(c: Console) -> None:

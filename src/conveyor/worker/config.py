@@ -214,6 +214,8 @@ def parse_queues(spec: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
             continue
         name, sep, weight = part.partition("=")
         names.append(check_queue(name.strip()))
+        if sep and not (weight.strip().isascii() and weight.strip().isdigit()):
+            raise ValueError(f"the weight of queue {name.strip()!r} must be a whole number, got {weight!r}")
         weights.append(int(weight) if sep else 1)
     if not names:
         raise ValueError(f"no queue named in {spec!r}")

@@ -16,7 +16,7 @@ from conveyor.brokers import transitions
 from conveyor.brokers.base import EventCallback, announce_cancel, ready_key
 from conveyor.brokers.memory.store import MemoryStore
 from conveyor.brokers.transitions import empty_counts
-from conveyor.errors import InvalidTransition, QueueFull
+from conveyor.errors import ConfigurationError, InvalidTransition, QueueFull
 from conveyor.history import KEEP_MINUTES, QueueMinute, window
 from conveyor.model import (
     BrokerPolicy,
@@ -41,6 +41,9 @@ class MemoryBroker(MemoryStore):
 
     @classmethod
     def from_url(cls, url: str, policy: BrokerPolicy) -> MemoryBroker:
+        """``memory://``: nothing more (a host, path or option would be ignored, so it is refused)."""
+        if url.rstrip("/").lower() != "memory:":
+            raise ConfigurationError(f"memory:// takes no host, path or options: {url!r}")
         return cls(policy)
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:

@@ -104,6 +104,8 @@ class RedisConfig:
         _check_options(url, parts.scheme, query)
         if parts.scheme.endswith("+cluster"):
             _check_cluster(url, parts.path, query)
+        elif parts.scheme in _SCHEMES and not _is_database(parts.path.removeprefix("/")):
+            raise ConfigurationError(f"bad redis URL {url!r}: the path names the database, a number (0 to 15 usually)")
         try:
             config = cls(
                 url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),
@@ -271,6 +273,12 @@ def _seeds(hosts: str) -> list[tuple[str, int]]:
             port = int(text)
         seeds.append((host or "localhost", port))
     return seeds
+
+
+def _is_database(text: str) -> bool:
+    """Whether a plain URL's path (without its ``/``) names a database: none, or a number (redis-py
+    would take anything else as database 0)."""
+    return text == "" or (text.isascii() and text.isdigit())
 
 
 def _check_cluster(url: str, path: str, query: dict[str, str]) -> None:

@@ -20,6 +20,7 @@ from conveyor.brokers.redis.cluster import ClusterCalls, is_cluster_node
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.connections import Connections
 from conveyor.brokers.redis.faults import translate_errors
+from conveyor.errors import ConfigurationError
 
 __all__ = ["Link", "connect"]
 
@@ -53,7 +54,17 @@ def connect(config: RedisConfig, plain: redis.Redis) -> Link:
     with translate_errors():
         if config.cluster:
             return Link.cluster(config.cluster_client())
-        if is_cluster_node(plain):
+        try:
+            clustered = is_cluster_node(plain)
+        except redis.ResponseError as exc:
+            if "DB index is out of range" not in str(exc):
+                raise
+            # a cluster node refuses SELECT of any database but 0 (so may a server with fewer databases)
+            raise ConfigurationError(
+                f"{config.seeds[0][0]}:{config.seeds[0][1]} refused the URL's database ({exc}): a Redis"
+                " Cluster has database 0 only, and a server as many as its `databases` setting"
+            ) from None
+        if clustered:
             host, port = config.seeds[0]
             log.info(
                 "%s:%s is a node of a Redis Cluster: using the cluster client (redis+cluster:// names a cluster"
