@@ -84,3 +84,21 @@ def test_error_tree_has_one_root_and_control_flow_apart() -> None:
             assert issubclass(value, conveyor.ConveyorError), name
     for flow in control:
         assert not issubclass(flow, conveyor.ConveyorError)
+
+
+def test_every_public_callable_and_its_public_methods_say_what_they_do() -> None:
+    """``help()`` and an editor's hover show a docstring for every name of ``__all__`` and for each
+    public method and property its classes define."""
+    undocumented: list[str] = []
+    for name in conveyor.__all__:
+        obj = getattr(conveyor, name)
+        if callable(obj) and not inspect.getdoc(obj):
+            undocumented.append(name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, value in vars(obj).items():
+            member = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+            public = not attr.startswith("_") and (isinstance(member, property) or inspect.isfunction(member))
+            if public and not member.__doc__:
+                undocumented.append(f"{name}.{attr}")
+    assert undocumented == []

@@ -141,6 +141,7 @@ class Conveyor:
         return self.registry.get(name)
 
     def wants_context(self, name: str) -> bool:
+        """Whether the handler registered as ``name`` takes a ``TaskContext`` first (False if none is)."""
         return self._wants_ctx.get(name, False)
 
     @cached_property
@@ -378,6 +379,7 @@ class Conveyor:
             self.__dict__.pop(name, None)
 
     def close(self) -> None:
+        """Close the broker's connections (``with Conveyor(...) as app:`` does it on leaving). Idempotent."""
         self.broker.close()
 
     def __enter__(self) -> Conveyor:

@@ -31,6 +31,7 @@ class SystemClock:
     """The wall clock (``time.time()``)."""
 
     def now(self) -> float:
+        """Seconds since the epoch, now."""
         return time.time()
 
     def __call__(self) -> float:
@@ -48,6 +49,7 @@ class FakeClock:
         self._lock = threading.Lock()
 
     def now(self) -> float:
+        """The clock's time: where ``advance`` and ``set`` left it."""
         with self._lock:
             return self._now
 

@@ -129,14 +129,17 @@ class TaskContext:
         return status.expires_at
 
     def mark_lease_lost(self) -> None:
+        """Set ``lease_lost`` (the worker's heartbeat or ``extend`` found the lease gone)."""
         self._lease_lost = True
 
     def mark_cancelled(self) -> None:
+        """Set ``cancelled`` (an operator cancelled the task; ``mark_cancel_requested`` is its old name)."""
         self._cancel = True
 
     mark_cancel_requested = mark_cancelled
 
     def mark_timed_out(self) -> None:
+        """Set ``timed_out`` (the handler ran past its timeout)."""
         self._timed_out = True
 
     def __repr__(self) -> str:

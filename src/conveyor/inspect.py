@@ -60,6 +60,7 @@ class Inspector:
         return [self.app.to_info(record) for record in records]
 
     def get(self, task_id: str) -> TaskInfo:
+        """The task as stored now (``Conveyor.get``). Raises TaskNotFound."""
         return self.app.get(check_task_id(task_id))
 
     def run_now(self, task_id: str) -> None:
@@ -95,6 +96,7 @@ class Inspector:
         self.app.broker.set_paused(check_queue(queue), True)
 
     def resume(self, queue: str) -> None:
+        """Let workers claim from ``queue`` again (see ``pause``)."""
         self.app.broker.set_paused(check_queue(queue), False)
 
     def delete_queue(self, queue: str) -> None:

@@ -36,6 +36,7 @@ class Lease:
 
     @property
     def expires_at(self) -> float:
+        """When the lease ends unless extended (epoch seconds, by the app's clock)."""
         assert self._record.lease_expires_at is not None
         return self._record.lease_expires_at
 

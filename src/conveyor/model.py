@@ -208,6 +208,7 @@ class QueueInfo:
 
     @property
     def name(self) -> str:
+        """The queue's name (``settings.name``)."""
         return self.settings.name
 
 

@@ -35,9 +35,11 @@ _KIND = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 class Backoff(Protocol):
     """Anything that says how long to wait after the n-th failure."""
 
-    def delay(self, failures: int, rng: random.Random) -> float: ...
+    def delay(self, failures: int, rng: random.Random) -> float:
+        """Seconds to wait after the ``failures``-th failure (``rng`` for jitter)."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as stored with a task: JSON values, ``"kind"`` naming it (``register_backoff``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class Exponential:
             raise TypeError(f"jitter must be a bool, not {type(self.jitter).__name__}")
 
     def delay(self, failures: int, rng: random.Random) -> float:
+        """Seconds to wait after the ``failures``-th failure: the formula above, uniform in ``[0, it]`` with jitter."""
         exponent = max(0, failures - 1)
         try:
             wait = self.initial * self.factor**exponent
@@ -69,6 +72,7 @@ class Exponential:
         return rng.uniform(0.0, wait) if self.jitter else wait
 
     def to_dict(self) -> dict[str, Any]:
+        """The policy as stored with a task (``{"kind": "exponential", ...}``)."""
         return {
             "kind": "exponential",
             "initial": self.initial,
@@ -88,9 +92,11 @@ class Fixed:
         check_seconds("seconds", self.seconds)
 
     def delay(self, failures: int, rng: random.Random) -> float:
+        """``seconds``, whatever the failure."""
         return float(self.seconds)
 
     def to_dict(self) -> dict[str, Any]:
+        """The policy as stored with a task (``{"kind": "fixed", "seconds": ...}``)."""
         return {"kind": "fixed", "seconds": self.seconds}
 
 

@@ -91,9 +91,11 @@ class BoundTask(Generic[P, R]):
         self.options = check_enqueue_options(options)
 
     def with_options(self, **options: Any) -> BoundTask[P, R]:
+        """These options with ``options`` over them (the later win)."""
         return BoundTask(self.task, {**self.options, **options})
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Enqueue one call with these options (``Task.enqueue`` says what is checked and raised)."""
         handle: TaskHandle[R] = self.task.app.enqueue(self.task.name, args=list(args), kwargs=kwargs, **self.options)
         return handle
 
@@ -127,6 +129,8 @@ class Task(Generic[P, R]):
         return result
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Enqueue one call of the handler (its arguments checked against it, then stored). Raises
+        TypeError/ValueError for bad arguments or options, SerializationError, DuplicateTask, QueueFull."""
         handle: TaskHandle[R] = self.app.enqueue(self.name, args=list(args), kwargs=kwargs)
         return handle
 

@@ -144,6 +144,7 @@ class WorkerConfig:
 
     @property
     def heartbeat_every(self) -> float:
+        """Seconds between lease renewals: ``heartbeat_interval``, else ``lease_for / 5``."""
         return self.heartbeat_interval if self.heartbeat_interval is not None else self.lease_for / 5
 
     @property

@@ -40,6 +40,7 @@ class Worker:
 
     @property
     def queues(self) -> tuple[str, ...]:
+        """The queues this worker serves, in ``config`` order."""
         return self.config.queues
 
     def process_next(self) -> bool:
