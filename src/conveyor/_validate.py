@@ -69,15 +69,23 @@ def check_task_id(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"task id must be a str, not {type(value).__name__}")
     if not ANY_TASK_ID_RE.fullmatch(value):
-        raise ValueError(f"task id must match [A-Za-z0-9._:-]{{1,128}}, then optionally ~<label>, got {value!r}")
+        raise ValueError(f"task id must match [A-Za-z0-9._:-]{{1,128}}, then optionally ~<label>, got {_shown(value)}")
     return value
+
+
+def _shown(value: str, most: int = 80) -> str:
+    """``value`` as an error message quotes it: its start only when long (an id pasted whole from a
+    log line, say), with its length."""
+    if len(value) <= most:
+        return repr(value)
+    return f"{value[:most]!r}... ({len(value)} characters)"
 
 
 def check_queue(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"queue name must be a str, not {type(value).__name__}")
     if not QUEUE_RE.fullmatch(value):
-        raise ValueError(f"queue name must match [A-Za-z0-9._-]{{1,64}}, got {value!r}")
+        raise ValueError(f"queue name must match [A-Za-z0-9._-]{{1,64}}, got {_shown(value)}")
     return value
 
 
@@ -85,7 +93,7 @@ def check_task_name(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"task name must be a str, not {type(value).__name__}")
     if not TASK_NAME_RE.fullmatch(value):
-        raise ValueError(f"task name must match [A-Za-z0-9._:<>-]{{1,200}}, got {value!r}")
+        raise ValueError(f"task name must match [A-Za-z0-9._:<>-]{{1,200}}, got {_shown(value)}")
     return value
 
 

@@ -123,3 +123,12 @@ def test_a_bad_queues_option_is_a_usage_error_before_anything_starts(cli: Invoke
     result = cli("worker", "no_such_module:app", "-Q", spec)
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '--queues' / '-Q': {says}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("typed", "ours"), [("retry", "run-now"), ("revoke", "cancel"), ("inspect", "show"), ("list", "ls")]
+)
+def test_a_peers_command_name_points_at_ours(cli: Invoke, typed: str, ours: str) -> None:
+    result = cli(typed, "x")
+    assert result.exit_code == 2
+    assert f"No such command {typed!r}. Did you mean {ours!r}?" in result.stderr

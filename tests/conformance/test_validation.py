@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, Exponential, FakeClock, Fixed, Retry, SerializationError, TaskContext, TaskState
+from conveyor._validate import check_queue, check_task_id
 from conveyor.errors import ConfigurationError
 from conveyor.model import MAX_PARTITIONS
 
@@ -371,3 +372,12 @@ def test_inspector_list_with_a_bad_page_is_rejected(app: Conveyor, offset: int, 
 def test_get_with_a_non_str_id_is_a_type_error(app: Conveyor) -> None:
     with pytest.raises(TypeError):
         app.get(42)  # type: ignore[arg-type]
+
+
+def test_a_long_bad_value_is_quoted_by_its_start_and_length() -> None:
+    """A 5,000-character id pasted from a log was echoed whole in the error."""
+    with pytest.raises(ValueError, match=r"got 'xxxx+'\.\.\. \(5000 characters\)$") as refused:
+        check_task_id("x" * 5000)
+    assert len(str(refused.value)) < 200
+    with pytest.raises(ValueError, match=r"got 'a b'$"):
+        check_queue("a b")

@@ -20,8 +20,35 @@ from conveyor.errors import ConveyorError
 __all__ = ["cli", "main"]
 
 
+#: What other task queues' CLIs call our commands (Celery, RQ, asynq, BullMQ boards): named in the
+#: "no such command" error, where click's own spelling match finds nothing.
+PEER_NAMES = {
+    "retry": "run-now",
+    "requeue": "run-now",
+    "runall": "run-now",
+    "revoke": "cancel",
+    "kill": "cancel",
+    "inspect": "show",
+    "info": "show",
+    "status": "stats",
+    "flush": "purge",
+    "empty": "purge",
+}
+
+
 class ConveyorGroup(click.Group):
     """Turns the errors users cause into one clean line and exit status 1 (never a traceback)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            ours = PEER_NAMES.get(args[0]) if args else None
+            if ours is None or "Did you mean" in exc.message:
+                raise
+            raise click.UsageError(f"No such command {args[0]!r}. Did you mean {ours!r}?", ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
