@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from conveyor import Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
+from conveyor import ArchiveReason, Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
 from conveyor.brokers.base import Broker
 from conveyor.errors import ConfigurationError
 from conveyor.model import Outcome
@@ -580,3 +580,29 @@ def test_unknown_worker_variables_are_named_with_the_likely_one() -> None:
         " (did you mean 'CONVEYOR_WORKER_CONCURRENCY'?)",
         "CONVEYOR_WORKER_MIDDLEWARE is ignored: no worker setting reads it",
     ]
+
+
+def test_keyboard_interrupt_raised_in_a_worker_thread_fails_only_its_task(
+    live_app: Conveyor, start_worker: Callable[..., Worker]
+) -> None:
+    """Raised by a handler on one of the worker's threads (no user pressed Ctrl-C there), it escaped as
+    a fault of the runtime: the task waited out its lease, ran again and ended ``poison``."""
+
+    @live_app.task(max_retries=3)
+    def interrupts() -> None:
+        raise KeyboardInterrupt("from the handler")
+
+    @live_app.task
+    def fine() -> str:
+        return "ok"
+
+    start_worker()
+    broken, after = interrupts.enqueue(), fine.enqueue()
+    poll_until(lambda: live_app.get(broken.id).state is TaskState.ARCHIVED, message="the interrupted task archived")
+    info = live_app.get(broken.id)
+    assert (info.archive_reason, info.last_error, info.attempts) == (
+        ArchiveReason.PERMANENT,
+        "KeyboardInterrupt: from the handler",
+        1,
+    )
+    assert after.result(timeout=10) == "ok"

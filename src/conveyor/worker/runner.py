@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,10 +23,23 @@ from conveyor.worker.middleware import Middleware, call_after, call_before, call
 
 __all__ = ["Runner"]
 
-#: What a handler raising fails its task with: any exception, and ``sys.exit()`` in a handler (a
-#: worker's threads must not end for it). ``KeyboardInterrupt`` is the user's Ctrl-C where a handler
-#: runs on the main thread (``run_until_idle``), and a cancellation is not the handler's failure.
-_FAILURES = (Exception, SystemExit)
+
+def _handler_failed(exc: BaseException) -> bool:
+    """Whether ``exc``, out of a handler's call, is the handler's failure (then it fails the task):
+    anything it raised, ``sys.exit()`` and ``BaseException`` subclasses of libraries included (a
+    worker's threads must not end for them, nor the task wait for its lease). Not: ``KeyboardInterrupt``
+    on the main thread (the user's Ctrl-C where a handler runs there: ``run_until_idle``), and a
+    ``CancelledError`` of a cancel from outside (lease lost, shutdown, an operator's cancel), which the
+    pool handles; one the handler's own code raised, its task not being cancelled, is its failure."""
+    if isinstance(exc, KeyboardInterrupt):
+        return threading.current_thread() is not threading.main_thread()
+    if isinstance(exc, asyncio.CancelledError):
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no loop running here
+            return True
+        return task is None or task.cancelling() == 0
+    return True
 
 
 class Runner:
@@ -53,7 +67,9 @@ class Runner:
             timeout = job.options.timeout
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TaskTimeout(f"handler ran past its {timeout} s timeout")
-        except _FAILURES as exc:
+        except BaseException as exc:
+            if not _handler_failed(exc):
+                raise
             call_on_error(middleware, job, exc)
             outcome = self.executor.failed(job, exc)
         else:
@@ -71,7 +87,9 @@ class Runner:
         token = set_current(job)
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
-        except _FAILURES as exc:
+        except BaseException as exc:
+            if not _handler_failed(exc):
+                raise
             call_on_error(self.middleware, job, exc)
             outcome = self.executor.failed(job, exc)
         else:
