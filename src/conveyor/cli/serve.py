@@ -24,7 +24,12 @@ MIN_TOKEN = 16
 @click.argument("app_path", metavar="MODULE:APP")
 @click.option("--queues", "-Q", metavar="SPEC", help="Queues to serve, with optional weights: 'emails=3,default=1'.")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Tasks run at once per process (default 10).")
-@click.option("--processes", "-p", type=click.IntRange(min=1), help="Worker processes under a supervisor (default 1).")
+@click.option(
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    help="Run N worker processes under a supervisor (default: one worker, in this process).",
+)
 @click.option("--strict", is_flag=True, default=None, help="Visit queues in the order given, ignoring weights.")
 @click.option("--metrics-port", type=click.IntRange(min=1, max=65535), help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from conveyor.worker.args import config_from_args, parse
@@ -19,13 +21,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         from conveyor.worker.entry import run_worker
 
         return run_worker(ns.app, config)
-    from conveyor.worker.child import PipeReporter, watch_parent
+    from conveyor.worker.child import PipeReporter, obey_supervisor, watch_parent
     from conveyor.worker.loader import load_app
     from conveyor.worker.worker import Worker
 
+    early = threading.Event()  # an order while the app loads: kept for the worker (the default would kill)
+    obey_supervisor(early.set, lambda: os._exit(1))
     worker = Worker(load_app(ns.app), config)
     if ns.parent_pid is not None:
         watch_parent(ns.parent_pid, worker.stop)
+
+    def exit_now() -> None:
+        runtime = worker.runtime
+        if runtime is None:
+            os._exit(1)
+        runtime.exit_now()
+
+    obey_supervisor(worker.stop, exit_now)
+    if early.is_set():
+        worker.stop()
     reporter = PipeReporter(ns.report_fd)
     reporter.start()
     try:

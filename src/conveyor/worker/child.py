@@ -16,24 +16,61 @@ and ends between two looks is never reported at all (the supervisor only acts on
 a timeout or a cancel, each at least a second away). A child killed meanwhile takes its last unsent
 starts with it: the supervisor then recovers those tasks through their leases, as it does the tasks
 the child had claimed and not started.
+
+The supervisor's orders come as signals of their own, :data:`STOP_SIGNAL` (shut down gracefully) and
+:data:`EXIT_SIGNAL` (exit now), not as the SIGTERM a child takes from anyone else: under systemd's
+default ``KillMode=control-group`` every process of the unit gets SIGTERM, and a child that also took
+the supervisor's forwarded SIGTERM as a second signal exited at once, its running tasks released
+mid-flight instead of given their grace. A child an operator stopped (``conveyor.commands.STOP``)
+exits with :data:`STOPPED_EXIT`, and the supervisor does not replace it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 
 from conveyor.worker.inflight import Held
 
-__all__ = ["FLUSH_DELAY", "PipeReporter", "watch_parent"]
+__all__ = [
+    "EXIT_SIGNAL",
+    "FLUSH_DELAY",
+    "STOPPED_EXIT",
+    "STOP_SIGNAL",
+    "PipeReporter",
+    "obey_supervisor",
+    "watch_parent",
+]
 
 log = logging.getLogger("conveyor.worker")
 
 #: Longest time (seconds) a report waits in the child before it is written to the supervisor.
 FLUSH_DELAY = 0.02
+
+#: The supervisor's "shut down gracefully" (idempotent: a second one never forces an exit).
+STOP_SIGNAL = signal.SIGUSR1
+#: The supervisor's "exit now" (its own second signal): release what is held and exit.
+EXIT_SIGNAL = signal.SIGUSR2
+#: A child's exit status after an operator's ``stop``: the supervisor lets it be.
+STOPPED_EXIT = 3
+
+
+def obey_supervisor(stop: Callable[[], None], exit_now: Callable[[], None]) -> None:
+    """Route :data:`STOP_SIGNAL` to ``stop`` and :data:`EXIT_SIGNAL` to ``exit_now`` (main thread)."""
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        stop()
+
+    def on_exit(signum: int, frame: FrameType | None) -> None:
+        exit_now()
+
+    signal.signal(STOP_SIGNAL, on_stop)
+    signal.signal(EXIT_SIGNAL, on_exit)
 
 
 def _start(held: Held) -> str:

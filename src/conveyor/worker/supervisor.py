@@ -8,8 +8,10 @@ and nothing about a task that ends within ``FLUSH_DELAY`` of its start); a child
 its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout`` (retryable, per its
 policy) and the other running tasks it had reported are released at once. A child that
 reports a cancelled task (``cancel <id> <token>``: the broker archived it ``cancelled`` and revoked its lease)
-and still runs it ``CANCEL_GRACE`` seconds later gets SIGTERM, then SIGKILL ``CANCEL_GRACE`` after that
-if the task still runs; it is replaced like any child that exits.
+and still runs it ``CANCEL_GRACE`` seconds later is told to stop (``child.STOP_SIGNAL``), then gets SIGKILL
+``CANCEL_GRACE`` after that if the task still runs; it is replaced like any child that exits, but for
+one an operator stopped (``child.STOPPED_EXIT``). The supervisor's first SIGTERM or SIGINT stops every
+child gracefully, its second makes them exit now (``child.py`` says why by signals of their own).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from types import FrameType
 from conveyor.errors import TaskTimeout
 from conveyor.model import Outcome
 from conveyor.worker.args import config_to_args
+from conveyor.worker.child import EXIT_SIGNAL, STOP_SIGNAL, STOPPED_EXIT
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import Executor
 from conveyor.worker.loader import load_app
@@ -151,6 +153,9 @@ class Supervisor:
             self._forget(child)
             if self._signals:
                 continue
+            if code == STOPPED_EXIT:
+                log.warning("supervisor: child %d (pid %d) stopped by an operator; not replaced", slot, child.proc.pid)
+                continue
             log.warning("supervisor: child %d (pid %d) exited with %s; replacing it", slot, child.proc.pid, code)
             quick = now - child.started < _RESPAWN_PAUSE
             self._respawn_at[slot] = now + (_RESPAWN_PAUSE if quick else 0.0)
@@ -196,7 +201,7 @@ class Supervisor:
             log.warning("supervisor: child pid %d still runs cancelled %s; stopping it", child.proc.pid, late)
             child.kill_at = now + CANCEL_GRACE
             try:
-                child.proc.send_signal(signal.SIGTERM)
+                child.proc.send_signal(STOP_SIGNAL)
             except ProcessLookupError:
                 pass
 
@@ -233,11 +238,13 @@ class Supervisor:
                 log.info("supervisor: task %s %s (%s)", outcome.task_id, outcome.kind, "ok" if ok else "fenced")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        """Forward to every child: the first signal is their graceful shutdown, the second exits now."""
+        """Order every child: the first signal is their graceful shutdown, the second exits now (by
+        the children's own signals: each may have had SIGTERM from systemd as well, ``child.py``)."""
         self._signals += 1
         self._respawn_at.clear()
+        order = STOP_SIGNAL if self._signals == 1 else EXIT_SIGNAL
         for child in self.children.values():
             try:
-                child.proc.send_signal(signal.SIGTERM)
+                child.proc.send_signal(order)
             except ProcessLookupError:
                 pass
