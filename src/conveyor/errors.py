@@ -70,12 +70,13 @@ class UnknownBackoff(ConfigurationError):
 class TaskNotFound(ConveyorError, KeyError):
     """No task has this id (it never existed, was deleted, or is past its retention)."""
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, why: str | None = None) -> None:
         super().__init__(task_id)
         self.task_id = task_id
+        self.why = why  # what is known of where it went, if anything
 
     def __str__(self) -> str:
-        return f"task not found: {self.task_id!r}"
+        return f"task not found: {self.task_id!r}" + (f" ({self.why})" if self.why else "")
 
 
 class DuplicateTask(ConveyorError):

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from conveyor.errors import ResultTimeout, TaskFailed
+from conveyor._validate import check_positive, check_seconds
+from conveyor.errors import ResultTimeout, TaskFailed, TaskNotFound
 from conveyor.model import TaskInfo, TaskState
 from conveyor.options import TaskOptions, check_enqueue_options
 
@@ -37,6 +38,10 @@ class Producer(Protocol):
     def inspect(self) -> _Cancels: ...
 
 
+#: Why a handle's task is not found: it was enqueued, so it went since.
+_GONE = "deleted, or finished and past its retention; a retention of 0 keeps no result to read"
+
+
 class TaskHandle(Generic[R]):
     """A reference to an enqueued task: ``id``, ``status()``, ``result()``, ``cancel()``."""
 
@@ -56,10 +61,15 @@ class TaskHandle(Generic[R]):
         Returns the handler's result; raises TaskFailed if the task ended archived, ResultTimeout on
         timeout, TaskNotFound if the task is gone (deleted, or past its retention).
         """
+        check_seconds("timeout", timeout, allow_none=True)
+        check_positive("poll", poll)
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = min(poll, 0.001)
         while True:
-            info = self._app.get(self.id)
+            try:
+                info = self._app.get(self.id)
+            except TaskNotFound:  # it was enqueued: it went since, and "not found" alone reads as never
+                raise TaskNotFound(self.id, _GONE) from None
             if info.state is TaskState.COMPLETED:
                 return info.result  # type: ignore[no-any-return]
             if info.state is TaskState.ARCHIVED:

@@ -233,6 +233,28 @@ def test_handle_result_times_out_while_the_task_is_unfinished(app: Conveyor, gre
         handle.result(timeout=0)
 
 
+def test_handle_result_of_a_task_gone_says_where_it_may_have_gone(app: Conveyor, worker: Worker) -> None:
+    """A result kept for no time (retention 0) read "task not found", as if it never existed."""
+
+    @app.task(retention=0)
+    def fleeting() -> int:
+        return 1
+
+    handle = fleeting.enqueue()
+    worker.run_until_idle()
+    with pytest.raises(TaskNotFound, match=r"\(deleted, or finished and past its retention; a retention of 0"):
+        handle.result(timeout=0)
+
+
+@pytest.mark.parametrize(("arguments", "error"), [({"timeout": -1}, ValueError), ({"poll": 0}, ValueError)])
+def test_handle_result_refuses_a_bad_wait(
+    app: Conveyor, greet: object, arguments: dict[str, float], error: type[Exception]
+) -> None:
+    """A negative timeout said "still pending after -1 s"."""
+    with pytest.raises(error):
+        app.enqueue("greet", args=["ann"]).result(**arguments)
+
+
 def test_stats_counts_tasks_per_queue_and_state(app: Conveyor, worker: Worker, greet: object) -> None:
     app.enqueue("greet", args=["a"])
     app.enqueue("greet", args=["b"])
