@@ -86,3 +86,25 @@ def test_an_external_consumers_failure_without_a_traceback_clears_the_earlier_on
     claimed.fail("told by a message only")
     info = app.get(task_id)
     assert (info.last_error, info.traceback) == ("told by a message only", None)
+
+
+def test_a_traceback_starts_at_the_handler_with_no_context_of_the_runtimes_own(app: Conveyor, worker: Worker) -> None:
+    """It began with the worker's own frames (``runner.py``, and asyncio's for an async handler), and
+    an async handler's error run by a steppable worker carried "no running event loop" as context."""
+
+    @app.task(max_retries=0)
+    def sync_fails() -> None:
+        raise_shallow()
+
+    @app.task(max_retries=0)
+    async def async_fails() -> None:
+        raise_shallow()
+
+    ids = [sync_fails.enqueue().id, async_fails.enqueue().id]
+    worker.run_until_idle()
+    for task_id, handler in zip(ids, ("sync_fails", "async_fails"), strict=True):
+        trace = app.get(task_id).traceback
+        assert trace is not None
+        first_frame = trace.splitlines()[1]
+        assert first_frame.endswith(f", in {handler}"), trace
+        assert "During handling" not in trace and "conveyor/worker" not in trace, trace

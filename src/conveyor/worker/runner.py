@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -71,7 +72,7 @@ class Runner:
             if not _handler_failed(exc):
                 raise
             call_on_error(middleware, job, exc)
-            outcome = self.executor.failed(job, exc)
+            outcome = self.executor.failed(job, _from_the_handler(exc))
         else:
             outcome = self.executor.succeeded(job, result)
         finally:
@@ -91,7 +92,7 @@ class Runner:
             if not _handler_failed(exc):
                 raise
             call_on_error(self.middleware, job, exc)
-            outcome = self.executor.failed(job, exc)
+            outcome = self.executor.failed(job, _from_the_handler(exc))
         else:
             outcome = self.executor.succeeded(job, result)
         finally:
@@ -110,10 +111,29 @@ async def _await_with_timeout(awaitable: Any, seconds: float | None) -> Any:
 
 
 def _run_coroutine(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, even if this thread already runs a loop."""
+    """Run a coroutine to completion from sync code, even if this thread already runs a loop (not
+    from inside an ``except``: a handler's error would carry "no running event loop" as its context)."""
     try:
         asyncio.get_running_loop()
+        in_loop = True
     except RuntimeError:
+        in_loop = False
+    if not in_loop:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+_ASYNCIO = os.path.dirname(asyncio.__file__)
+
+
+def _from_the_handler(exc: BaseException) -> BaseException:
+    """``exc`` with the frames it passed in this module and asyncio before the handler's call cut
+    off its traceback: a stored traceback starts where the user's code does."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename != __file__ and not filename.startswith(_ASYNCIO):
+            break
+        tb = tb.tb_next
+    return exc.with_traceback(tb)
