@@ -132,3 +132,18 @@ def test_a_peers_command_name_points_at_ours(cli: Invoke, typed: str, ours: str)
     result = cli(typed, "x")
     assert result.exit_code == 2
     assert f"No such command {typed!r}. Did you mean {ours!r}?" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["job", "--queue", "bad q"], "Invalid value for '--queue': queue name must match"),
+        (["job", "--task-id", "has space"], "Invalid value for '--task-id': task id must match"),
+        (["bad name"], "Invalid value for 'NAME': task name must match"),
+    ],
+)
+def test_a_malformed_enqueue_value_is_a_usage_error(cli: Invoke, app: Conveyor, args: list[str], says: str) -> None:
+    """Exit 2 (a usage mistake, as docs/cli.md says), not 1; nothing enqueued."""
+    result = cli("enqueue", *args)
+    assert result.exit_code == 2 and says in result.stderr, result.output
+    assert app.stats() == {}

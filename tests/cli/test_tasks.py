@@ -53,10 +53,14 @@ def test_enqueue_duplicate_id_is_one_line_error(cli: Invoke) -> None:
     assert result.stderr.strip() == "Error: duplicate task; existing task id: 'same'"
 
 
-def test_enqueue_invalid_queue_name_is_one_line_error(cli: Invoke) -> None:
+def test_enqueue_invalid_queue_name_is_a_usage_error_naming_the_option(cli: Invoke) -> None:
     result = cli("enqueue", "x", "--queue", "bad queue!")
-    assert result.exit_code == 1
-    assert result.stderr.startswith("Error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert errors == [
+        "Error: Invalid value for '--queue': queue name must match [A-Za-z0-9._-]{1,64}, got 'bad queue!'"
+    ]
+    assert "Traceback" not in result.stderr
 
 
 def test_enqueue_from_file_enqueues_every_line(cli: Invoke, app: Conveyor, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from conveyor._validate import check_queue, check_task_id, check_task_name
 from conveyor.app import Conveyor
 from conveyor.cli.bulk import Bulk, bulk_options, run_bulk
 from conveyor.cli.output import STATES, emit, format_time, json_option, short, task_row, to_jsonable
@@ -37,16 +38,30 @@ def _json_arg(text: str | None, what: str, kind: type) -> Any:
     return value
 
 
+def _checked(check: Callable[[str], str]) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """An option's callback: the value as ``check`` takes it, a usage error (exit 2) if it refuses it."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except (TypeError, ValueError) as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return convert
+
+
 @click.command()
-@click.argument("name")
+@click.argument("name", callback=_checked(check_task_name))
 @click.option("--args", "args_json", metavar="JSON", help="Positional arguments as a JSON array, e.g. '[1, \"a\"]'.")
 @click.option(
     "--kwargs", "kwargs_json", metavar="JSON", help='Keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.'
 )
 @click.option("--delay", type=float, help="Run no sooner than this many seconds from now.")
 @click.option("--priority", type=int, help="Higher runs first (default: the task's priority).")
-@click.option("--queue", help="Queue name (default: the task's queue, else 'default').")
-@click.option("--task-id", help="Explicit task id (a duplicate id is refused).")
+@click.option("--queue", callback=_checked(check_queue), help="Queue name (default: the task's queue, else 'default').")
+@click.option("--task-id", callback=_checked(check_task_id), help="Explicit task id (a duplicate id is refused).")
 @click.option(
     "--file",
     "calls_file",
