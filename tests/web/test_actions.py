@@ -72,6 +72,17 @@ def test_pause_and_resume_a_queue(client: TestClient, app: Conveyor, csrf: Csrf)
     assert [q.settings.paused for q in app.inspect.queues() if q.name == "mail"] == [False]
 
 
+@pytest.mark.parametrize("action", ["pause", "resume", "purge"])
+def test_a_queue_action_on_an_unknown_queue_makes_no_queue(
+    client: TestClient, app: Conveyor, csrf: Csrf, action: str
+) -> None:
+    """Resume (from a stale page, or a forged form) made the queue it named."""
+    app.enqueue("job")
+    refused = client.post(f"/queues/typo-queue/{action}", data={"csrf": csrf(client), "state": "pending"})
+    assert refused.status_code == 409 and "queue not found: &#39;typo-queue&#39;" in refused.text
+    assert [q.name for q in app.inspect.queues()] == ["default"]
+
+
 def test_purge_deletes_one_state_of_a_queue(client: TestClient, app: Conveyor, csrf: Csrf) -> None:
     for _ in range(3):
         app.enqueue("job", delay=60)

@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import BrokerError, ConveyorError
 from conveyor.inspect import Inspector
 from conveyor.web.dashboard import base_path, dashboard_of, message
 
@@ -68,6 +68,8 @@ async def task_action(request: Request) -> Response:
         if action == "delete":
             default = f"{base}/queues/{inspector.get(task_id).queue}"
         TASK_ACTIONS[action](inspector, task_id)
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, f"{action}: {exc}", 409, back=f"{base}/tasks/{task_id}")
     if action == "delete" and (form.get("next") or [""])[0].split("?")[0] == f"{base}/tasks/{task_id}":
@@ -86,13 +88,15 @@ async def queue_action(request: Request) -> Response:
     inspector = dashboard_of(request).conveyor.inspect
     flash: dict[str, Any] = {"done": action}
     try:
+        inspector.queue(name)  # QueueNotFound: never a new queue from a forged form or a stale page
         if action == "pause":
-            inspector.queue(name)  # QueueNotFound: never a new queue from a forged form
             inspector.pause(name)
         elif action == "resume":
             inspector.resume(name)
         else:
             flash["n"] = inspector.purge(name, (form.get("state") or [""])[0])
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, f"{action}: {exc}", 409, back=f"{base_path(request)}/queues/{name}")
     return back_to(request, form, f"{base_path(request)}/queues/{name}", **flash)
@@ -114,6 +118,8 @@ async def bulk_action(request: Request) -> Response:
         try:
             TASK_ACTIONS[action](inspector, task_id)
             done += 1
+        except BrokerError:
+            raise  # the broker is down: the dashboard's 503 page (web/app.py)
         except (ConveyorError, ValueError, TypeError) as exc:
             failed += 1
             why = why or str(exc)

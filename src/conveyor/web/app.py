@@ -12,9 +12,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from conveyor.errors import BrokerError
 from conveyor.metrics import Metrics
 from conveyor.web import actions, failed, jobs, views, workers
-from conveyor.web.dashboard import Dashboard
+from conveyor.web.dashboard import Dashboard, broker_down
 from conveyor.web.format import age, call_args, duration, iso, pretty_json, relative
 from conveyor.web.security import SecurityMiddleware
 
@@ -74,6 +75,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityMiddleware, token=token, basic_auth=basic_auth)],
+        exception_handlers={BrokerError: broker_down},
     )
     app.state.dashboard = dashboard
     return app

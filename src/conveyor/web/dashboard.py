@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
 from conveyor.metrics import Metrics
@@ -93,3 +93,12 @@ def render(request: Request, template: str, context: dict[str, Any], status_code
 
 def message(request: Request, text: str, status_code: int, back: str | None = None) -> Response:
     return render(request, "message.html", {"message": text, "back": back}, status_code)
+
+
+async def broker_down(request: Request, exc: Exception) -> Response:
+    """Any page whose broker call failed (``BrokerError``: unreachable, busy past its timeout): 503
+    with what the broker said, as JSON under ``/api/`` (the overview's poll shows it), never a 500."""
+    text = f"the broker did not answer: {exc}"
+    if request.url.path.startswith(f"{base_path(request)}/api/"):
+        return JSONResponse({"error": text}, status_code=503)
+    return message(request, text, 503)

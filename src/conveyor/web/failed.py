@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import BrokerError, ConveyorError
 from conveyor.model import ArchiveReason, TaskState
 from conveyor.selection import FAILED_STATES, TaskFilter, apply_all, parse_states
 from conveyor.web.actions import back_to, read_form
@@ -69,6 +69,8 @@ async def failed(request: Request) -> Response:
     try:
         flt = filter_of(params, dash.conveyor.now())
         found = await run_in_threadpool(dash.conveyor.inspect.select, flt)
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError) as exc:
         return message(request, str(exc), 400, back=f"{base_path(request)}/failed")
     offset, limit = _page(request)
@@ -105,6 +107,8 @@ async def failed_bulk(request: Request) -> Response:
         return message(request, f"unknown action {action!r}", 400, back=back)
     try:
         flt = filter_of(_params(form), dash.conveyor.now())
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError) as exc:
         return message(request, f"{action}: {exc}", 400, back=back)
     inspector = dash.conveyor.inspect
@@ -123,6 +127,8 @@ async def search(request: Request) -> Response:
         return RedirectResponse(f"{base}/", status_code=303)
     try:
         info = dash.conveyor.inspect.get(task_id or text)
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError, TypeError):
         if task_id:
             return message(request, f"no task with id {task_id!r}", 404)

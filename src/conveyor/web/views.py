@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import BrokerError, ConveyorError
 from conveyor.inspect import Inspector
 from conveyor.metrics import CONTENT_TYPE
 from conveyor.web.dashboard import PAGE_SIZES, STATES, Dashboard, dashboard_of, message, render
@@ -86,6 +86,8 @@ async def queue(request: Request) -> Response:
     offset = _int_param(request, "offset", 0)
     try:
         tasks = dash.conveyor.inspect.list(name, state, offset=offset, limit=limit)
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, str(exc), 400)
     info = next((q for q in dash.conveyor.inspect.queues() if q.name == name), None)
@@ -114,6 +116,8 @@ async def task(request: Request) -> Response:
     task_id = request.path_params["task_id"]
     try:
         info = dash.conveyor.inspect.get(task_id)
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError, TypeError) as exc:
         return message(request, str(exc), 404)
     return render(request, "task.html", {"task": info, "timeline": Inspector.timeline(info)})

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.commands import COMMANDS
-from conveyor.errors import ConveyorError
+from conveyor.errors import BrokerError, ConveyorError
 from conveyor.model import TaskInfo
 from conveyor.web.actions import back_to, read_form
 from conveyor.web.dashboard import base_path, dashboard_of, message, render
@@ -30,6 +30,8 @@ async def workers(request: Request) -> Response:
         for n, task_id in enumerate(w.running):
             try:
                 running.append(inspector.get(task_id) if n < DETAILED else task_id)
+            except BrokerError:
+                raise  # the broker is down: the dashboard's 503 page (web/app.py)
             except ConveyorError:
                 running.append(task_id)  # settled since the beat: shown by id
         command = inspector.worker_command(w.id)
@@ -48,6 +50,8 @@ async def worker_command(request: Request) -> Response:
         return form
     try:
         dashboard_of(request).conveyor.inspect.command_worker(worker_id, command)
+    except BrokerError:
+        raise  # the broker is down: the dashboard's 503 page (web/app.py)
     except (ConveyorError, ValueError) as exc:
         return message(request, f"{command}: {exc}", 409, back=back)
     return back_to(request, form, back, done=command)

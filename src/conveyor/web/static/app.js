@@ -166,18 +166,35 @@
     }));
   }
 
+  // numbers left on the page while refreshes fail say so, and since when (they try again each tick)
+  let lastGood = Date.now();
+  function stale(why) {
+    const banner = document.getElementById("stale");
+    if (!banner) return;
+    if (why === null) { banner.hidden = true; return; }
+    banner.textContent = "Not refreshed since " + new Date(lastGood).toLocaleTimeString() + ": " + why;
+    banner.hidden = false;
+  }
+
   async function refresh() {
     try {
       const range = document.querySelector(".charts").dataset.range || "1h";
       const response = await fetch(base + "/api/overview?range=" + encodeURIComponent(range), { headers: { Accept: "application/json" }, credentials: "same-origin" });
-      if (!response.ok) return;
+      if (!response.ok) {
+        let why = "HTTP " + response.status;
+        try { why = (await response.json()).error || why; } catch (e) { /* not JSON */ }
+        stale(why);
+        return;
+      }
       const data = await response.json();
       drawCharts(data.series);
       drawQueues(data);
       drawWorkers(data);
-      body.dataset.refreshed = String(Date.now());
+      lastGood = Date.now();
+      stale(null);
+      body.dataset.refreshed = String(lastGood);
     } catch (e) {
-      /* offline for a moment: try again on the next tick */
+      stale("the dashboard did not answer");
     }
   }
 
