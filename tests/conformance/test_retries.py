@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -235,39 +234,6 @@ def test_an_unprintable_exception_fails_its_task_as_any_failure_does(app: Convey
     assert worker.process_next()
     info = app.get(handle.id)
     assert (info.state, info.archive_reason, info.last_error) == (TaskState.ARCHIVED, ArchiveReason.FAILED, error)
-
-
-class LibraryTimeout(BaseException):
-    """A library's ``BaseException`` subclass (as ``func_timeout.FunctionTimedOut`` is)."""
-
-
-@pytest.mark.parametrize(
-    ("raised", "error"),
-    [(SystemExit(3), "SystemExit: 3"), (LibraryTimeout("too slow"), "LibraryTimeout: too slow")],
-    ids=["sys-exit", "base-exception"],
-)
-def test_a_base_exception_in_a_handler_fails_its_task_and_not_the_worker(
-    app: Conveyor, worker: Worker, kind: str, raised: BaseException, error: str
-) -> None:
-    """Not an ``Exception``, so not retried by the default ``retry_on``: archived ``permanent`` at
-    once, as any error ``retry_on`` leaves out (it escaped the handler's call as a fault of the
-    runtime: the task stayed active until its lease expired, ran again and ended ``poison``)."""
-    handle = app.enqueue(_register_odd(app, kind, raised))
-    assert worker.process_next()
-    info = app.get(handle.id)
-    assert (info.state, info.archive_reason, info.last_error) == (TaskState.ARCHIVED, ArchiveReason.PERMANENT, error)
-
-
-def test_a_cancelled_error_an_async_handler_raises_itself_fails_its_task(app: Conveyor, worker: Worker) -> None:
-    """No one cancelled it (its task is not being cancelled): the handler's own failure, not a cancel."""
-    handle = app.enqueue(_register_odd(app, "async", asyncio.CancelledError("inner")))
-    assert worker.process_next()
-    info = app.get(handle.id)
-    assert (info.state, info.archive_reason, info.last_error) == (
-        TaskState.ARCHIVED,
-        ArchiveReason.PERMANENT,
-        "CancelledError: inner",
-    )
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import random
 import threading
@@ -582,27 +583,67 @@ def test_unknown_worker_variables_are_named_with_the_likely_one() -> None:
     ]
 
 
-def test_keyboard_interrupt_raised_in_a_worker_thread_fails_only_its_task(
-    live_app: Conveyor, start_worker: Callable[..., Worker]
-) -> None:
-    """Raised by a handler on one of the worker's threads (no user pressed Ctrl-C there), it escaped as
-    a fault of the runtime: the task waited out its lease, ran again and ended ``poison``."""
+class LibraryTimeout(BaseException):
+    """A library's ``BaseException`` subclass (as ``func_timeout.FunctionTimedOut`` is)."""
 
-    @live_app.task(max_retries=3)
-    def interrupts() -> None:
-        raise KeyboardInterrupt("from the handler")
+
+@pytest.mark.parametrize(
+    ("raised", "kind", "error"),
+    [
+        (SystemExit(3), "sync", "SystemExit: 3"),
+        (LibraryTimeout("too slow"), "sync", "LibraryTimeout: too slow"),
+        (KeyboardInterrupt("from the handler"), "sync", "KeyboardInterrupt: from the handler"),
+        (LibraryTimeout("too slow"), "async", "LibraryTimeout: too slow"),
+        (asyncio.CancelledError("inner"), "async", "CancelledError: inner"),  # no one cancelled it
+    ],
+    ids=["sys-exit", "base-exception", "keyboard-interrupt", "async-base-exception", "async-own-cancel"],
+)
+def test_a_base_exception_out_of_a_handler_on_a_worker_thread_fails_only_its_task(
+    live_app: Conveyor, start_worker: Callable[..., Worker], raised: BaseException, kind: str, error: str
+) -> None:
+    """It escaped the runner as a fault of the runtime: the task waited out its lease, ran again
+    despite its retry budget and ended ``poison`` with its error lost. Not an ``Exception``, so not
+    retried by the default ``retry_on``: archived ``permanent`` at once, with its error."""
+    if kind == "sync":
+
+        @live_app.task(name="odd", max_retries=3)
+        def odd() -> None:
+            raise raised
+
+    else:
+
+        @live_app.task(name="odd", max_retries=3)
+        async def odd_async() -> None:
+            raise raised
 
     @live_app.task
     def fine() -> str:
         return "ok"
 
     start_worker()
-    broken, after = interrupts.enqueue(), fine.enqueue()
-    poll_until(lambda: live_app.get(broken.id).state is TaskState.ARCHIVED, message="the interrupted task archived")
+    broken, after = live_app.enqueue("odd"), fine.enqueue()
+    poll_until(lambda: live_app.get(broken.id).state is TaskState.ARCHIVED, message="the odd task archived")
     info = live_app.get(broken.id)
-    assert (info.archive_reason, info.last_error, info.attempts) == (
-        ArchiveReason.PERMANENT,
-        "KeyboardInterrupt: from the handler",
-        1,
-    )
+    assert (info.archive_reason, info.last_error, info.attempts) == (ArchiveReason.PERMANENT, error, 1)
     assert after.result(timeout=10) == "ok"
+
+
+class TestOutcome(BaseException):
+    """What a test framework raises to end a test (``pytest.fail`` raises one)."""
+
+    __test__ = False  # not a test class for pytest to collect
+
+
+@pytest.mark.parametrize("raised", [TestOutcome("test failed"), SystemExit(0)], ids=["test-outcome", "sys-exit"])
+def test_a_base_exception_on_the_main_thread_is_the_callers(app: Conveyor, raised: BaseException) -> None:
+    """A steppable worker runs handlers in its caller's thread: a test framework's outcome, or
+    ``sys.exit()`` from the caller's signal handler, goes on to the caller (a test must not pass
+    because its handler's ``pytest.fail`` became an archived task)."""
+
+    @app.task
+    def strict() -> None:
+        raise raised
+
+    strict.enqueue()
+    with pytest.raises(type(raised)):
+        app.worker().process_next()

@@ -26,14 +26,17 @@ __all__ = ["Runner"]
 
 
 def _handler_failed(exc: BaseException) -> bool:
-    """Whether ``exc``, out of a handler's call, is the handler's failure (then it fails the task):
-    anything it raised, ``sys.exit()`` and ``BaseException`` subclasses of libraries included (a
-    worker's threads must not end for them, nor the task wait for its lease). Not: ``KeyboardInterrupt``
-    on the main thread (the user's Ctrl-C where a handler runs there: ``run_until_idle``), and a
-    ``CancelledError`` of a cancel from outside (lease lost, shutdown, an operator's cancel), which the
-    pool handles; one the handler's own code raised, its task not being cancelled, is its failure."""
-    if isinstance(exc, KeyboardInterrupt):
-        return threading.current_thread() is not threading.main_thread()
+    """Whether ``exc``, out of a handler's call, fails its task. Any ``Exception`` does. On the main
+    thread, where a steppable worker (``process_next``, ``run_until_idle``) runs handlers in its
+    caller's thread, nothing else does: Ctrl-C, ``sys.exit()`` from a signal handler and a test
+    framework's outcomes (``pytest.fail``) belong to the caller. On a worker's own threads every
+    ``BaseException`` does (``sys.exit()``, a library's ``FunctionTimedOut``: the thread must not end
+    for it, nor the task wait out its lease), but a ``CancelledError`` of a cancel from outside (lease
+    lost, shutdown, an operator's cancel: its asyncio task is being cancelled), which the pool handles."""
+    if isinstance(exc, Exception):
+        return True
+    if threading.current_thread() is threading.main_thread():
+        return False
     if isinstance(exc, asyncio.CancelledError):
         try:
             task = asyncio.current_task()
