@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 from collections.abc import Sequence
 
 from conveyor.worker.args import config_from_args, parse
@@ -25,8 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from conveyor.worker.loader import load_app
     from conveyor.worker.worker import Worker
 
-    early = threading.Event()  # an order while the app loads: kept for the worker (the default would kill)
-    obey_supervisor(early.set, lambda: os._exit(1))
+    # Signal handlers take no lock (``Runtime.stop_from_signal`` says why): an order while the app
+    # loads is noted in a list and kept for the worker (SIGUSR1's default action would kill it).
+    early: list[bool] = []
+    obey_supervisor(lambda: early.append(True), lambda: os._exit(1))
     worker = Worker(load_app(ns.app), config)
     if ns.parent_pid is not None:
         watch_parent(ns.parent_pid, worker.stop)
@@ -37,9 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(1)
         runtime.exit_now()
 
-    obey_supervisor(worker.stop, exit_now)
-    if early.is_set():
-        worker.stop()
+    obey_supervisor(worker.stop_from_signal, exit_now)
+    if early:
+        worker.stop_from_signal()
     reporter = PipeReporter(ns.report_fd)
     reporter.start()
     try:

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Runtime", "install_signals", "restore_signals", "warn_of_unserved_queues"]
 
+#: Seconds between two looks of a running worker's main thread at the flag signal handlers set.
+_SIGNAL_POLL = 0.05
+
 log = logging.getLogger("conveyor.worker")
 
 #: The longest an outcome waits for the fetcher's next claim to settle it (``SettlesWithClaim``).
@@ -99,6 +102,7 @@ class Runtime:
             self.maintenance += (summary,)
         self._stop = threading.Event()
         self._signals = 0
+        self._stop_signalled = False  # set by signal handlers, which must take no lock (see run())
         self.started = threading.Event()
         self.stopped = threading.Event()
 
@@ -121,8 +125,14 @@ class Runtime:
             self.request_stop()
 
     def request_stop(self) -> None:
-        """Begin a graceful shutdown (safe from any thread and from signal handlers)."""
+        """Begin a graceful shutdown (from any thread; a signal handler calls :meth:`stop_from_signal`)."""
         self._stop.set()
+
+    def stop_from_signal(self) -> None:
+        """Begin a graceful shutdown from a signal handler: a flag ``run()`` looks at, no lock taken. A
+        handler that set an ``Event`` could run inside another handler's ``set()`` of it (a child gets
+        systemd's SIGTERM and its supervisor's order at once) and wait for its own lock forever."""
+        self._stop_signalled = True
 
     def run(self) -> int:
         """Run until asked to stop, then shut down gracefully; returns the exit code: 0, or for a
@@ -144,7 +154,9 @@ class Runtime:
         self.fetcher.start()
         self.started.set()
         try:
-            self._stop.wait()
+            while not self._stop.wait(_SIGNAL_POLL) and not self._stop_signalled:
+                pass
+            self._stop.set()  # for whoever looks: the stop was asked by a signal
             self._shutdown()
         finally:
             for service in reversed(services):
@@ -193,7 +205,7 @@ class Runtime:
         self._signals += 1
         if self._signals == 1:
             log.info("worker %s: got %s, stopping", self.worker_id, signal.Signals(signum).name)
-            self.request_stop()
+            self.stop_from_signal()
             return
         log.warning("worker %s: second signal, exiting now", self.worker_id)
         self.exit_now()

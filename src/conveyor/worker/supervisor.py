@@ -106,6 +106,8 @@ class Supervisor:
         self.selector.register(read_fd, selectors.EVENT_READ, child)
         self._respawn_at.pop(slot, None)
         log.info("supervisor: started child %d (pid %d)", slot, proc.pid)
+        if self._signals:  # a signal came after the loop decided to start it: it missed the order
+            proc.send_signal(STOP_SIGNAL if self._signals == 1 else EXIT_SIGNAL)
 
     def _read(self, timeout: float) -> None:
         for key, _ in self.selector.select(timeout):

@@ -37,6 +37,7 @@ class Worker:
         self.runner = Runner(self.executor, self.config.middleware)
         self._runtime: rt.Runtime | None = None
         self._stop_requested = threading.Event()
+        self._stop_signalled = False  # set by a signal handler (stop_from_signal)
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -78,7 +79,7 @@ class Worker:
         """Serve until ``stop()`` (or, in the main thread, SIGTERM/SIGINT); returns the exit code."""
         runtime = rt.Runtime(self.app, self.config, self.executor, reporter=reporter)
         self._runtime = runtime
-        if self._stop_requested.is_set():
+        if self._stop_requested.is_set() or self._stop_signalled:
             runtime.request_stop()
         previous = rt.install_signals(runtime.on_signal) if install_signals else {}
         try:
@@ -96,3 +97,10 @@ class Worker:
         self._stop_requested.set()
         if self._runtime is not None:
             self._runtime.request_stop()
+
+    def stop_from_signal(self) -> None:
+        """:meth:`stop` for a signal handler: flags only, no lock (``Runtime.stop_from_signal``)."""
+        self._stop_signalled = True
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.stop_from_signal()
