@@ -53,14 +53,48 @@ def test_the_first_parameter_is_left_out_for_a_context() -> None:
     assert check is not None and fits(check, 1) and not fits(check, 1, 2)
 
 
-def test_a_wrapped_handler_is_checked_by_what_it_wraps() -> None:
-    def inner(x: int) -> None: ...
+def test_a_wrapped_handler_is_checked_by_what_the_worker_calls() -> None:
+    """The wrapper's parameters, not the wrapped function's: a decorator may pass it other arguments
+    (a database handle first, here), and a check of the inner signature refused calls that ran."""
 
-    @functools.wraps(inner)
-    def outer(*args: Any, **kwargs: Any) -> None: ...
+    def save(db: str, item: int) -> None: ...
 
-    check = arguments_check(outer)
-    assert check is not None and fits(check, 1) and not fits(check, 1, 2)
+    @functools.wraps(save)
+    def with_db(*args: Any, **kwargs: Any) -> None:
+        save("DB", *args, **kwargs)
+
+    check = arguments_check(with_db)
+    assert check is not None and fits(check, 5)
+    with_db(5)  # what the worker does with that call: it runs
+
+    @functools.wraps(save)
+    def exact(item: int) -> None:
+        save("DB", item)
+
+    check = arguments_check(exact)
+    assert check is not None and fits(check, 5) and not fits(check, 5, 6)
+
+
+def test_a_context_parameter_is_left_out_and_not_taken_twice() -> None:
+    def handler(ctx: object, x: int, **options: Any) -> None: ...
+
+    check = arguments_check(handler, skip_first=True, name="job")
+    assert check is not None and fits(check, 1, colour="red") and not fits(check, 1, 2)
+    with pytest.raises(TypeError, match="got multiple values for argument 'ctx'"):
+        check(1, ctx="mine")  # the worker passes the context by position: this would meet it twice
+    starred = arguments_check(lambda *args: None, skip_first=True, name="job")  # nothing to leave out
+    assert starred is not None and fits(starred, 1, 2, 3)
+
+
+def test_the_check_is_named_after_the_task_where_the_function_has_no_usable_name() -> None:
+    check = arguments_check(lambda x: None, name="resize")
+    assert check is not None
+    with pytest.raises(TypeError, match=r"^resize\(\) takes 1 positional argument but 2 were given$"):
+        check(1, 2)
+    partial = arguments_check(functools.partial(lambda a, b: None, 1))
+    assert partial is not None
+    with pytest.raises(TypeError, match=r"^handler\(\) takes 1 positional argument"):
+        partial(1, 2)
 
 
 def test_a_handler_without_a_readable_signature_is_not_checked() -> None:

@@ -127,7 +127,9 @@ class Conveyor:
             if task_name in self.registry:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
             takes_context = wants_context(func)
-            task: Task[Any, Any] = Task(self, func, task_name, task_options, arguments_check(func, takes_context))
+            task: Task[Any, Any] = Task(
+                self, func, task_name, task_options, arguments_check(func, takes_context, task_name)
+            )
             self.registry[task_name] = task
             self._wants_ctx[task_name] = takes_context
             return task

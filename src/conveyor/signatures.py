@@ -21,15 +21,26 @@ _P = inspect.Parameter
 _STARS: dict[inspect._ParameterKind, str] = {_P.VAR_POSITIONAL: "*", _P.VAR_KEYWORD: "**"}
 
 
-def arguments_check(fn: Callable[..., Any], skip_first: bool = False) -> Callable[..., None] | None:
+def arguments_check(
+    fn: Callable[..., Any], skip_first: bool = False, name: str | None = None
+) -> Callable[..., None] | None:
     """A function that takes exactly the arguments ``fn`` takes (without its first parameter when
     ``skip_first``: the ``TaskContext`` a worker passes) and raises ``TypeError`` for others, named
-    after ``fn``; None when ``fn``'s parameters cannot be read (a builtin, say): then nothing is checked."""
+    ``name`` (or after ``fn``); None when ``fn``'s parameters cannot be read (a builtin, say): then
+    nothing is checked.
+
+    ``fn``'s own parameters, not those of a function it wraps (``functools.wraps`` sets
+    ``__wrapped__``): a decorator may pass the wrapped function other arguments than it takes itself
+    (a database handle first, say), and the worker calls ``fn``.
+    """
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
     except (TypeError, ValueError):
         return None
-    if skip_first:
+    context = None  # the context's parameter, when a keyword of that name would meet it twice
+    if skip_first and params and params[0].kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
+        if params[0].kind is _P.POSITIONAL_OR_KEYWORD:
+            context = params[0].name
         params = params[1:]
     if any(not p.name.isidentifier() or keyword.iskeyword(p.name) for p in params):
         return None
@@ -50,11 +61,15 @@ def arguments_check(fn: Callable[..., Any], skip_first: bool = False) -> Callabl
         following = params[i + 1].kind if i + 1 < len(params) else None
         if p.kind is _P.POSITIONAL_ONLY and following is not _P.POSITIONAL_ONLY:
             source.append("/")
+    body = "pass"
+    kwargs = next((p.name for p in params if p.kind is _P.VAR_KEYWORD), None)
+    if context is not None and kwargs is not None:  # the worker passes it by position: not twice
+        body = f"if {context!r} in {kwargs}: raise TypeError({'got multiple values for argument ' + repr(context)!r})"
     namespace: dict[str, Any] = {default: None}
-    exec(f"def check({', '.join(source)}):\n    pass", namespace)  # names checked above: identifiers only
+    exec(f"def check({', '.join(source)}):\n    {body}", namespace)  # names checked above: identifiers only
     check: Callable[..., None] = namespace["check"]
-    name = getattr(fn, "__name__", "handler")
-    if name.isidentifier():  # Python's message names the function: name it after the handler
-        check.__name__ = check.__qualname__ = name
-        check.__code__ = check.__code__.replace(co_name=name, co_qualname=name)
+    shown = next((n for n in (name, getattr(fn, "__name__", None)) if n and n.isidentifier()), "handler")
+    # Python's message names the function: name it after the task
+    check.__name__ = check.__qualname__ = shown
+    check.__code__ = check.__code__.replace(co_name=shown, co_qualname=shown)
     return check
