@@ -796,3 +796,14 @@ def test_a_worker_on_redis_keeps_two_claims_in_flight(redis_url: str) -> None:
     assert {call.thread for call in spy.calls_to("claim")} == {"conveyor-fetcher", "conveyor-fetcher-2"}  # both claimed
     assert app.stats()["pipelined"]["completed"] == 3000
     app.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://:s3cret@h:6379/db0", "redis://user:s3cret@h/0?retries=x", "redis://h/0?password=s3cret&bogus=1",
+     "redis+cluster://u:s3cret@h:1/3", "redis://h/x?password=s3cret"],
+)  # fmt: skip
+def test_a_bad_url_is_quoted_without_its_password(url: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        RedisConfig.from_url(url)
+    assert "s3cret" not in str(refused.value) and "h" in str(refused.value)
