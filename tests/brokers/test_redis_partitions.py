@@ -15,6 +15,7 @@ from conveyor import Conveyor, FakeClock, QueueFull, Retry, TaskState
 from conveyor.brokers.redis import RedisBroker, spread
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import SLOTS, Keys, keyslot, partition_labels
+from conveyor.model import QueueSettings
 from conveyor.testing import poll_until
 from conveyor.testing.redis_server import RedisServer
 
@@ -477,6 +478,20 @@ def test_layout_4_keeps_a_partitioned_queue_whole_in_its_one_slot(server: RedisS
         broker = _broker(app)
         assert broker._slots_now() == [broker.keys.prefix]
         assert all(key.startswith(broker.keys.prefix) for key in broker.client.scan_iter(match="*"))
+    finally:
+        app.close()
+
+
+def test_layout_4_forgets_a_partitioned_queues_count_and_limits_with_it(server: RedisServer, clock: FakeClock) -> None:
+    """Its one slot's settings went, but the count and limits ``parts`` reports stayed: the queue came
+    back reporting max_size 5 and 3 partitions while enforcing neither."""
+    app = _app(server.url, clock, split=False)
+    try:
+        app.configure_queue("hot", max_size=5, concurrency=2, partitions=3)
+        app.inspect.delete_queue("hot")
+        for n in range(8):  # past the old max_size
+            app.enqueue("job", [n], queue="hot")
+        assert app.inspect.queue("hot").settings == QueueSettings("hot")
     finally:
         app.close()
 

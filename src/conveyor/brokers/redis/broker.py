@@ -288,10 +288,12 @@ class RedisBroker(Producing):
         enqueue that sees the mark registers the queue on every call until it is gone)."""
         if len(self._queue_prefixes(queue)) > 1:
             return self._forget_spread(queue, self._restore)
+        spread = self._spreads(fresh=True).get(queue)  # layout 4 keeps a count and limits there
         marked = self._forget_mark(queue)
         if marked is None or isinstance(marked, int):
             return marked
         self._unregister(queue)
+        self._forget_spread_entry(spread)
         self._forget_finish(queue, marked)
         return 0
 

@@ -313,15 +313,20 @@ class Spreading(RedisCalls):
                 marks.append((prefix, marked))
         if not tasks and known:
             self._unregister(queue)
-            if old is not None and (old.count, old.max_size, old.concurrency) != (1, None, None):
-                with translate_errors():
-                    now = float(self._client.time()[0])
-                self._store_spread(old, old.changed(self.keys.namespace, 1, None, None, now))
+            self._forget_spread_entry(old)
         for prefix, marker in marks:
             self._forget_finish(queue, marker, prefix)
         if tasks and marks and settings is not None:
             restore(settings)
         return tasks if tasks or known else None
+
+    def _forget_spread_entry(self, old: Spread | None) -> None:
+        """A forgotten queue's ``parts`` entry made that of a queue never configured: one whole slot
+        and no limits, its partitions retired (layout 4 keeps the count and limits only there)."""
+        if old is not None and (old.count, old.max_size, old.concurrency) != (1, None, None):
+            with translate_errors():
+                now = float(self._client.time()[0])
+            self._store_spread(old, old.changed(self.keys.namespace, 1, None, None, now))
 
     def _settings_of(self, queue: str) -> QueueSettings | None:
         """``queue``'s settings as ``stats`` reports them (its first slot's), None if it has none."""
