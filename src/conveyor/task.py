@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
@@ -61,9 +62,10 @@ class TaskHandle(Generic[R]):
         Returns the handler's result; raises TaskFailed if the task ended archived, ResultTimeout on
         timeout, TaskNotFound if the task is gone (deleted, or past its retention).
         """
-        check_seconds("timeout", timeout, allow_none=True)
+        if timeout is not None and timeout != math.inf:  # inf: as None, forever
+            check_seconds("timeout", timeout)
         check_positive("poll", poll)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
         wait = min(poll, 0.001)
         while True:
             try:

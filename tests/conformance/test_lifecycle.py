@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import pytest
@@ -253,6 +254,12 @@ def test_handle_result_refuses_a_bad_wait(
     """A negative timeout said "still pending after -1 s"."""
     with pytest.raises(error):
         app.enqueue("greet", args=["ann"]).result(**arguments)
+
+
+def test_handle_result_takes_an_infinite_timeout_as_none(app: Conveyor, worker: Worker, greet: object) -> None:
+    handle = app.enqueue("greet", args=["ann"])
+    worker.run_until_idle()
+    assert handle.result(timeout=math.inf) == "hello ann!"
 
 
 def test_stats_counts_tasks_per_queue_and_state(app: Conveyor, worker: Worker, greet: object) -> None:

@@ -566,6 +566,8 @@ def test_config_from_env_takes_the_options_names_and_names_a_bad_variable() -> N
     with pytest.raises(ConfigurationError, match=r"CONVEYOR_WORKER_QUEUES=' , '"):
         WorkerConfig.from_env({"CONVEYOR_WORKER_QUEUES": " , "})
     assert WorkerConfig.from_env({"CONVEYOR_WORKER_STRICT": "off"}).strict is False
+    with pytest.raises(ConfigurationError, match="set the same setting"):  # not one of them silently
+        WorkerConfig.from_env({"CONVEYOR_WORKER_GRACE": "3", "CONVEYOR_WORKER_SHUTDOWN_GRACE": "5"})
 
 
 def test_unknown_worker_variables_are_named_with_the_likely_one() -> None:

@@ -162,10 +162,14 @@ class WorkerConfig:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         types = {f.name: f.type for f in fields(cls)}
+        given: dict[str, str] = {}  # field -> the variable that set it
         for variable, name in _env_names().items():
             raw = env.get(variable)
             if raw is None:
                 continue
+            other = given.setdefault(name, variable)
+            if other != variable and env[other] != raw:
+                raise ConfigurationError(f"{other}={env[other]!r} and {variable}={raw!r} set the same setting")
             kind = types[name]
             try:
                 if name == "queues":
