@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from conveyor.worker.entry import run_worker
 
         return run_worker(ns.app, config)
-    from conveyor.worker.child import PipeReporter, obey_supervisor, watch_parent
+    from conveyor.worker.child import STOPPED, PipeReporter, obey_supervisor, watch_parent
     from conveyor.worker.loader import load_app
     from conveyor.worker.worker import Worker
 
@@ -44,9 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = PipeReporter(ns.report_fd)
     reporter.start()
     try:
-        return worker.run(reporter=reporter)
+        code = worker.run(reporter=reporter)
     finally:
         reporter.close()
+    if worker.runtime is not None and worker.runtime.stopped_by_operator:
+        os.write(ns.report_fd, f"{STOPPED}\n".encode())  # the supervisor does not replace this one
+    return code
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ The supervisor's orders come as signals of their own, :data:`STOP_SIGNAL` (shut 
 default ``KillMode=control-group`` every process of the unit gets SIGTERM, and a child that also took
 the supervisor's forwarded SIGTERM as a second signal exited at once, its running tasks released
 mid-flight instead of given their grace. A child an operator stopped (``conveyor.commands.STOP``)
-exits with :data:`STOPPED_EXIT`, and the supervisor does not replace it.
+writes ``stopped`` as its last line before it exits, and the supervisor does not replace it (an exit
+status would say it as well, were it not also what an app's ``sys.exit()`` may choose).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from conveyor.worker.inflight import Held
 __all__ = [
     "EXIT_SIGNAL",
     "FLUSH_DELAY",
-    "STOPPED_EXIT",
+    "STOPPED",
     "STOP_SIGNAL",
     "PipeReporter",
     "obey_supervisor",
@@ -56,8 +57,8 @@ FLUSH_DELAY = 0.02
 STOP_SIGNAL = signal.SIGUSR1
 #: The supervisor's "exit now" (its own second signal): release what is held and exit.
 EXIT_SIGNAL = signal.SIGUSR2
-#: A child's exit status after an operator's ``stop``: the supervisor lets it be.
-STOPPED_EXIT = 3
+#: A child's last line after an operator's ``stop``: the supervisor lets it be.
+STOPPED = "stopped"
 
 
 def obey_supervisor(stop: Callable[[], None], exit_now: Callable[[], None]) -> None:

@@ -32,7 +32,6 @@ from conveyor.model import Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.buffer import Buffer
 from conveyor.worker.cancels import CancelWatcher
-from conveyor.worker.child import STOPPED_EXIT
 from conveyor.worker.config import DEFAULT_QUEUES
 from conveyor.worker.events import log_event
 from conveyor.worker.fetcher import Fetcher, QueueOrder
@@ -81,7 +80,7 @@ class Runtime:
         self.acker = Acker(app, self.inflight, linger=linger)
         runner = Runner(executor, config.middleware)
         self.supervised = reporter is not None  # a child of ``--processes N``: it reports to a supervisor
-        self._stopped_by_operator = False
+        self.stopped_by_operator = False  # an operator's ``stop`` ended it (a supervisor replaces it not)
         self.pool = Pool(runner, self.inflight, self.buffer, self.acker, config.concurrency, reporter)
         self.fetcher = Fetcher(app, config, self.inflight, self.buffer, order, self.acker)
         self.acker.claims_soon = self.fetcher.claims_soon
@@ -121,7 +120,7 @@ class Runtime:
         if command == QUIET:
             self.fetcher.stop()  # running and buffered tasks carry on; nothing new is claimed
         elif command == STOP:
-            self._stopped_by_operator = True
+            self.stopped_by_operator = True
             self.request_stop()
 
     def request_stop(self) -> None:
@@ -135,8 +134,7 @@ class Runtime:
         self._stop_signalled = True
 
     def run(self) -> int:
-        """Run until asked to stop, then shut down gracefully; returns the exit code: 0, or for a
-        supervised child an operator stopped ``child.STOPPED_EXIT``."""
+        """Run until asked to stop, then shut down gracefully; returns the exit code (0)."""
         log.info(
             "worker %s starting: queues=%s concurrency=%d",
             self.worker_id,
@@ -165,8 +163,7 @@ class Runtime:
                 gc.unfreeze()  # back in the oldest generation: collected as usual from now on
             self.stopped.set()
         log.info("worker %s stopped", self.worker_id)
-        # a child an operator stopped says so, and its supervisor does not start another in its place
-        return STOPPED_EXIT if self.supervised and self._stopped_by_operator else 0
+        return 0
 
     def _shutdown(self) -> None:
         log.info("worker %s: shutting down (grace %.1f s)", self.worker_id, self.config.shutdown_grace)

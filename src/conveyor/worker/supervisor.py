@@ -9,9 +9,10 @@ its timeout (+ ``KILL_SLACK``) is killed, that task fails with ``TaskTimeout`` (
 policy) and the other running tasks it had reported are released at once. A child that
 reports a cancelled task (``cancel <id> <token>``: the broker archived it ``cancelled`` and revoked its lease)
 and still runs it ``CANCEL_GRACE`` seconds later is told to stop (``child.STOP_SIGNAL``), then gets SIGKILL
-``CANCEL_GRACE`` after that if the task still runs; it is replaced like any child that exits, but for
-one an operator stopped (``child.STOPPED_EXIT``). The supervisor's first SIGTERM or SIGINT stops every
-child gracefully, its second makes them exit now (``child.py`` says why by signals of their own).
+``CANCEL_GRACE`` after that if the task still runs; it is replaced like any child that exits, but
+for one an operator stopped (its last report is ``child.STOPPED``). The supervisor's first SIGTERM or
+SIGINT stops every child gracefully, its second makes them exit now (``child.py`` says why by signals
+of their own).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from types import FrameType
 from conveyor.errors import TaskTimeout
 from conveyor.model import Outcome
 from conveyor.worker.args import config_to_args
-from conveyor.worker.child import EXIT_SIGNAL, STOP_SIGNAL, STOPPED_EXIT
+from conveyor.worker.child import EXIT_SIGNAL, STOP_SIGNAL, STOPPED
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import Executor
 from conveyor.worker.loader import load_app
@@ -55,7 +56,8 @@ class Child:
     buffer: bytes = b""
     running: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # id → (token, deadline)
     cancelled: dict[str, float] = field(default_factory=dict)  # running id → when its child gets SIGTERM
-    kill_at: float | None = None  # sent SIGTERM for a cancel: SIGKILL then if a cancelled task still runs
+    kill_at: float | None = None  # told to stop for a cancel: SIGKILL then if a cancelled task still runs
+    stopped: bool = False  # an operator stopped it (its last line said so): not replaced
     # (id, token) → when, of cancels reported before their task's start: the child's heartbeat and its
     # pool report from different threads. The token keeps one from matching a later claim of the same id.
     early_cancels: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -142,6 +144,8 @@ class Supervisor:
                 child.early_cancels[(parts[1], parts[2])] = at
             elif running[0] == parts[2]:
                 child.cancelled[parts[1]] = at + CANCEL_GRACE
+        elif parts == [STOPPED]:
+            child.stopped = True
         elif parts[:1] == ["end"] and len(parts) == 2:
             child.running.pop(parts[1], None)
             child.cancelled.pop(parts[1], None)
@@ -155,7 +159,7 @@ class Supervisor:
             self._forget(child)
             if self._signals:
                 continue
-            if code == STOPPED_EXIT:
+            if child.stopped:
                 log.warning("supervisor: child %d (pid %d) stopped by an operator; not replaced", slot, child.proc.pid)
                 continue
             log.warning("supervisor: child %d (pid %d) exited with %s; replacing it", slot, child.proc.pid, code)
