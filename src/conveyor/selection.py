@@ -11,6 +11,7 @@ deleted or started by someone else) is counted as not changed, never acted on tw
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +26,7 @@ __all__ = [
     "Selection",
     "TaskFilter",
     "apply_all",
+    "call_text",
     "failed_at",
     "parse_states",
     "select",
@@ -106,7 +108,8 @@ class TaskFilter:
             if self.until is not None and at > self.until:
                 return False
         if self.text:
-            haystack = f"{info.id}\n{info.name}\n{info.args!r}\n{info.kwargs!r}\n{error}".lower()
+            # the arguments as pages show them (JSON: "x", null, true), not as Python prints them
+            haystack = f"{info.id}\n{info.name}\n{call_text(info.args, info.kwargs)}\n{error}".lower()
             if self.text not in haystack:
                 return False
         return True
@@ -221,3 +224,10 @@ def parse_states(values: Sequence[str]) -> tuple[TaskState, ...]:
         if value not in known:
             raise ValueError(f"unknown state {value!r}; one of: {', '.join(known)}")
     return tuple(known[v] for v in values)
+
+
+def call_text(args: Sequence[object], kwargs: dict[str, object]) -> str:
+    """A call's arguments in one line as the dashboard shows them: ``1, "x", width=640`` (JSON values)."""
+    parts = [json.dumps(a, ensure_ascii=False, default=str) for a in args]
+    parts += [f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in kwargs.items()]
+    return ", ".join(parts)

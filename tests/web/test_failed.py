@@ -204,6 +204,16 @@ def test_search_by_name_argument_and_error_text(client: TestClient, app: Conveyo
     assert exact.status_code == 303 and exact.headers["location"] == f"/tasks/{pending}"
 
 
+def test_search_matches_arguments_as_the_pages_show_them(client: TestClient, app: Conveyor) -> None:
+    """As JSON (``"retry 1"``, ``null``, ``true``), which a user copies from a page; it matched
+    Python's repr (``'retry 1'``, ``None``) instead."""
+    task_id = app.enqueue("job", args=["retry 1", None, True], kwargs={"mode": "fast"}).id
+    for shown in ('"retry 1"', "null", "true", 'mode="fast"'):
+        page = client.get("/search", params={"q": shown})
+        assert page.status_code == 200 and _ids(page.text) == [task_id], shown
+    assert _ids(client.get("/search", params={"q": "None"}).text) == []
+
+
 def test_a_search_cut_short_says_so(
     client: TestClient, app: Conveyor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from conveyor.selection import call_text
+
 if TYPE_CHECKING:
     from conveyor.model import TaskInfo
 
@@ -43,9 +45,7 @@ def pretty_json(value: Any) -> str:
 
 def call_args(info: TaskInfo, width: int = 80) -> str:
     """The call's arguments in one line (``1, "x", width=640``), cut to ``width`` characters."""
-    parts = [json.dumps(a, ensure_ascii=False, default=str) for a in info.args]
-    parts += [f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in info.kwargs.items()]
-    text = ", ".join(parts)
+    text = call_text(info.args, info.kwargs)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
