@@ -45,14 +45,18 @@ def check_positive(what: str, value: object, *, allow_none: bool = False) -> flo
     return number
 
 
-def check_int(what: str, value: object, *, minimum: int = 0, allow_none: bool = False) -> int | None:
-    """An int (not bool) >= minimum."""
+def check_int(
+    what: str, value: object, *, minimum: int = 0, maximum: int | None = None, allow_none: bool = False
+) -> int | None:
+    """An int (not bool) >= minimum (and <= maximum, if given)."""
     if value is None and allow_none:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what} must be <= {maximum:,}, got {value:,}")
     return value
 
 

@@ -17,7 +17,12 @@ from conveyor.selection import MAX_SCAN, BulkResult, Selection, TaskFilter, appl
 if TYPE_CHECKING:
     from conveyor.host import Host
 
-__all__ = ["Inspector", "TimelineEntry"]
+__all__ = ["MOST_LIMIT", "MOST_OFFSET", "Inspector", "TimelineEntry"]
+
+#: The largest page ``Inspector.list`` reads, and the farthest it starts: far past any queue, and
+#: within what every store's integers hold (SQLite's 64 bits; Redis's scripts count in doubles).
+MOST_LIMIT = 1_000_000
+MOST_OFFSET = 10**12
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +59,8 @@ class Inspector:
     def list(self, queue: str, state: TaskState | str, offset: int = 0, limit: int = 50) -> builtins.list[TaskInfo]:
         """A page of tasks of ``queue`` in ``state`` (order: see ``Broker.list_tasks``)."""
         check_queue(queue)
-        check_int("offset", offset)
-        check_int("limit", limit, minimum=1)
+        check_int("offset", offset, maximum=MOST_OFFSET)  # past what a store's integers hold: refused here
+        check_int("limit", limit, minimum=1, maximum=MOST_LIMIT)
         records = self.app.broker.list_tasks(queue, _state(state), self.app.now(), offset, limit)
         return [self.app.to_info(record) for record in records]
 

@@ -381,3 +381,11 @@ def test_a_long_bad_value_is_quoted_by_its_start_and_length() -> None:
     assert len(str(refused.value)) < 200
     with pytest.raises(ValueError, match=r"got 'a b'$"):
         check_queue("a b")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"), [({"offset": 2**63}, "offset must be <="), ({"limit": 10**7}, "limit must be <=")]
+)
+def test_a_page_past_what_a_store_holds_is_refused(app: Conveyor, arguments: dict[str, int], says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        app.inspect.list("default", "pending", **arguments)

@@ -270,3 +270,10 @@ def test_queue_page_of_an_unknown_queue_is_404(client: TestClient, app: Conveyor
     response = client.get("/queues/nosuchqueue")
     assert response.status_code == 404
     assert "queue not found: &#39;nosuchqueue&#39;" in response.text
+
+
+def test_a_page_offset_past_any_queue_is_refused_in_one_line(client: TestClient, app: Conveyor) -> None:
+    """SQLite answered a 500 (an OverflowError binding it), Redis its script's own error text."""
+    app.enqueue("job")
+    page = client.get("/queues/default", params={"offset": str(2**63)})
+    assert page.status_code == 400 and "offset must be &lt;= 1,000,000,000,000" in page.text, page.text[:300]
