@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from conveyor import Conveyor, DuplicateTask, QueueFull, Retry
+from conveyor import ArchiveReason, Conveyor, DuplicateTask, QueueFull, Retry
 from conveyor.errors import BrokerUnavailable
 from conveyor.metrics import Metrics
 from conveyor.model import WorkerInfo
@@ -47,6 +47,22 @@ def test_middleware_counts_processed_failed_and_retried_by_queue_and_task(app: C
     assert sample(metrics, "conveyor_tasks_failed_total", queue="default", task="flaky") == 2
     assert sample(metrics, "conveyor_tasks_retried_total", queue="default", task="flaky") == 1
     assert sample(metrics, "conveyor_tasks_failed_total", queue="mail", task="ok") is None
+
+
+def test_a_result_that_cannot_be_stored_counts_as_a_failure(app: Conveyor) -> None:
+    """Archived permanent without raising: failed_total missed it, where the dashboard's history and
+    the worker's own count had it."""
+    metrics = Metrics(app, timer=StepTimer())
+
+    @app.task
+    def unstorable() -> object:
+        return object()  # not JSON
+
+    handle = unstorable.enqueue()
+    app.worker(middleware=(metrics.middleware(),)).run_until_idle()
+    assert app.get(handle.id).archive_reason is ArchiveReason.PERMANENT
+    assert sample(metrics, "conveyor_tasks_failed_total", queue="default", task="unstorable") == 1
+    assert sample(metrics, "conveyor_tasks_processed_total", queue="default", task="unstorable") == 1
 
 
 def test_middleware_observes_durations_as_a_histogram(app: Conveyor) -> None:

@@ -8,7 +8,8 @@ Series (labels in braces)::
     conveyor_tasks_enqueued_total{queue,task}        tasks this process's app stored (duplicates not)
     conveyor_claim_duration_seconds                  histogram of one claim call to the broker
     conveyor_tasks_processed_total{queue,task}       executions that ended (any outcome but release)
-    conveyor_tasks_failed_total{queue,task}          executions that raised (retried or archived)
+    conveyor_tasks_failed_total{queue,task}          executions that failed (retried or archived failed or
+                                                     permanent: raised, or returned what cannot be stored)
     conveyor_tasks_retried_total{queue,task}         executions that ended in a retry
     conveyor_task_duration_seconds{queue,task}       histogram of execution time
     conveyor_queue_tasks{queue,state}                tasks per queue and state (at scrape time)
@@ -36,7 +37,7 @@ from prometheus_client.registry import Collector
 
 from conveyor.context import TaskContext
 from conveyor.errors import ConfigurationError, ConveyorError
-from conveyor.model import NewTask, Outcome, TaskState
+from conveyor.model import ArchiveReason, NewTask, Outcome, TaskState
 from conveyor.worker.middleware import Middleware
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
 __all__ = ["CONTENT_TYPE", "BrokerCollector", "Metrics", "MetricsMiddleware", "serve_registry"]
+
+#: The archive reasons that end a failed execution (a cancel or a lost lease is no failure of the task's).
+_FAILED = (ArchiveReason.FAILED, ArchiveReason.PERMANENT)
 
 log = logging.getLogger("conveyor.metrics")
 
@@ -106,7 +110,7 @@ class Metrics:
         self.timer = timer
         labels = ["queue", "task"]
         self.processed = Counter("conveyor_tasks_processed", "Executions that ended", labels, registry=self.registry)
-        self.failed = Counter("conveyor_tasks_failed", "Executions that raised", labels, registry=self.registry)
+        self.failed = Counter("conveyor_tasks_failed", "Executions that failed", labels, registry=self.registry)
         self.retried = Counter(
             "conveyor_tasks_retried", "Executions that ended in a retry", labels, registry=self.registry
         )
@@ -183,9 +187,6 @@ class MetricsMiddleware(Middleware):
         with self._lock:
             self._started[id(ctx)] = self.metrics.timer()
 
-    def on_error(self, ctx: TaskContext, exc: BaseException) -> None:
-        self.metrics.failed.labels(ctx.queue, ctx.name).inc()
-
     def on_claim(self, queues: Sequence[str], seconds: float, claimed: int) -> None:
         self.metrics.claim_duration.observe(seconds)
 
@@ -198,5 +199,8 @@ class MetricsMiddleware(Middleware):
         self.metrics.processed.labels(*labels).inc()
         if outcome.kind == "retry":
             self.metrics.retried.labels(*labels).inc()
+        # from the outcome, not from on_error: a result that cannot be stored fails the task too
+        if outcome.kind == "retry" or (outcome.kind == "archive" and outcome.reason in _FAILED):
+            self.metrics.failed.labels(*labels).inc()
         if started is not None:
             self.metrics.duration.labels(*labels).observe(max(0.0, self.metrics.timer() - started))
