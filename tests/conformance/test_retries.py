@@ -222,10 +222,15 @@ class Unprintable(Exception):
         raise RuntimeError("no text for you")
 
 
-def test_an_unprintable_exception_fails_its_task_as_any_failure_does(app: Conveyor, worker: Worker, kind: str) -> None:
+def test_an_unprintable_exception_fails_its_task_as_any_failure_does(app: Conveyor, worker: Worker) -> None:
     """Its ``__str__`` raising broke the failure's own handling: the task stayed active until its
     lease expired, ran again as a stalled task, and ended archived ``poison`` with its error lost."""
-    handle = app.enqueue(_register_odd(app, kind, Unprintable()))
+
+    @app.task(max_retries=1)
+    def unprintable() -> None:
+        raise Unprintable()
+
+    handle = unprintable.enqueue()
     assert worker.process_next()
     info = app.get(handle.id)
     error = "Unprintable: <exception str() failed>"
@@ -234,25 +239,3 @@ def test_an_unprintable_exception_fails_its_task_as_any_failure_does(app: Convey
     assert worker.process_next()
     info = app.get(handle.id)
     assert (info.state, info.archive_reason, info.last_error) == (TaskState.ARCHIVED, ArchiveReason.FAILED, error)
-
-
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def _register_odd(app: Conveyor, kind: str, raised: BaseException) -> str:
-    """A task named ``odd`` (one retry allowed) raising ``raised``, a sync or an async handler."""
-    if kind == "sync":
-
-        @app.task(name="odd", max_retries=1)
-        def odd() -> None:
-            raise raised
-
-    else:
-
-        @app.task(name="odd", max_retries=1)
-        async def odd_async() -> None:
-            raise raised
-
-    return "odd"
