@@ -26,6 +26,9 @@ __all__ = ["Link", "connect"]
 
 log = logging.getLogger("conveyor.brokers.redis")
 
+#: How a server refuses the URL's database: Valkey's words and Redis 7's (in cluster mode).
+_NO_DATABASE = ("DB index is out of range", "SELECT is not allowed in cluster mode")
+
 
 @dataclass(frozen=True, slots=True)
 class Link:
@@ -57,7 +60,7 @@ def connect(config: RedisConfig, plain: redis.Redis) -> Link:
         try:
             clustered = is_cluster_node(plain)
         except redis.ResponseError as exc:
-            if "DB index is out of range" not in str(exc):
+            if not any(refusal in str(exc) for refusal in _NO_DATABASE):
                 raise
             # a cluster node refuses SELECT of any database but 0 (so may a server with fewer databases)
             raise ConfigurationError(
