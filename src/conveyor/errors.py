@@ -160,21 +160,29 @@ class ReplicationTimeout(BrokerError):
 
     A failover now could lose it, so the broker withdrew what it could: ``withdrawn`` holds the ids
     removed (never claimed: enqueueing them again is safe), ``started`` the ids a worker had already
-    claimed in the meantime (they ran or run; enqueueing them again may run them twice).
-    ``acknowledged`` is how many replicas did confirm.
+    claimed in the meantime (they ran or run; enqueueing them again may run them twice), ``gone`` the
+    ids no longer stored at all (deleted meanwhile, finished and not kept, or lost in a failover: look
+    at what they were for before enqueueing them again). ``acknowledged`` is how many replicas did
+    confirm.
     """
 
     def __init__(
-        self, wanted: int, acknowledged: int, withdrawn: tuple[str, ...] = (), started: tuple[str, ...] = ()
+        self,
+        wanted: int,
+        acknowledged: int,
+        withdrawn: tuple[str, ...] = (),
+        started: tuple[str, ...] = (),
+        gone: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             f"the enqueue reached {acknowledged} of the {wanted} replica(s) asked for (wait_replicas) in time; "
-            f"withdrawn: {len(withdrawn)} task(s), already started: {len(started)}"
+            f"withdrawn: {len(withdrawn)} task(s), already started: {len(started)}, gone: {len(gone)}"
         )
         self.wanted = wanted
         self.acknowledged = acknowledged
         self.withdrawn = withdrawn
         self.started = started
+        self.gone = gone
 
 
 class SchemaError(BrokerError):

@@ -20,7 +20,7 @@ import pytest
 
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.faults import NEEDED_ACL
-from conveyor.errors import ConfigurationError, ReplicationTimeout
+from conveyor.errors import ConfigurationError, ReplicationTimeout, TaskNotFound
 from conveyor.model import BrokerPolicy, Outcome, TaskRecord, TaskState
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.sentinel import ReplicaSet, poll
@@ -222,3 +222,31 @@ def test_preflight_says_whether_there_are_enough_replicas_to_wait_for(replica_se
         assert "replicas" not in [finding.name for finding in broker.preflight()]  # not asked for: not checked
     finally:
         broker.close()
+
+
+def test_a_task_deleted_during_the_wait_is_reported_gone_not_started(deployment: Replicated, namespace: str) -> None:
+    """It was reported started ("it ran or runs: do not enqueue it again") though nothing held it: in
+    a failover that lost it, the caller then dropped a task no one would run."""
+    producer = deployment.open(namespace, wait_replicas="1", wait_timeout="1000")
+    operator = deployment.open(namespace)
+
+    def delete_it() -> bool:
+        try:
+            operator.delete("doomed", NOW)
+        except TaskNotFound:
+            return False
+        return True
+
+    deleter = threading.Thread(target=poll, args=(delete_it, 10.0, "the task to be deleted", 0.005))
+    try:
+        with deployment.replicas_stopped():
+            deleter.start()
+            with pytest.raises(ReplicationTimeout) as raised:
+                producer.enqueue([task("doomed")], NOW)
+            deleter.join()
+        assert (raised.value.withdrawn, raised.value.started, raised.value.gone) == ((), (), ("doomed",))
+        assert "gone: 1" in str(raised.value)
+    finally:
+        deleter.join()
+        producer.close()
+        operator.close()

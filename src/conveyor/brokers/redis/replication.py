@@ -158,15 +158,19 @@ class ReplicaWait:
                 dups: list[str | None] = short.reply
                 stored = [task.id for task, dup in zip(chunk, dups, strict=True) if dup is None]
                 flags = withdraw(stored) if stored else ""
-                withdrawn = tuple(task_id for task_id, flag in zip(stored, flags, strict=True) if flag == "1")
-                started = tuple(task_id for task_id, flag in zip(stored, flags, strict=True) if flag != "1")
+                sets: dict[str, list[str]] = {"1": [], "0": [], "2": []}
+                for task_id, flag in zip(stored, flags, strict=True):
+                    sets[flag].append(task_id)
+                withdrawn, started, gone = (tuple(sets[flag]) for flag in "102")
                 log.warning(
-                    "an enqueue reached %d of %d replica(s) within %d ms: %d task(s) withdrawn, %d already started",
+                    "an enqueue reached %d of %d replica(s) within %d ms: %d task(s) withdrawn, %d already"
+                    " started, %d gone",
                     short.acknowledged,
                     self.replicas,
                     self.timeout_ms,
                     len(withdrawn),
                     len(started),
+                    len(gone),
                 )
-                raise ReplicationTimeout(self.replicas, short.acknowledged, withdrawn, started) from None
+                raise ReplicationTimeout(self.replicas, short.acknowledged, withdrawn, started, gone) from None
         return results

@@ -3,8 +3,8 @@
 -- KEYS: the queue slot's (_call.lua); the unique keys of deleted tasks come back to be freed
 --       (release.lua).
 -- ARGV: head (_call.lua) with the call's token, then A(1).. the ids the enqueue stored.
--- Returns: one string, per id "1" (removed) or "0" (left: claimed at least once, finished, or gone),
---          in order, without separators. A call sent again (its connection lost before the reply
+-- Returns: one string, per id "1" (removed), "0" (left: claimed at least once, or finished) or "2"
+--          (gone: deleted meanwhile, finished and not kept, or lost), in order, without separators. A call sent again (its connection lost before the reply
 --          was read) answers as its first send did, if that one ran, and writes nothing (repeated()
 --          in _resend.lua): the tasks it removed are not answered as left (started).
 -- Transition: pending or scheduled, never claimed -> deleted (reported). Any other state is left as it
@@ -15,7 +15,9 @@ local out = {}
 local i = 1
 while A(i) do
   local t = load(A(i))
-  if t and (t.s == 'pending' or t.s == 'scheduled') and t.a == 0 and t.st == 0 then
+  if not t then
+    out[i] = '2'
+  elseif (t.s == 'pending' or t.s == 'scheduled') and t.a == 0 and t.st == 0 then
     remove_task(t, true)
     out[i] = '1'
   else
