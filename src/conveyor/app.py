@@ -221,8 +221,8 @@ class Conveyor:
         registered = self.registry.get(name) if isinstance(name, str) else None
         if registered is None:  # (a registered name was checked when it was registered)
             check_task_name(name)
-        if isinstance(args, (str, bytes, dict)):
-            raise TypeError("args must be a list or tuple of positional arguments")
+        if isinstance(args, (str, bytes, dict)) or not hasattr(args, "__iter__"):
+            raise TypeError(f"args must be a list or tuple of positional arguments, not {type(args).__name__}")
         if not isinstance(kwargs, dict):
             raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
         arguments = args if type(args) is list else list(args)

@@ -33,12 +33,14 @@ class Lease:
         self._record = record
         self.token: str = record.lease_token
         self.task: TaskInfo = app.to_info(record)
+        assert record.lease_expires_at is not None
+        self._expires_at = record.lease_expires_at
 
     @property
     def expires_at(self) -> float:
-        """When the lease ends unless extended (epoch seconds, by the app's clock)."""
-        assert self._record.lease_expires_at is not None
-        return self._record.lease_expires_at
+        """When the lease ends unless extended (epoch seconds, by the app's clock): the claim's
+        deadline, or the latest ``extend``'s."""
+        return self._expires_at
 
     def _options(self) -> EffectiveOptions:
         """The task's options; if its stored ones cannot be used here (damaged, or a backoff kind this
@@ -88,6 +90,7 @@ class Lease:
         status = self._app.broker.extend(self._record.id, self.token, self._app.now(), float(seconds))
         if status is None:
             raise LeaseLost(self._record.id)
+        self._expires_at = status.expires_at
         return status.expires_at
 
     def __repr__(self) -> str:

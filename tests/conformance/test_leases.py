@@ -99,8 +99,10 @@ def test_lease_release_with_a_delay_schedules_the_task(app: Conveyor, clock: Fak
 
 def test_lease_extend_pushes_the_deadline_from_now(app: Conveyor, clock: FakeClock, review: str) -> None:
     lease = _claim(app, lease_for=10)
+    assert lease.expires_at == clock.now() + 10
     clock.advance(8)
     assert lease.extend(10) == clock.now() + 10
+    assert lease.expires_at == clock.now() + 10  # it read the claim's deadline still
     clock.advance(8)
     assert app.claim() is None
     lease.complete()

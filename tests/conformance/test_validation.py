@@ -168,11 +168,11 @@ def test_serialization_error_is_a_value_error(app: Conveyor) -> None:
         app.enqueue("job", args=[NAN])
 
 
-@pytest.mark.parametrize(("args", "kwargs"), [("abc", {}), ({"a": 1}, {}), ((), [("k", 1)])])
+@pytest.mark.parametrize(("args", "kwargs"), [("abc", {}), ({"a": 1}, {}), ((), [("k", 1)]), (1, {})])
 def test_args_must_be_a_sequence_and_kwargs_a_dict(
     app: Conveyor, nothing_written: None, args: Any, kwargs: Any
 ) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^(args|kwargs) must be a "):  # not "'int' object is not iterable"
         app.enqueue("job", args=args, kwargs=kwargs)
 
 
