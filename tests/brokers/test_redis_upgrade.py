@@ -221,6 +221,27 @@ def test_layout_4_is_served_in_place_before_the_move(anywhere: tuple[RedisBroker
     assert records(old, ids) == records(broker, ids)
 
 
+def test_settings_changed_before_the_move_apply_to_the_tasks_still_in_layout_4(
+    brokers: tuple[RedisBroker, RedisBroker],
+) -> None:
+    """They were written in layout 5 alone, while layout 4's tasks are claimed by its slot's own: a
+    pause let a layout-4 task be claimed, a resume of a queue the old version paused left it paused,
+    a concurrency limit did not hold there."""
+    old, broker = brokers
+    old.enqueue([new("p1", "paused"), new("p2", "paused")], NOW)
+    old.set_paused("resumed", True)
+    old.enqueue([new("r1", "resumed")], NOW)
+    old.enqueue([new("c1", "limited"), new("c2", "limited")], NOW)
+    broker.set_paused("paused", True)
+    broker.set_paused("resumed", False)
+    broker.configure_queue(QueueSettings("limited", concurrency=1))
+    assert broker.claim(["paused"], NOW + 1, 30.0, limit=10) == []
+    assert [record.id for record in broker.claim(["resumed"], NOW + 1, 30.0, limit=10)] == ["r1"]
+    assert len(broker.claim(["limited"], NOW + 1, 30.0, limit=10)) == 1
+    broker.set_paused("paused", False)
+    assert sorted(record.id for record in broker.claim(["paused"], NOW + 1, 30.0, limit=10)) == ["p1", "p2"]
+
+
 class Crash(Exception):
     """A mover dying between two steps of its round."""
 

@@ -273,10 +273,16 @@ class RedisBroker(Producing):
             self._call("configure", prefix, 0.0, part.name, *limits)
 
         self._configure_spread(settings, configure)  # each partition's share (spread.py)
+        old = self._old()
+        if old is not None:  # its tasks still in layout 4 are claimed there, by that slot's settings
+            configure(old, settings)
         self._register(settings.name)
 
     def set_paused(self, queue: str, paused: bool) -> None:
         prefixes = self._queue_prefixes(queue)
+        old = self._old()
+        if old is not None:  # layout 4's tasks of the queue are claimed by that slot's flag until moved
+            prefixes = [*prefixes, old]
         if len(prefixes) > 1:  # every partition, then the registry
             self._write_pause(queue, prefixes, paused)
         admin.set_paused(self._client, self.keys, queue, paused)
