@@ -292,3 +292,18 @@ def test_rediss_sentinel_speaks_tls_to_sentinels_and_servers_across_a_failover(t
         sentinel.stop()
         replica.stop()
         master.stop()
+
+
+def test_no_sentinel_answering_is_said_in_one_short_line() -> None:
+    """redis-py names each sentinel by its client's whole repr (about 1 KB each): the error carried it."""
+    ports = [free_port(), free_port()]
+    url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/conveyor?socket_connect_timeout=0.2"
+    broker = RedisBroker.from_url(url, BrokerPolicy())
+    try:
+        with pytest.raises(BrokerUnavailable) as refused:
+            broker.enqueue([task("x")], 1.0)
+    finally:
+        broker.close()
+    text = str(refused.value)
+    assert "No master found for 'conveyor'" in text and f"sentinel 127.0.0.1:{ports[1]}" in text, text
+    assert len(text) < 300 and "redis.client.Redis" not in text, text

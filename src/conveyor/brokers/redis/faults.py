@@ -12,6 +12,7 @@ the operation to turn into its typed error, anything else a ``BrokerError``.
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.sentinel import MasterNotFoundError
 
 from conveyor.brokers.redis.tls import TlsTrouble
 from conveyor.errors import BrokerError, BrokerUnavailable
@@ -63,6 +65,10 @@ def _tls_trouble(exc: BaseException) -> str | None:
     return None
 
 
+#: A redis-py client's repr (about 1 KB each) in a sentinel error: its host and port are what matter.
+_CLIENT_REPR = re.compile(r"<redis\.client\.Redis\(.*?[(,]host=([^,]+),port=(\d+)[,)].*?\)>\)>\)>")
+
+
 def translated(exc: redis.RedisError | RedisClusterException) -> BrokerError:
     """The ``conveyor.errors`` exception for a redis-py exception (the caller raises it ``from exc``)."""
     if isinstance(exc, RedisClusterException) or (isinstance(exc, ClusterError) and not isinstance(exc, ResponseError)):
@@ -77,6 +83,8 @@ def translated(exc: redis.RedisError | RedisClusterException) -> BrokerError:
     trouble = _tls_trouble(exc) if isinstance(exc, redis.ConnectionError) else None
     if trouble is not None:
         return BrokerUnavailable(f"{trouble} ({exc})")
+    if isinstance(exc, MasterNotFoundError):  # redis-py names each sentinel by its whole client's repr
+        return BrokerUnavailable("Redis is unreachable: " + _CLIENT_REPR.sub(r"sentinel \1:\2", str(exc)))
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return BrokerUnavailable(f"Redis is unreachable: {exc}")
     if isinstance(exc, redis.exceptions.NoPermissionError) or (
