@@ -88,7 +88,9 @@ class DuplicateTask(ConveyorError):
 
 
 class QueueFull(ConveyorError):
-    """The queue holds ``max_size`` unfinished tasks already. Nothing was written."""
+    """The queue holds ``max_size`` unfinished tasks already. Nothing was written, but on Redis by a
+    batch of more than 500 tasks (or over several queues): it is stored a call of up to 500 per queue
+    at a time, and the calls before the refused one stay written."""
 
     def __init__(self, queue: str, max_size: int) -> None:
         super().__init__(f"queue {queue!r} is full (max_size={max_size})")
