@@ -215,6 +215,7 @@ def test_preflight_says_whether_there_are_enough_replicas_to_wait_for(replica_se
         try:
             [replicas] = [finding for finding in broker.preflight() if finding.name == "replicas"]
             assert (replicas.ok, replicas.detail.partition(",")[0]) == (ok, "1 connected")
+            assert replicas.failing is not ok  # too few: every enqueue fails, so doctor says FAIL (exit 1)
         finally:
             broker.close()
     broker = _open(replica_set, namespace)

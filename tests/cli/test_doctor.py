@@ -75,6 +75,21 @@ def test_bad_url_is_one_line_error_without_traceback() -> None:
     assert "Traceback" not in result.output
 
 
+class _FailingBroker(MemoryBroker):
+    """A finding whose calls fail now (too few replicas for ``wait_replicas``), not a risk alone."""
+
+    def preflight(self) -> list[Finding]:
+        return [Finding("replicas", False, "0 connected, wait_replicas=1: every enqueue fails", failing=True)]
+
+
+def test_doctor_fails_on_a_finding_that_makes_calls_fail_now() -> None:
+    """It said WARN and exited 0 while its own text said every enqueue fails."""
+    app = Conveyor(broker=_FailingBroker())
+    result = CliRunner().invoke(cli_group, ["doctor", "--json"], obj=CliState(app=app))
+    assert result.exit_code == 1, result.output
+    assert checks(result)["replicas"][0] == "FAIL"
+
+
 def test_doctor_checks_each_broker_with_its_own_checks(cli: Invoke, broker_url: str) -> None:
     result = cli("doctor", "--json")
     assert result.exit_code == 0, result.output

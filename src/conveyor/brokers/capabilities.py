@@ -89,11 +89,12 @@ class AnnouncesCancels(Protocol):
 class Finding:
     """One setting a broker's ``preflight`` looked at: its ``name`` (``maxmemory-policy``,
     ``journal_mode``), whether it is ``ok``, and ``detail``: the value found, or what is wrong and
-    what to set instead."""
+    what to set instead. ``failing``: not only a risk but calls fail now (``doctor`` says FAIL)."""
 
     name: str
     ok: bool
     detail: str
+    failing: bool = False
 
 
 @runtime_checkable

@@ -53,7 +53,9 @@ def run_checks(state: CliState) -> list[Check]:
     broker = app.broker
     if isinstance(broker, ChecksServer):
         try:
-            checks += [Check(f.name, "OK" if f.ok else "WARN", f.detail) for f in broker.preflight()]
+            checks += [
+                Check(f.name, "OK" if f.ok else "FAIL" if f.failing else "WARN", f.detail) for f in broker.preflight()
+            ]
         except ConveyorError as exc:
             checks.append(Check("preflight", "FAIL", str(exc)))
     workers = app.inspect.workers()

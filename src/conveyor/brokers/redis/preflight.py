@@ -17,7 +17,7 @@ connected replicas (a killed replica leaves it at once; the cluster marks it fai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -95,7 +95,7 @@ def findings(client: redis.Redis, wait: ReplicaWait | None, cluster: bool) -> li
             found.append(Finding(f"server configuration ({shard.master})", False, "not known to the client yet"))
             continue
         master = node.redis_connection or shards_client.get_redis_connection(node)
-        found += [Finding(f"{f.name} ({shard.master})", f.ok, f.detail) for f in _server(master, wait)]
+        found += [replace(f, name=f"{f.name} ({shard.master})") for f in _server(master, wait)]
     return found
 
 

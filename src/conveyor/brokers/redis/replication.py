@@ -136,7 +136,7 @@ class ReplicaWait:
                 f"{connected} connected, wait_replicas={self.replicas}: every enqueue fails with "
                 "ReplicationTimeout until enough replicas are back"
             )
-            return [Finding("replicas", False, detail)]
+            return [Finding("replicas", False, detail, failing=True)]
         return [Finding("replicas", True, f"{connected} connected, wait_replicas={self.replicas}")]
 
     def enqueue(
