@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-from conveyor import Conveyor, FakeClock
+from conveyor import Conveyor, FakeClock, QueueFull
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.config import RedisConfig
 from conveyor.brokers.redis.keys import Keys, Keys5, queue_label
@@ -240,6 +240,24 @@ def test_settings_changed_before_the_move_apply_to_the_tasks_still_in_layout_4(
     assert len(broker.claim(["limited"], NOW + 1, 30.0, limit=10)) == 1
     broker.set_paused("paused", False)
     assert sorted(record.id for record in broker.claim(["paused"], NOW + 1, 30.0, limit=10)) == ["p1", "p2"]
+
+
+def test_layout_4_settings_hold_for_layout_5_tasks_before_the_first_move(
+    brokers: tuple[RedisBroker, RedisBroker],
+) -> None:
+    """They came over with a queue's first batch moved (a janitor tick later, or never for a consumer
+    without one): meanwhile a new producer's tasks ignored the old max_size, and its claims the pause."""
+    old, broker = brokers
+    old.configure_queue(QueueSettings("capped", max_size=2))
+    old.enqueue([new("o1", "capped")], NOW)
+    old.set_paused("held", True)
+    old.enqueue([new("h1", "held")], NOW)
+    broker.enqueue([new("n1", "capped"), new("n2", "capped")], NOW)  # layout 5 holds 2 of them now
+    with pytest.raises(QueueFull):
+        broker.enqueue([new("n3", "capped")], NOW)
+    broker.enqueue([new("n4", "held")], NOW)
+    assert broker.claim(["held"], NOW + 1, 30.0, limit=10) == []  # neither layout's task: paused
+    assert moving(broker)  # nothing moved yet: the settings came when layout 4 was first found
 
 
 class Crash(Exception):

@@ -85,6 +85,7 @@ class Upgrade:
         self._read_at = float("-inf")
         self._cursor = "0"
         self._recovered = False
+        self._carried = False
         self._token = secrets.token_hex(8)
 
     @property
@@ -99,7 +100,24 @@ class Upgrade:
         if now - self._read_at >= RECHECK:
             self._present = bool(self._calls.client.exists(self.old.queues))
             self._read_at = now
+            if self._present and not self._carried:
+                self._carry_settings()
+                self._carried = True
         return self._present
+
+    def _carry_settings(self) -> None:
+        """Layout 4's queue settings copied where layout 5 has none, when this process first finds
+        layout 4: a queue's tasks enqueued and claimed in layout 5 meanwhile keep its pause and limits
+        (they came with its first batch moved, up to a janitor tick later, or never for a consumer
+        without one). Changes after it are written in both layouts (``RedisBroker.configure_queue``)."""
+        keys, old, client = self._calls.keys, self.old, self._calls.client
+        queues = sorted(cast("set[str]", client.smembers(old.queues)))
+        for queue in queues:
+            values = cast("list[str | None]", client.hmget(old.settings(queue), _SETTINGS))
+            settings = keys.slot(keys.queue_prefix(queue)).settings(queue)
+            for name, value in zip(_SETTINGS, values, strict=True):
+                if value is not None:
+                    client.hsetnx(settings, name, value)
 
     def step(self, now: float, budget: float = TICK_BUDGET, batch: int = BATCH) -> int:
         """Move layout 4's tasks, ``batch`` per call (per round on a cluster), for up to ``budget``
@@ -249,13 +267,8 @@ class Upgrade:
         """Layout 4 without tasks: its queues' settings and the task declarations carried over (those
         of layout 5 kept), the rest deleted, its registry last."""
         keys, old, client = self._calls.keys, self.old, self._calls.client
+        self._carry_settings()
         queues = sorted(cast("set[str]", client.smembers(old.queues)))
-        for queue in queues:
-            values = cast("list[str | None]", client.hmget(old.settings(queue), _SETTINGS))
-            settings = keys.slot(keys.queue_prefix(queue)).settings(queue)
-            for name, value in zip(_SETTINGS, values, strict=True):
-                if value is not None:
-                    client.hsetnx(settings, name, value)
         if queues:
             client.sadd(keys.queues, *queues)
         declared = cast("dict[str, str]", client.hgetall(old.declared))
