@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import Result
 
 from conveyor import Conveyor, TaskNotFound, TaskState
@@ -71,6 +72,40 @@ def test_enqueue_from_file_enqueues_every_line(cli: Invoke, app: Conveyor, tmp_p
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["enqueued"] == 1200
     assert app.stats()["default"]["pending"] == 1200
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ('{"args": [NaN]}', "line 551: not valid JSON (NaN is not JSON)"),
+        ('{"arg": [1]}', "line 551: unknown key(s) 'arg'"),
+        ('{"args": [1], "queue": "x"}', "line 551: unknown key(s) 'queue'"),
+    ],
+)
+def test_enqueue_from_file_checks_every_line_before_storing_any(
+    cli: Invoke, app: Conveyor, tmp_path: Path, bad: str, says: str
+) -> None:
+    """Chunks of 500 were stored before line 551 was found bad (NaN passed the first check, unknown
+    keys were dropped silently): fixing the file and running it again stored them twice."""
+    lines = [json.dumps({"args": [i]}) for i in range(550)] + [bad]
+    path = tmp_path / "calls.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = cli("enqueue", "bulk", "--file", str(path))
+    assert result.exit_code == 1 and says in result.stderr, result.output
+    assert app.stats() == {}
+
+
+def test_enqueue_from_file_past_max_size_stores_nothing_where_a_call_is_atomic(
+    cli: Invoke, app: Conveyor, tmp_path: Path, broker_url: str
+) -> None:
+    """It was 500 on every backend (the file went in chunks of 500 calls); Redis stores 500 tasks a
+    call, so a QueueFull there keeps the calls before it, as the README says."""
+    app.configure_queue("default", max_size=700)
+    path = tmp_path / "calls.jsonl"
+    path.write_text("\n".join(json.dumps({"args": [i]}) for i in range(1000)) + "\n")
+    result = cli("enqueue", "bulk", "--file", str(path))
+    assert result.exit_code == 1 and "is full (max_size=700)" in result.stderr, result.output
+    assert app.stats()["default"]["total"] == (500 if broker_url.startswith("redis") else 0)
 
 
 def test_ls_lists_a_page_of_one_state(cli: Invoke, app: Conveyor) -> None:

@@ -184,7 +184,7 @@ def configure_queue(
     """Show QUEUE's settings, or change those given (the others are kept, and a paused queue stays
     paused). Every process sees them at once; changing --partitions loses and strands no task."""
     changing = any(value is not None for value in (max_size, concurrency, aging, partitions))
-    app = state.conveyor()
+    app = state.conveyor(create=create)  # --create: a queue ahead of its first task, on a new file too
     try:
         current = app.inspect.queue(queue).settings
     except QueueNotFound:

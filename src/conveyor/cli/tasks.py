@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import click
 from click.core import ParameterSource
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from conveyor._validate import check_queue, check_task_id, check_task_name
@@ -112,34 +111,51 @@ def _warn_if_undeclared(app: Conveyor, name: str, queue: str | None) -> None:
         )
 
 
-def _calls(lines: TextIO) -> Iterator[tuple[list[Any], dict[str, Any]]]:
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            call = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise click.ClickException(f"line {number}: not valid JSON ({exc.msg})") from None
-        if not isinstance(call, dict) or not isinstance(call.get("args", []), list):
-            raise click.ClickException(f'line {number}: expected {{"args": [...], "kwargs": {{...}}}}')
-        kwargs = call.get("kwargs", {})
-        if not isinstance(kwargs, dict):
-            raise click.ClickException(f"line {number}: kwargs must be a JSON object")
-        yield call.get("args", []), kwargs
+#: What a line of ``enqueue --file`` may hold.
+_LINE_KEYS = ("args", "kwargs")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _calls(lines: TextIO) -> list[tuple[list[Any], dict[str, Any]]]:
+    """Every line's call, each checked as the enqueue will (strict JSON, known keys) before any is
+    stored: a file is enqueued whole or not at all, and a refusal names its line."""
+    calls: list[tuple[list[Any], dict[str, Any]]] = []
+    number = 0
+    try:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                call = json.loads(line, parse_constant=_not_json)
+            except ValueError as exc:
+                why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                raise click.ClickException(f"line {number}: not valid JSON ({why})") from None
+            if not isinstance(call, dict) or not isinstance(call.get("args", []), list):
+                raise click.ClickException(f'line {number}: expected {{"args": [...], "kwargs": {{...}}}}')
+            unknown = sorted(set(call) - set(_LINE_KEYS))
+            if unknown:
+                raise click.ClickException(
+                    f"line {number}: unknown key(s) {', '.join(map(repr, unknown))}; a line holds"
+                    ' "args" and "kwargs" (options such as --queue apply to the whole file)'
+                )
+            kwargs = call.get("kwargs", {})
+            if not isinstance(kwargs, dict):
+                raise click.ClickException(f"line {number}: kwargs must be a JSON object")
+            calls.append((call.get("args", []), kwargs))
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"line {number + 1}: not UTF-8 text ({exc.reason})") from None
+    return calls
 
 
 def _enqueue_file(state: CliState, name: str, lines: TextIO, options: dict[str, Any]) -> list[str]:
-    """Enqueue in chunks of 500 calls, with a progress bar on a terminal."""
+    """Every line's call in one ``enqueue_many``: refused whole (``QueueFull``, a bad call) where the
+    broker stores a call at once (memory, SQLite); Redis stores 500 a call (README, "Queues")."""
     app = state.conveyor(create=True)
-    calls = list(_calls(lines))
-    ids: list[str] = []
-    with Progress(transient=True, disable=state.json, console=Console(stderr=True)) as progress:
-        bar = progress.add_task(f"enqueue {name}", total=len(calls))
-        for start in range(0, len(calls), 500):
-            chunk = calls[start : start + 500]
-            ids += [h.id for h in app.enqueue_many(name, chunk, **options)]
-            progress.advance(bar, len(chunk))
-    return ids
+    calls = _calls(lines)
+    return [h.id for h in app.enqueue_many(name, calls, **options)] if calls else []
 
 
 @click.command("ls")
