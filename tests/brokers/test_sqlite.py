@@ -453,6 +453,37 @@ def test_unsubscribed_files_record_no_events_and_the_table_is_trimmed(
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 5
 
 
+def test_the_last_unsubscribe_stops_polling_and_listening(
+    open_sqlite: Callable[..., SQLiteBroker], db_path: Path
+) -> None:
+    """The poller ran on until close(), writers kept events for a listener gone, and at interpreter
+    exit it met the closed database (a WARNING and a traceback on stderr)."""
+    watcher, producer = open_sqlite(poll_interval=0.01), open_sqlite()
+
+    def pollers() -> int:
+        return sum(thread.name == "conveyor-sqlite-events" and thread.is_alive() for thread in threading.enumerate())
+
+    def listeners() -> int:
+        with closing(sqlite3.connect(db_path)) as conn:
+            return int(conn.execute("SELECT count(*) FROM listeners").fetchone()[0])
+
+    before = pollers()
+    seen: list[Event] = []
+    stop = watcher.subscribe(seen.append)
+    assert (pollers(), listeners()) == (before + 1, 1)
+    stop()
+    assert (pollers(), listeners()) == (before, 0)
+
+    def once(event: Event) -> None:  # unsubscribes itself on the poller's thread: no join of itself
+        seen.append(event)
+        again()
+
+    again = watcher.subscribe(once)
+    producer.enqueue([_task("told")], NOW)
+    poll_until(lambda: seen == [Event("told", None, "pending", "default", NOW)], message="the event")
+    poll_until(lambda: (pollers(), listeners()) == (before, 0), message="the poller to end")
+
+
 @pytest.mark.slow  # processes of their own
 def test_several_processes_can_create_the_same_file_at_once(db_path: Path) -> None:
     script = (

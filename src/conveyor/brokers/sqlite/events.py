@@ -44,7 +44,7 @@ class EventHub:
         self._lock = threading.Lock()
         self._subscribers: list[EventCallback] = []
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._stops: dict[threading.Thread, threading.Event] = {}
         self._last_id = 0
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
@@ -52,14 +52,22 @@ class EventHub:
             self._subscribers.append(callback)
             if self._thread is None:
                 self._last_id = self._db.write(self._register)
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._poll, name="conveyor-sqlite-events", daemon=True)
+                stop = threading.Event()  # each poller its own: one stopped ends for good
+                self._thread = threading.Thread(
+                    target=self._poll, args=(stop,), name="conveyor-sqlite-events", daemon=True
+                )
+                self._stops[self._thread] = stop
                 self._thread.start()
 
         def unsubscribe() -> None:
             with self._lock:
                 if callback in self._subscribers:
                     self._subscribers.remove(callback)
+                if self._subscribers:
+                    return
+                # no one left to tell: stop polling, and writers stop keeping events for this one
+                thread, self._thread = self._thread, None
+            self._end(thread)
 
         return unsubscribe
 
@@ -78,13 +86,25 @@ class EventHub:
     def close(self) -> None:
         with self._lock:
             thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stop.set()
+        self._end(thread)
+
+    def _end(self, thread: threading.Thread | None) -> None:
+        """Stop ``thread`` (the poller taken out of ``_thread``), then unregister this listener unless
+        a subscribe started another meanwhile."""
+        if thread is None:
+            return
+        with self._lock:
+            stop = self._stops.pop(thread)
+        stop.set()
+        if thread is not threading.current_thread():  # a callback unsubscribing ends its own poller
             thread.join()
-            try:
-                self._db.write(lambda conn: conn.execute("DELETE FROM listeners WHERE origin = ?", (self._origin,)))
-            except BrokerError:  # the row expires on its own
-                log.debug("unregistering listener on %s failed", self._db.path, exc_info=True)
+        with self._lock:
+            if self._thread is not None:
+                return
+        try:
+            self._db.write(lambda conn: conn.execute("DELETE FROM listeners WHERE origin = ?", (self._origin,)))
+        except BrokerError:  # the row expires on its own
+            log.debug("unregistering listener on %s failed", self._db.path, exc_info=True)
 
     def _register(self, conn: sqlite3.Connection) -> int:
         """Mark this broker as listening and return the last event id, in one transaction."""
@@ -94,14 +114,14 @@ class EventHub:
         )
         return int(conn.execute("SELECT coalesce(max(id), 0) FROM events").fetchone()[0])
 
-    def _poll(self) -> None:
+    def _poll(self, stop: threading.Event) -> None:
         refreshed = time.monotonic()
-        while not self._stop.wait(self._interval):
+        while not stop.wait(self._interval):
             try:
                 if time.monotonic() - refreshed >= _REFRESH_EVERY:
                     self._db.write(self._register)
                     refreshed = time.monotonic()
-                while self._poll_once() == _BATCH and not self._stop.is_set():
+                while self._poll_once() == _BATCH and not stop.is_set():
                     pass
             except BrokerError:
                 log.warning("reading events from %s failed; retrying", self._db.path, exc_info=True)
