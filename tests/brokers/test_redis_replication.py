@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlencode
 
 import pytest
@@ -116,11 +116,26 @@ def test_a_batch_withdraws_only_the_tasks_it_stored(waiting: RedisBroker, deploy
     assert _found(waiting, "x") is None and _found(waiting, "y") is None
 
 
+def _enqueue_racing(
+    deployment: Replicated, producer: RedisBroker, task_id: str, act: Callable[[], bool]
+) -> ReplicationTimeout:
+    """Enqueue ``task_id`` with the replicas stopped while ``act`` is tried every 5 ms on a thread until
+    it succeeds (each of the enqueue's write calls, 3 here with a take, waits the whole 1 s timeout:
+    ample time); the ReplicationTimeout it raised."""
+    racer = threading.Thread(target=poll, args=(act, 10.0, f"{act.__name__} to succeed", 0.005))
+    with deployment.replicas_stopped():
+        racer.start()
+        try:
+            with pytest.raises(ReplicationTimeout) as raised:
+                producer.enqueue([task(task_id)], NOW)
+        finally:
+            racer.join()
+    return raised.value
+
+
 def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_running(
     deployment: Replicated, namespace: str
 ) -> None:
-    # each of the enqueue's write calls (3 here, a take among them) waits the whole timeout: 1 s each
-    # (3 s took 9 s a test) leaves the claimer, polling every 5 ms, ample time to claim
     producer = deployment.open(namespace, wait_replicas="1", wait_timeout="1000")
     worker = deployment.open(namespace)
     claimed: list[TaskRecord] = []
@@ -129,19 +144,13 @@ def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_ru
         claimed.extend(worker.claim(["q"], NOW, 30.0))
         return bool(claimed)
 
-    claimer = threading.Thread(target=poll, args=(claim_it, 10.0, "the task to be claimed", 0.005))
     try:
-        with deployment.replicas_stopped():
-            claimer.start()
-            with pytest.raises(ReplicationTimeout) as raised:
-                producer.enqueue([task("raced")], NOW)
-            claimer.join()
-        assert (raised.value.withdrawn, raised.value.started) == ((), ("raced",))
+        raised = _enqueue_racing(deployment, producer, "raced", claim_it)
+        assert (raised.withdrawn, raised.started) == ((), ("raced",))
         record = _found(worker, "raced")
         assert record is not None and record.state is TaskState.ACTIVE
         assert [task.id for task in claimed] == ["raced"]
     finally:
-        claimer.join()
         producer.close()
         worker.close()
 
@@ -238,16 +247,10 @@ def test_a_task_deleted_during_the_wait_is_reported_gone_not_started(deployment:
             return False
         return True
 
-    deleter = threading.Thread(target=poll, args=(delete_it, 10.0, "the task to be deleted", 0.005))
     try:
-        with deployment.replicas_stopped():
-            deleter.start()
-            with pytest.raises(ReplicationTimeout) as raised:
-                producer.enqueue([task("doomed")], NOW)
-            deleter.join()
-        assert (raised.value.withdrawn, raised.value.started, raised.value.gone) == ((), (), ("doomed",))
-        assert "gone: 1" in str(raised.value)
+        raised = _enqueue_racing(deployment, producer, "doomed", delete_it)
+        assert (raised.withdrawn, raised.started, raised.gone) == ((), (), ("doomed",))
+        assert "gone: 1" in str(raised)
     finally:
-        deleter.join()
         producer.close()
         operator.close()
