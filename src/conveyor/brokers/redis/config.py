@@ -45,6 +45,7 @@ from conveyor.brokers.redis.keys import Keys
 from conveyor.brokers.redis.sentinel import SCHEMES, SENTINEL_OPTIONS, SentinelTarget, sentinel_client
 from conveyor.brokers.redis.tls import TlsConnection
 from conveyor.errors import ConfigurationError
+from conveyor.urls import redact
 
 __all__ = ["RedisConfig"]
 
@@ -98,7 +99,7 @@ class RedisConfig:
         if parts.scheme not in _SCHEMES and parts.scheme not in SCHEMES:
             raise ConfigurationError(
                 "not a redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or"
-                f" rediss+sentinel:// URL: {_shown(url)!r}"
+                f" rediss+sentinel:// URL: {redact(url)!r}"
             )
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         _check_options(url, parts.scheme, query)
@@ -106,7 +107,7 @@ class RedisConfig:
             _check_cluster(url, parts.path, query)
         elif parts.scheme in _SCHEMES and not _is_database(parts.path.removeprefix("/")):
             raise ConfigurationError(
-                f"bad redis URL {_shown(url)!r}: the path names the database, a number (0 to 15 usually)"
+                f"bad redis URL {redact(url)!r}: the path names the database, a number (0 to 15 usually)"
             )
         try:
             config = cls(
@@ -121,15 +122,15 @@ class RedisConfig:
                 wait_timeout=_whole("wait_timeout", query.get("wait_timeout", "1000")),
             )
         except ValueError as exc:
-            raise ConfigurationError(f"bad redis URL {_shown(url)!r}: {exc}") from exc
+            raise ConfigurationError(f"bad redis URL {redact(url)!r}: {exc}") from exc
         Keys(config.namespace)  # validates the namespace
         if config.max_connections < 1 or config.retries < 0:
-            raise ConfigurationError(f"bad redis URL {_shown(url)!r}: max_connections >= 1 and retries >= 0 required")
+            raise ConfigurationError(f"bad redis URL {redact(url)!r}: max_connections >= 1 and retries >= 0 required")
         # WAIT must end before the socket times out (only a WAIT sent needs it)
         bound = config.socket_timeout * 1000 if config.wait_replicas else math.inf
         if config.wait_replicas < 0 or not 0 < config.wait_timeout < bound:
             raise ConfigurationError(
-                f"bad redis URL {_shown(url)!r}: wait_replicas >= 0 and 0 < wait_timeout (ms)"
+                f"bad redis URL {redact(url)!r}: wait_replicas >= 0 and 0 < wait_timeout (ms)"
                 " < socket_timeout * 1000 required"
             )
         if parts.scheme in SCHEMES:
@@ -278,15 +279,6 @@ def _seeds(hosts: str) -> list[tuple[str, int]]:
     return seeds
 
 
-def _shown(url: str) -> str:
-    """``url`` as an error message quotes it: without its user and password (an error is printed,
-    logged and pasted into tickets)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc if "@" not in parts.netloc else "***@" + parts.netloc.rpartition("@")[2]
-    query = [(k, "***" if "password" in k else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*")))
-
-
 def _is_database(text: str) -> bool:
     """Whether a plain URL's path (without its ``/``) names a database: none, or a number (redis-py
     would take anything else as database 0)."""
@@ -296,7 +288,7 @@ def _is_database(text: str) -> bool:
 def _check_cluster(url: str, path: str, query: dict[str, str]) -> None:
     """A cluster URL's seeds must parse and it may name no database but 0."""
     if path not in ("", "/", "/0") or query.get("db", "0") != "0":
-        raise ConfigurationError(f"a Redis Cluster has database 0 only; remove the database from {_shown(url)!r}")
+        raise ConfigurationError(f"a Redis Cluster has database 0 only; remove the database from {redact(url)!r}")
     hosts = urlsplit(url).netloc.rpartition("@")[2]
     try:
         seeds = _seeds(hosts)
@@ -304,5 +296,5 @@ def _check_cluster(url: str, path: str, query: dict[str, str]) -> None:
         seeds = []
     if not seeds or any(not 0 < port < 65536 for _, port in seeds):
         raise ConfigurationError(
-            f"bad redis+cluster URL {_shown(url)!r}: give the seed nodes as host:port[,host:port...]"
+            f"bad redis+cluster URL {redact(url)!r}: give the seed nodes as host:port[,host:port...]"
         )
