@@ -55,7 +55,7 @@ class Child:
     started: float = field(default_factory=time.monotonic)
     buffer: bytes = b""
     running: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # id → (token, deadline)
-    cancelled: dict[str, float] = field(default_factory=dict)  # running id → when its child gets SIGTERM
+    cancelled: dict[str, float] = field(default_factory=dict)  # running id → when its child is told to stop
     kill_at: float | None = None  # told to stop for a cancel: SIGKILL then if a cancelled task still runs
     stopped: bool = False  # an operator stopped it (its last line said so): not replaced
     # (id, token) → when, of cancels reported before their task's start: the child's heartbeat and its
@@ -109,7 +109,7 @@ class Supervisor:
         self._respawn_at.pop(slot, None)
         log.info("supervisor: started child %d (pid %d)", slot, proc.pid)
         if self._signals:  # a signal came after the loop decided to start it: it missed the order
-            proc.send_signal(STOP_SIGNAL if self._signals == 1 else EXIT_SIGNAL)
+            proc.send_signal(self._order())
 
     def _read(self, timeout: float) -> None:
         for key, _ in self.selector.select(timeout):
@@ -243,12 +243,16 @@ class Supervisor:
             for outcome, ok in zip(outcomes, applied, strict=True):
                 log.info("supervisor: task %s %s (%s)", outcome.task_id, outcome.kind, "ok" if ok else "fenced")
 
+    def _order(self) -> int:
+        """What the children are told after the signals so far: stop gracefully, then exit now."""
+        return STOP_SIGNAL if self._signals == 1 else EXIT_SIGNAL
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Order every child: the first signal is their graceful shutdown, the second exits now (by
         the children's own signals: each may have had SIGTERM from systemd as well, ``child.py``)."""
         self._signals += 1
         self._respawn_at.clear()
-        order = STOP_SIGNAL if self._signals == 1 else EXIT_SIGNAL
+        order = self._order()
         for child in self.children.values():
             try:
                 child.proc.send_signal(order)
