@@ -225,7 +225,9 @@ class RedisServer(Started):
                     return False
                 try:
                     if client.ping():
-                        return True
+                        # Another process's server may hold the port (picked free, then taken before ours
+                        # bound it): answering is not enough, the answer must come from our process.
+                        return int(client.info("server")["process_id"]) == self._proc.pid
                 except redis.RedisError:
                     time.sleep(0.01)  # polling a starting process, not waiting for a result
             return False
