@@ -23,7 +23,7 @@ from conveyor.brokers.base import AppliesPolicy, Broker, LabelsIds, SharesClock
 from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.declared import DeclaredTasks
-from conveyor.errors import ConfigurationError, DuplicateTask, TaskNotFound
+from conveyor.errors import ConfigurationError, DuplicateTask, QueueFull, ReplicationTimeout, TaskNotFound
 from conveyor.ids import new_task_id
 from conveyor.info import task_info
 from conveyor.inspect import Inspector
@@ -178,7 +178,9 @@ class Conveyor:
         """Enqueue many calls ``(args, kwargs)`` of one task in few round trips.
 
         Every call is checked before anything is written. A duplicate does not raise: its handle
-        points at the existing task.
+        points at the existing task. ``QueueFull`` (or ``ReplicationTimeout``) on Redis may come after
+        earlier parts of a long call were stored (500 tasks per queue a call): their ids are in its
+        ``stored``, and ``on_enqueue`` callbacks are told of them.
         """
         now = self.now()
         checked = check_enqueue_options(options)
@@ -190,7 +192,14 @@ class Conveyor:
             tasks = [self._build(name, args, kwargs, checked, now, suffix) for args, kwargs in calls]
         except (TypeError, ValueError) as exc:
             raise (malformed_call(calls) or exc) from None
-        results = self.broker.enqueue(tasks, now) if tasks else []
+        try:
+            results = self.broker.enqueue(tasks, now) if tasks else []
+        except (QueueFull, ReplicationTimeout) as refused:  # on Redis, a long call's earlier parts stay stored
+            if refused.stored:
+                stored = set(refused.stored)
+                for hook in self._enqueue_hooks:
+                    _tell(hook, [task for task in tasks if task.id in stored])
+            raise
         for hook in self._enqueue_hooks:  # usually none
             _tell(hook, [task for task, existing in zip(tasks, results, strict=True) if existing is None])
         return [TaskHandle(self, existing or task.id) for task, existing in zip(tasks, results, strict=True)]

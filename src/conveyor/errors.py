@@ -7,7 +7,8 @@ Everything Conveyor raises on its own account derives from one root::
     │   └── UnknownBackoff        no backoff policy is registered under that kind
     ├── TaskNotFound              no task with that id (or past its retention) (also KeyError)
     ├── DuplicateTask             task id taken, or a unique task is still unfinished; ``.existing_id``
-    ├── QueueFull                 the queue's ``max_size`` would be exceeded; nothing was written
+    ├── QueueFull                 the queue's ``max_size`` would be exceeded; nothing was written (on
+    │                             Redis, a long call's earlier parts may be: ``.stored``)
     ├── QueueNotFound             no queue of that name is known (also KeyError)
     ├── LeaseLost                 the lease expired or was taken over; the call changed nothing
     ├── InvalidTransition         an admin action that does not apply to the task's state
@@ -87,15 +88,32 @@ class DuplicateTask(ConveyorError):
         self.existing_id = existing_id
 
 
-class QueueFull(ConveyorError):
+class _PartlyStored:
+    """An enqueue refused after part of its call was stored: ``stored`` holds the ids of the call's
+    tasks written before the refusal (they run; enqueue the others again). Only Redis stores a call in
+    parts (500 tasks per queue at a time); elsewhere ``stored`` is empty."""
+
+    stored: tuple[str, ...] = ()
+
+    def _partly(self, message: str) -> str:
+        if not self.stored:
+            return message
+        return f"{message}; {len(self.stored)} task(s) of the call were stored before it and will run"
+
+
+class QueueFull(_PartlyStored, ConveyorError):
     """The queue holds ``max_size`` unfinished tasks already. Nothing was written, but on Redis by a
     batch of more than 500 tasks (or over several queues): it is stored a call of up to 500 per queue
-    at a time, and the calls before the refused one stay written."""
+    at a time, and the calls before the refused one stay written, their ids in ``stored``."""
 
-    def __init__(self, queue: str, max_size: int) -> None:
+    def __init__(self, queue: str, max_size: int, stored: tuple[str, ...] = ()) -> None:
         super().__init__(f"queue {queue!r} is full (max_size={max_size})")
         self.queue = queue
         self.max_size = max_size
+        self.stored = stored
+
+    def __str__(self) -> str:
+        return self._partly(super().__str__())
 
 
 class QueueNotFound(ConveyorError, KeyError):
@@ -157,7 +175,7 @@ class BrokerUnavailable(BrokerError):
     """The store cannot be reached, or stayed busy, within the time allowed."""
 
 
-class ReplicationTimeout(BrokerError):
+class ReplicationTimeout(_PartlyStored, BrokerError):
     """An enqueue was written on the master but fewer than ``wanted`` replicas confirmed it in time.
 
     A failover now could lose it, so the broker withdrew what it could: ``withdrawn`` holds the ids
@@ -165,7 +183,8 @@ class ReplicationTimeout(BrokerError):
     claimed in the meantime (they ran or run; enqueueing them again may run them twice), ``gone`` the
     ids no longer stored at all (deleted meanwhile, finished and not kept, or lost in a failover: look
     at what they were for before enqueueing them again). ``acknowledged`` is how many replicas did
-    confirm.
+    confirm. ``stored``: the ids of a long call's tasks its earlier calls stored, each confirmed by the
+    replicas, before the one that was not (500 tasks per queue a call).
     """
 
     def __init__(
@@ -185,6 +204,9 @@ class ReplicationTimeout(BrokerError):
         self.withdrawn = withdrawn
         self.started = started
         self.gone = gone
+
+    def __str__(self) -> str:
+        return self._partly(super().__str__())
 
 
 class SchemaError(BrokerError):

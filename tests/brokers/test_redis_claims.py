@@ -120,6 +120,18 @@ def test_a_key_claimed_for_a_task_its_queue_refused_is_freed_at_once(split: Redi
     assert split.enqueue([task("3~a", unique_key="u"), task("4~a", unique_key="v")], NOW) == [None, None]
 
 
+def test_a_call_refused_after_a_run_names_the_tasks_it_stored(broker: RedisBroker) -> None:
+    """A key in tasks of two slots: the call goes run by run (``_enqueue_in_order``); the second
+    run's refusal names the first run's task, its duplicate not (on one slot: one call, nothing)."""
+    broker.configure_queue(QueueSettings("a", max_size=1))
+    assert broker.enqueue([task("0~a")], NOW) == [None]
+    batch = [task("1~b", unique_key="k"), task("2~a", unique_key="k"), task("3~a")]
+    with pytest.raises(QueueFull) as refused:
+        broker.enqueue(batch, NOW)
+    kept = [new.id for new in batch if broker.get(new.id, NOW) is not None]
+    assert sorted(refused.value.stored) == kept == ([] if broker.keys.one_slot else ["1~b"])
+
+
 def test_a_key_of_a_task_stored_again_under_its_id_stays_claimed(split: RedisBroker) -> None:
     """Enqueued again while it holds its key: a duplicate, and its entry is left to it."""
     assert split.enqueue([task("1~a", unique_key="u")], NOW) == [None]

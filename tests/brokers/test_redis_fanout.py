@@ -120,10 +120,25 @@ def test_a_full_partition_stores_the_parts_before_it_and_refuses(broker: RedisBr
     first, second, third = _labels(broker, "hot")
     assert broker.enqueue([_task(broker, "hot", n, third) for n in range(2)], NOW) == [None, None]
     batch = [_task(broker, "hot", 10, first), _task(broker, "hot", 11, second), _task(broker, "hot", 12, third)]
-    with pytest.raises(QueueFull):
+    with pytest.raises(QueueFull) as refused:
         broker.enqueue(batch, NOW)
     assert [broker.get(new.id, NOW) is not None for new in batch] == [True, True, False]
+    assert sorted(refused.value.stored) == sorted(new.id for new in batch[:2])
     assert broker.enqueue([_task(broker, "hot", 20, first)], NOW) == [None]  # its number moved as stored
+
+
+def test_a_joined_call_refused_in_a_later_part_names_the_parts_it_stored(broker: RedisBroker) -> None:
+    """Parts of two tasks each, joined in one call on one server (each partition has had a task, so
+    that no part is refused for its registration first)."""
+    broker.configure_queue(QueueSettings("hot", max_size=9, partitions=3))  # 3 per partition
+    first, second, third = _labels(broker, "hot")
+    before = [_task(broker, "hot", n, label) for n, label in enumerate((first, second, third, third, third))]
+    assert broker.enqueue(before, NOW) == [None] * 5
+    batch = [_task(broker, "hot", 10 + n, label) for label in (first, second, third) for n in range(2)]
+    with pytest.raises(QueueFull) as refused:
+        broker.enqueue(batch, NOW)
+    assert [broker.get(new.id, NOW) is not None for new in batch] == [True] * 4 + [False] * 2
+    assert sorted(refused.value.stored) == sorted(new.id for new in batch[:4])
 
 
 def test_queues_new_to_the_registry_are_registered_in_any_part(server_broker: RedisBroker) -> None:
@@ -242,7 +257,7 @@ def test_joined_calls_store_and_refuse_what_calls_of_one_slot_each_do(
                         )
                         answer = None
                 except QueueFull as exc:
-                    answer = ("QueueFull", exc.queue)
+                    answer = ("QueueFull", exc.queue, sorted(exc.stored))
                 answers.append(answer)
             assert answers[0] == answers[1], op
         assert _keyspace(joined, namespace) == _keyspace(alone, namespace)

@@ -14,14 +14,16 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
 from conveyor.brokers.redis import RedisBroker
 from conveyor.brokers.redis.faults import NEEDED_ACL
-from conveyor.errors import ConfigurationError, ReplicationTimeout, TaskNotFound
-from conveyor.model import BrokerPolicy, Outcome, TaskRecord, TaskState
+from conveyor.errors import ConfigurationError, QueueFull, ReplicationTimeout, TaskNotFound
+from conveyor.model import BrokerPolicy, Outcome, QueueSettings, TaskRecord, TaskState
 from conveyor.testing.redis_cluster import LocalCluster
 from conveyor.testing.sentinel import ReplicaSet, poll
 
@@ -114,6 +116,38 @@ def test_a_batch_withdraws_only_the_tasks_it_stored(waiting: RedisBroker, deploy
     assert raised.value.withdrawn == ("x", "y")
     assert _found(waiting, "kept") is not None  # the duplicate's existing task is not touched
     assert _found(waiting, "x") is None and _found(waiting, "y") is None
+
+
+def test_a_long_call_refused_later_names_the_chunks_the_replicas_confirmed(
+    waiting: RedisBroker, deployment: Replicated, namespace: str
+) -> None:
+    """500 tasks a call: the first chunk stored and confirmed, the second refused (``QueueFull``) or
+    not confirmed (``ReplicationTimeout``, the replicas frozen once the first was): ``stored`` names
+    the first chunk's tasks, which stay; the second's are gone either way."""
+    waiting.configure_queue(QueueSettings("q", max_size=550))
+    first, second = [task(f"f{n}") for n in range(500)], [task(f"s{n}") for n in range(100)]
+    with pytest.raises(QueueFull) as full:
+        waiting.enqueue([*first, *second], NOW)
+    assert sorted(full.value.stored) == sorted(new.id for new in first)
+    waiting.configure_queue(QueueSettings("q", max_size=None))
+    more = [task(f"m{n}") for n in range(500)]
+    store = waiting._store_tasks
+    calls: list[int] = []
+
+    def frozen_after_the_first(*args: Any, **kwargs: Any) -> list[str | None]:
+        calls.append(len(calls))
+        if len(calls) == 2:
+            stack.enter_context(deployment.replicas_stopped())
+        return store(*args, **kwargs)
+
+    with ExitStack() as stack, pytest.raises(ReplicationTimeout) as short:
+        waiting._store_tasks = frozen_after_the_first  # type: ignore[method-assign]
+        waiting.enqueue([*more, *second], NOW)
+    assert sorted(short.value.stored) == sorted(new.id for new in more)
+    assert sorted(short.value.withdrawn) == sorted(new.id for new in second)
+    assert all(_found(waiting, new.id) is not None for new in more)
+    assert all(_found(waiting, new.id) is None for new in second)
+    assert "500 task(s) of the call were stored" in str(short.value)
 
 
 def _enqueue_racing(

@@ -40,6 +40,24 @@ def test_a_batch_that_would_overflow_max_size_writes_nothing(app: Conveyor, noop
     assert app.stats()["default"]["total"] == 0
 
 
+@pytest.mark.parametrize(("partitions", "max_size", "count"), [(1, 700, 1200), (3, 1600, 2000)])
+def test_a_long_batch_refused_names_exactly_the_tasks_it_stored(
+    app: Conveyor, noop: str, partitions: int, max_size: int, count: int
+) -> None:
+    """Redis stores a batch 500 tasks per queue (partition) a call, so a later call's refusal keeps
+    what the earlier ones stored; the refusal names exactly those, and ``on_enqueue`` hears of them.
+    Elsewhere the batch writes nothing and names nothing: the same rule either way."""
+    app.configure_queue("default", max_size=max_size, partitions=partitions)
+    told: list[str] = []
+    app.on_enqueue(lambda tasks: told.extend(task.id for task in tasks))
+    with pytest.raises(QueueFull) as refused:
+        app.enqueue_many(noop, [([n], {}) for n in range(count)])
+    kept = [info.id for info in app.inspect.list("default", TaskState.PENDING, limit=count)]
+    assert sorted(refused.value.stored) == sorted(kept) == sorted(told)
+    assert len(kept) == app.stats()["default"]["total"] <= max_size
+    assert (f"{len(kept)} task(s) of the call were stored" in str(refused.value)) is bool(kept)
+
+
 def test_max_size_of_one_queue_does_not_bound_another(app: Conveyor, noop: str) -> None:
     app.configure_queue("default", max_size=1)
     app.enqueue(noop)

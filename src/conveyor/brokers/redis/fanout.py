@@ -127,17 +127,22 @@ def joined(
             count += 1
         call, parts = parts[:count], parts[count:]
         chunks = [(prefix, [tasks[i] for i in places]) for prefix, places in call]
-        stored = _store_joined(producing, now, chunks, ranks) if count > 1 else []
+        stored, full = _store_joined(producing, now, chunks, ranks) if count > 1 else ([], None)
+        if full is not None:  # the parts before it stored: answered first, so that the refusal names them
+            for (_, places), answers in zip(call, stored, strict=False):
+                _fill(results, places, answers)
+            raise full
         for (prefix, chunk), (_, places) in zip(chunks, call, strict=True):
             _fill(results, places, stored.pop(0) if stored else producing._store_tasks(prefix, now, chunk, ranks))
 
 
 def _store_joined(
     producing: Host, now: str, chunks: Sequence[tuple[str, Sequence[NewTask]]], ranks: Ranks | None
-) -> list[list[str | None]]:
+) -> tuple[list[list[str | None]], Refused | None]:
     """One joined call for ``chunks`` (a slot's part each): per part stored, its tasks' answers.
     The parts after one refused are left out (the caller sends them slot by slot, so a queue not
-    registered yet is, as ``_enqueue_here`` does it); a full queue's refusal is raised."""
+    registered yet is, as ``_enqueue_here`` does it); with a full queue's refusal, returned beside
+    them (the first part's refusal, nothing written, is raised)."""
     seqs = producing._slot_seqs()
     args: list[Arg] = [""]
     tops: list[int] = []
@@ -155,18 +160,18 @@ def _store_joined(
     except Refused as exc:  # the first part refused: nothing written
         stored = 0
         if exc.text.startswith("CONVEYOR_NAMESPACE"):
-            return []
+            return [], None
         raise
     finally:
         for (prefix, _), top in zip(chunks[:stored], tops, strict=False):
             seqs[prefix] = top
     if not reply:
-        return [[None] * len(chunk) for _, chunk in chunks]
+        return [[None] * len(chunk) for _, chunk in chunks], None
     lines = iter(rest.split("\n"))
     out = [[next(lines) or None for _ in chunk] for _, chunk in chunks[:stored]]
     if refusal and not refusal.startswith("CONVEYOR_NAMESPACE"):
-        raise Refused(refusal)
-    return out
+        return out, Refused(refusal)
+    return out, None
 
 
 # -- a cluster: calls sent at once ----------------------------------------------------------------

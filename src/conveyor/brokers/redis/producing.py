@@ -16,7 +16,8 @@ namespace slot declared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import cast
 
 from conveyor.brokers.redis import admin, claims, fanout
@@ -33,10 +34,27 @@ from conveyor.brokers.redis.faults import Refused
 from conveyor.brokers.redis.replication import Unreplicated
 from conveyor.brokers.redis.scripts import Arg, new_token
 from conveyor.brokers.redis.spread import Spreading
-from conveyor.errors import BrokerError, QueueFull
+from conveyor.errors import BrokerError, QueueFull, ReplicationTimeout
 from conveyor.model import NewTask
 
-__all__ = ["Producing"]
+__all__ = ["Producing", "telling_stored"]
+
+#: A place of a call's results not answered yet (an id is never empty).
+UNSENT = ""
+
+
+@contextmanager
+def telling_stored(tasks: Sequence[NewTask], results: Sequence[str | None]) -> Iterator[None]:
+    """A refusal raised inside names in its ``stored`` the tasks ``results`` says were stored (None)
+    so far; a place not answered yet (:data:`UNSENT`, or past the list's end) was not. Nested uses
+    add what each knows: an inner call's answers reach the outer's ``results`` only once it returned."""
+    try:
+        yield
+    except (QueueFull, ReplicationTimeout) as refused:
+        stored = [task.id for task, result in zip(tasks, results, strict=False) if result is None]
+        if stored:
+            refused.stored = (*refused.stored, *stored)
+        raise
 
 
 class Producing(Spreading):
@@ -56,23 +74,24 @@ class Producing(Spreading):
         ranks = self._ranks(tasks, groups)
         if len(groups) == 1:  # the most common call
             return self._enqueue(groups[0][0], tasks, now, ranks)
-        results: list[str | None] = [None] * len(tasks)
-        if _contested(tasks, groups):
-            self._enqueue_in_order(tasks, _runs(groups), now, results, ranks)
-            return results
-        order = {task.id: place for place, task in reversed(list(enumerate(tasks)))}  # a task's first place
-        with self._events.held(lambda event: order.get(event.task_id, 0)):  # told in the tasks' order
-            way = fanout.way(self, tasks)
-            if way is not None:  # fewer calls than slot after slot, or at once (fanout.py)
-                try:
-                    way(self, tasks, groups, repr(float(now)), results, ranks)
-                except Refused as exc:
-                    raise self._queue_full(exc) from None
+        results: list[str | None] = [UNSENT] * len(tasks)
+        with telling_stored(tasks, results):
+            if _contested(tasks, groups):
+                self._enqueue_in_order(tasks, _runs(groups), now, results, ranks)
                 return results
-            for prefix, places in groups:  # one slot's chunks after another, as chunks go (see the docstring)
-                stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
-                for place, result in zip(places, stored, strict=True):
-                    results[place] = result
+            order = {task.id: place for place, task in reversed(list(enumerate(tasks)))}  # a task's first place
+            with self._events.held(lambda event: order.get(event.task_id, 0)):  # told in the tasks' order
+                way = fanout.way(self, tasks)
+                if way is not None:  # fewer calls than slot after slot, or at once (fanout.py)
+                    try:
+                        way(self, tasks, groups, repr(float(now)), results, ranks)
+                    except Refused as exc:
+                        raise self._queue_full(exc) from None
+                    return results
+                for prefix, places in groups:  # one slot's chunks after another, as chunks go (the docstring)
+                    stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
+                    for place, result in zip(places, stored, strict=True):
+                        results[place] = result
         return results
 
     def _queue_full(self, refused: Refused) -> QueueFull:
@@ -132,10 +151,11 @@ class Producing(Spreading):
                 elif held is not None and task.id in first:  # its id is stored first if that task is
                     later.append((place, held))
                     continue
-                results[place] = held
-                if held is None:
+                if held is None:  # answered once sent (a refusal then names what was stored)
                     first.setdefault(task.id, place)
                     sent.append(place)
+                else:
+                    results[place] = held
             stored = self._enqueue(prefix, [tasks[i] for i in sent], now, ranks)
             for place, result in zip(sent, stored, strict=True):
                 results[place], task = result, tasks[place]
@@ -159,29 +179,33 @@ class Producing(Spreading):
         if not tasks:
             return []
         at = repr(float(now))
-        try:
-            if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
-                return self._wait.enqueue(
-                    tasks,
-                    lambda chunk: self._store_tasks(prefix, at, chunk, ranks),
-                    lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
-                )
-            if len(tasks) == 1 and (self.keys.one_slot or not claims.needs_claims(tasks[0])):  # the most common call
+        if len(tasks) == 1 and self._wait is None and (self.keys.one_slot or not claims.needs_claims(tasks[0])):
+            try:  # the most common call
                 return [self._enqueue_one(prefix, tasks[0], at, ranks) or None]
-            if not self.keys.one_slot:  # chunk by chunk, each in its queue slot alone
-                results: list[str | None] = []
-                for start in range(0, len(tasks), ENQUEUE_CHUNK):
-                    results += self._store_tasks(prefix, at, tasks[start : start + ENQUEUE_CHUNK], ranks)
-                return results
-            stored: list[str | None] = []
+            except Refused as exc:
+                raise self._queue_full(exc) from None
+        stored: list[str | None] = []  # the chunks' answers so far
+        with telling_stored(tasks, stored):
+            try:
+                if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
+                    return self._wait.enqueue(
+                        tasks,
+                        lambda chunk: self._store_tasks(prefix, at, chunk, ranks),
+                        lambda ids: self._invoke("withdraw", prefix, at, ids)[1],
+                        stored,
+                    )
+                if not self.keys.one_slot:  # chunk by chunk, each in its queue slot alone
+                    for start in range(0, len(tasks), ENQUEUE_CHUNK):
+                        stored += self._store_tasks(prefix, at, tasks[start : start + ENQUEUE_CHUNK], ranks)
+                    return stored
 
-            def handle(reply: str) -> None:
-                stored.extend(duplicates(reply, min(ENQUEUE_CHUNK, len(tasks) - len(stored))))
+                def handle(reply: str) -> None:
+                    stored.extend(duplicates(reply, min(ENQUEUE_CHUNK, len(tasks) - len(stored))))
 
-            # layout 4: the next chunk is encoded while the server stores this one
-            self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
-        except Refused as exc:
-            raise self._queue_full(exc) from None
+                # layout 4: the next chunk is encoded while the server stores this one
+                self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
+            except Refused as exc:
+                raise self._queue_full(exc) from None
         return stored
 
     def _enqueue_one(self, prefix: str, task: NewTask, now: str, ranks: Ranks | None = None) -> str:

@@ -144,12 +144,13 @@ class ReplicaWait:
         tasks: Sequence[NewTask],
         store: Callable[[Sequence[NewTask]], list[str | None]],
         withdraw: Callable[[list[str]], str],
+        results: list[str | None],
     ) -> list[str | None]:
         """Enqueue ``tasks`` chunk by chunk (each confirmed before the next is sent): ``store(chunk)``
         runs one chunk's ``enqueue`` and returns, per task, None if stored, else the existing task's
         id (and raises :class:`Unreplicated` carrying that list), ``withdraw(ids)`` runs
-        ``withdraw.lua``. Per task, as ``Broker.enqueue``."""
-        results: list[str | None] = []
+        ``withdraw.lua``. Per task, as ``Broker.enqueue``, appended to ``results`` chunk by chunk (a
+        refusal's ``stored`` is read from it) and returned."""
         for start in range(0, len(tasks), ENQUEUE_CHUNK):
             chunk = tasks[start : start + ENQUEUE_CHUNK]
             try:
