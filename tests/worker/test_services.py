@@ -134,17 +134,20 @@ def test_shutdown_releases_prefetched_tasks_at_once(live_app: Conveyor, start_wo
 
 
 def test_shutdown_releases_running_tasks_after_the_grace(live_app: Conveyor, start_worker: Start) -> None:
-    saw_lost = threading.Event()
+    running, saw_lost = threading.Event(), threading.Event()
 
     @live_app.task
     def stubborn(ctx: TaskContext) -> None:
+        running.set()
         while not ctx.lease_lost:
             threading.Event().wait(0.01)
         saw_lost.set()
 
     handle = stubborn.enqueue()
     worker = start_worker(shutdown_grace=0.1)
-    poll_until(lambda: handle.status().state is TaskState.ACTIVE, message="start")
+    # running, not only claimed (ACTIVE): a task claimed but not started when the worker stops is
+    # released as prefetched, and its handler never runs
+    assert running.wait(10)
     worker.stop()
     poll_until(lambda: handle.status().state is TaskState.PENDING, message="released")
     assert saw_lost.wait(5)
