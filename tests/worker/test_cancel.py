@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from conveyor import ArchiveReason, Conveyor, TaskContext, TaskState, Worker
-from conveyor.model import TaskRecord
+from conveyor.metrics import Metrics
+from conveyor.model import Outcome, TaskRecord
 from conveyor.testing import poll_until
 from conveyor.worker.inflight import Held
+from conveyor.worker.middleware import Middleware
 
 from .conftest import Start, sleep_until_cancelled
 
@@ -76,6 +78,51 @@ def test_cancel_raises_cancelled_error_in_a_running_async_handler(
     # one line says it, not one from the heartbeat that found the cancel and one from the pool
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"task cancelled task_id={handle.id}")]
     assert len(lines) == 1, lines
+
+
+class Heard(Middleware):
+    """What the hooks were told: ("before", id, None) and (kind, id, reason) per ``after``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    def before(self, ctx: TaskContext) -> None:
+        self.calls.append(("before", ctx.task_id, None))
+
+    def after(self, ctx: TaskContext, outcome: Outcome) -> None:
+        self.calls.append((outcome.kind, ctx.task_id, outcome.reason))
+
+
+@pytest.mark.parametrize("how", ["cancel", "stop"])
+def test_middleware_hears_how_an_async_handler_cancelled_from_outside_ended(
+    app: Conveyor, start_worker: Start, how: str
+) -> None:
+    """An operator's cancel ends as the sync path reports it (archived ``cancelled``); a worker's
+    stop past its grace as a release, which the metrics do not count. Either way ``after`` runs, so
+    what ``before`` opened is closed (the metrics' timer of the run among them)."""
+    started = threading.Event()
+
+    @app.task
+    async def waits() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    heard, metrics = Heard(), Metrics()
+    timing = metrics.middleware()
+    handle = waits.enqueue()
+    worker = start_worker(app, middleware=[heard, timing], shutdown_grace=0.1, **SETTINGS)
+    assert started.wait(5)
+    if how == "cancel":
+        handle.cancel()
+    else:
+        worker.stop()
+    poll_until(lambda: len(heard.calls) == 2, message="after() of the cancelled run")
+    kind, reason = ("archive", ArchiveReason.CANCELLED) if how == "cancel" else ("release", None)
+    assert heard.calls == [("before", handle.id, None), (kind, handle.id, reason)]
+    labels = {"queue": "default", "task": "waits"}
+    processed = metrics.registry.get_sample_value("conveyor_tasks_processed_total", labels)
+    assert processed == (1.0 if how == "cancel" else None)
+    assert timing._started == {}
 
 
 def test_a_sync_handler_in_a_thread_sees_ctx_cancelled_and_its_return_is_discarded(

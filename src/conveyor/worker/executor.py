@@ -175,6 +175,13 @@ class Executor:
             return self.failed(job, exc, retryable=False)
         return outcomes.complete(job.record, job.token, payload, job.options)
 
+    def interrupted(self, job: Job) -> Outcome:
+        """What a run cancelled from outside ended as, for middleware (nothing settles it): an
+        operator's cancel as :meth:`succeeded` reports one, else (lease lost, shutdown) a release."""
+        if job.built_ctx is not None and job.built_ctx.cancelled:
+            return _cancelled(job, None)
+        return Outcome(job.record.id, job.token, "release")
+
     def failed(self, job: Job, exc: BaseException, *, retryable: bool | None = None) -> Outcome:
         if job.built_ctx is not None and job.built_ctx.cancelled:  # only a context learns of a cancel
             return _cancelled(job, outcomes.describe(exc))

@@ -3,7 +3,10 @@
 Order: for middleware ``[a, b]``, ``before`` runs ``a`` then ``b``; ``on_error`` and ``after`` run in
 reverse (``b`` then ``a``), like nested context managers. ``on_error(ctx, exc)`` is called when the
 handler raised (before the outcome is decided); ``after(ctx, outcome)`` once the outcome is decided
-and before it is acknowledged to the broker. A raising hook is logged and never changes the outcome.
+and before it is acknowledged to the broker; an ``async def`` handler cancelled from outside gets its
+``after`` too, though nothing is acknowledged (an operator's cancel: archived ``cancelled``, as a sync
+handler's; a lost lease or a stop past the grace: ``release``), so every ``before`` has its ``after``.
+A raising hook is logged and never changes the outcome.
 Hooks run in the thread (or, for ``async def`` handlers, on the event loop) that runs the task: keep
 them quick and non-blocking. ``on_claim(queues, seconds, claimed)`` is told of each claim call the
 worker makes to the broker (one call claims a batch), in the thread that made it.

@@ -86,13 +86,18 @@ class Runner:
 
     async def run_async(self, job: Job) -> Outcome:
         """Run an async handler on the current loop, cancelled at its timeout. A cancellation from
-        outside (lease lost, shutdown) propagates as ``CancelledError``: there is no outcome then."""
+        outside (lease lost, an operator's cancel, shutdown) propagates as ``CancelledError``: nothing
+        is settled then, but middleware's ``after`` still hears how the run ended (an operator's
+        cancel as the sync path reports it, else ``release``), so what a hook opened in ``before``
+        (a span, a timer) is closed."""
         call_before(self.middleware, job)
         token = set_current(job)
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
         except BaseException as exc:
             if not _handler_failed(exc):
+                if self.middleware:
+                    call_after(self.middleware, job, self.executor.interrupted(job))
                 raise
             call_on_error(self.middleware, job, exc)
             outcome = self.executor.failed(job, _from_the_handler(exc))
