@@ -232,7 +232,10 @@ def _send_round(
             if not answer.text.startswith("CONVEYOR_NAMESPACE"):
                 full = full or answer
                 continue
-            _fill(results, places, producing._store_tasks(prefix, now, chunk, ranks))
+            try:  # the round's other parts are written: each is answered before a refusal is raised
+                _fill(results, places, producing._store_tasks(prefix, now, chunk, ranks))
+            except Refused as again:
+                full = full or again
             continue
         _fill(results, places, duplicates(producing._result(answer)[0], len(chunk)))
     if full is not None:
