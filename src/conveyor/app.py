@@ -24,7 +24,7 @@ from conveyor.clock import Clock, check_clock
 from conveyor.context import TaskContext, wants_context
 from conveyor.declared import DeclaredTasks
 from conveyor.errors import ConfigurationError, DuplicateTask, QueueFull, ReplicationTimeout, TaskNotFound
-from conveyor.ids import new_task_id
+from conveyor.ids import check_place, new_task_id
 from conveyor.info import task_info
 from conveyor.inspect import Inspector
 from conveyor.lease import Lease
@@ -267,7 +267,7 @@ class Conveyor:
         # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
         task_id = options.get("task_id")
         if task_id and "~" in task_id:
-            self._check_label(task_id, queue)
+            check_place(task_id, queue)
         return NewTask(
             task_id or self._new_id(queue, suffix),
             name,
@@ -286,16 +286,6 @@ class Conveyor:
         ids of ``queue`` by, if it does (``LabelsIds``; ``suffix``: a batch's)."""
         suffix = suffix or self._id_suffix
         return new_task_id() if suffix is None else new_task_id() + suffix(queue)
-
-    def _check_label(self, task_id: str, queue: str) -> None:
-        """A custom id carrying a label (one made earlier, enqueued again) goes only to a queue of that
-        label where the broker routes ids by it: stored elsewhere, no call by id would find it."""
-        suffix = self._id_suffix
-        # a partition's label is "<queue's label>|<suffix>": any partition of the queue will do
-        if suffix is not None and task_id.rpartition("~")[2].partition("|")[0] != suffix(queue)[1:].partition("|")[0]:
-            raise ValueError(
-                f"task id {task_id!r} names another queue's place: ids of {queue!r} end in {suffix(queue)!r}"
-            )
 
     def _declared_options(self, name: str) -> TaskOptions:
         declaration = self.declared.get(name)

@@ -20,10 +20,11 @@ docs/architecture.md) go after these 32 digits and do not change them.
 
 from __future__ import annotations
 
+import hashlib
 from os import urandom
 from time import time_ns
 
-__all__ = ["ID_LENGTH", "id_millis", "new_task_id"]
+__all__ = ["ID_LENGTH", "LABEL_MAX", "check_place", "id_millis", "new_task_id", "queue_label"]
 
 #: Hex digits in a generated id (a custom id may be any ``check_task_id`` text).
 ID_LENGTH = 32
@@ -38,3 +39,31 @@ def new_task_id() -> str:
 def id_millis(task_id: str) -> int:
     """The wall-clock milliseconds a generated id was made at (its first 12 hex digits)."""
     return int(task_id[:12], 16)
+
+
+#: A queue name longer than this is labelled by a digest (:func:`queue_label`).
+LABEL_MAX = 16
+
+
+def queue_label(queue: str) -> str:
+    """A queue's label: the text after ``~`` in the ids Redis makes for it (``<id>~<label>``, and
+    ``<label>|<suffix>`` for a partition), which by-id calls route by, and its slot's hash tag
+    (docs/architecture.md, layout 5). Its name, or above :data:`LABEL_MAX` characters the first 10 hex
+    digits of its SHA-1, so that keys and ids stay short."""
+    if len(queue) <= LABEL_MAX:
+        return queue
+    return hashlib.sha1(queue.encode()).hexdigest()[:10]
+
+
+def check_place(task_id: str, queue: str) -> None:
+    """A custom id may carry a place, ``~<label>`` (one Conveyor generated, enqueued again), only for
+    a queue of that label: on Redis by-id calls go where it names, so stored elsewhere no call by id
+    would find it. The same rule on every backend, so that an id refused by Redis is refused where
+    an app is tested (``memory://``) too. ValueError otherwise."""
+    label = task_id.rpartition("~")[2].partition("|")[0]
+    own = queue_label(queue)
+    if label != own:
+        raise ValueError(
+            f"task id {task_id!r} cannot go to queue {queue!r}: the text after '~' names the queue an id"
+            f" belongs to (ids of {queue!r} end in '~{own}'); use another character than '~' in your own ids"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from datetime import datetime
@@ -136,6 +137,30 @@ def test_bad_option_to_with_options_is_rejected_and_nothing_is_written(
 def test_task_id_and_queue_at_their_maximum_length_are_accepted(app: Conveyor) -> None:
     handle = app.enqueue("job", task_id="A-z.0:_" + "x" * 121, queue="Q-z.0_" + "q" * 58)
     assert app.get(handle.id).queue == "Q-z.0_" + "q" * 58
+
+
+@pytest.mark.parametrize(("task_id", "queue"), [("order~42", "default"), ("y~emails", "default"), ("z~a|0", "b")])
+def test_a_custom_id_naming_another_queues_place_is_refused_on_every_backend(
+    app: Conveyor, nothing_written: None, task_id: str, queue: str
+) -> None:
+    """``~<label>`` names the queue an id belongs to (Redis routes by-id calls by it): the same ids
+    are refused on memory and SQLite, so that a test on ``memory://`` meets what Redis refuses."""
+    with pytest.raises(ValueError, match="use another character than '~' in your own ids"):
+        app.enqueue("job", task_id=task_id, queue=queue)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "queue"), [("x~default", "default"), ("y~a", "a"), ("long~" + "4c3d5fa0d9", "q" * 17)]
+)
+def test_a_custom_id_naming_its_own_queues_place_is_taken_on_every_backend(
+    app: Conveyor, task_id: str, queue: str
+) -> None:
+    """An id Conveyor made (``<id>~<label>``) enqueued again in its queue; a queue name past 16
+    characters is labelled by a digest of it."""
+    if task_id.startswith("long~"):
+        task_id = "long~" + hashlib.sha1(queue.encode()).hexdigest()[:10]
+    handle = app.enqueue("job", task_id=task_id, queue=queue)
+    assert app.get(handle.id).queue == queue
 
 
 # -- arguments -------------------------------------------------------------------------------------

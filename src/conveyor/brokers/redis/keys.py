@@ -63,11 +63,11 @@ tie-break of the contract without packing two numbers into one double)::
 from __future__ import annotations
 
 import binascii
-import hashlib
 import re
 from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError
+from conveyor.ids import LABEL_MAX, queue_label
 
 __all__ = [
     "LABEL_MAX",
@@ -106,19 +106,6 @@ def keyslot(key: str) -> int:
         if end > start + 1:
             key = key[start + 1 : end]
     return binascii.crc_hqx(key.encode(), 0) % SLOTS
-
-
-#: The longest queue name that is its own label; a longer one is labelled by a hash of it.
-LABEL_MAX = 16
-
-
-def queue_label(queue: str) -> str:
-    """A queue's label (layout 5, docs/architecture.md): the text of its slot's hash tag and of its
-    generated ids' suffix, ``<id>~<label>``. Its name, or above :data:`LABEL_MAX` characters the first
-    10 hex digits of its SHA-1, so that keys and ids stay short."""
-    if len(queue) <= LABEL_MAX:
-        return queue
-    return hashlib.sha1(queue.encode()).hexdigest()[:10]
 
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
