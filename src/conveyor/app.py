@@ -179,8 +179,9 @@ class Conveyor:
 
         Every call is checked before anything is written. A duplicate does not raise: its handle
         points at the existing task. ``QueueFull`` (or ``ReplicationTimeout``) on Redis may come after
-        earlier parts of a long call were stored (500 tasks per queue a call): their ids are in its
-        ``stored``, and ``on_enqueue`` callbacks are told of them.
+        earlier parts of a long call were stored (500 tasks per queue a call): its ``stored`` holds
+        their ids and ``stored_calls`` their places in ``calls`` (enqueue the others again), and
+        ``on_enqueue`` callbacks are told of them.
         """
         now = self.now()
         checked = check_enqueue_options(options)
@@ -195,10 +196,13 @@ class Conveyor:
         try:
             results = self.broker.enqueue(tasks, now) if tasks else []
         except (QueueFull, ReplicationTimeout) as refused:  # on Redis, a long call's earlier parts stay stored
-            if refused.stored:
+            if refused.stored:  # in the calls' order, with their places: what to enqueue again is the rest
                 stored = set(refused.stored)
+                places = [place for place, task in enumerate(tasks) if task.id in stored]
+                refused.stored = tuple(tasks[place].id for place in places)
+                refused.stored_calls = tuple(places)
                 for hook in self._enqueue_hooks:
-                    _tell(hook, [task for task in tasks if task.id in stored])
+                    _tell(hook, [tasks[place] for place in places])
             raise
         for hook in self._enqueue_hooks:  # usually none
             _tell(hook, [task for task, existing in zip(tasks, results, strict=True) if existing is None])

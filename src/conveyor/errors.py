@@ -20,7 +20,8 @@ Everything Conveyor raises on its own account derives from one root::
     └── BrokerError               the store misbehaved
         ├── BrokerUnavailable     the store cannot be reached (or stays busy) within the time allowed
         ├── ReplicationTimeout    an enqueue reached fewer replicas than ``wait_replicas`` in time;
-        │                         ``.withdrawn`` ids were removed, ``.started`` ids already claimed
+        │                         ``.withdrawn`` ids were removed, ``.started`` ids already claimed,
+        │                         ``.stored`` what it left to run
         └── SchemaError           the store's data was written by an incompatible (newer) version
 
 Wrong argument *types* raise the builtin ``TypeError`` and wrong values ``ValueError`` (our
@@ -90,15 +91,17 @@ class DuplicateTask(ConveyorError):
 
 class _PartlyStored:
     """An enqueue refused after part of its call was stored: ``stored`` holds the ids of the call's
-    tasks written before the refusal (they run; enqueue the others again). Only Redis stores a call in
-    parts (500 tasks per queue at a time); elsewhere ``stored`` is empty."""
+    tasks it left to run (``Conveyor.enqueue_many``: in the order of its calls, and ``stored_calls``
+    their places in the calls given). Only Redis stores a call in parts (500 tasks per queue at a
+    time, and ``wait_replicas`` is Redis's); elsewhere ``stored`` is empty."""
 
     stored: tuple[str, ...] = ()
+    stored_calls: tuple[int, ...] = ()
 
     def _partly(self, message: str) -> str:
         if not self.stored:
             return message
-        return f"{message}; {len(self.stored)} task(s) of the call were stored before it and will run"
+        return f"{message}; {len(self.stored)} task(s) of the call stay stored and will run"
 
 
 class QueueFull(_PartlyStored, ConveyorError):
@@ -183,8 +186,9 @@ class ReplicationTimeout(_PartlyStored, BrokerError):
     claimed in the meantime (they ran or run; enqueueing them again may run them twice), ``gone`` the
     ids no longer stored at all (deleted meanwhile, finished and not kept, or lost in a failover: look
     at what they were for before enqueueing them again). ``acknowledged`` is how many replicas did
-    confirm. ``stored``: the ids of a long call's tasks its earlier calls stored, each confirmed by the
-    replicas, before the one that was not (500 tasks per queue a call).
+    confirm. The withdrawal covers the call that was not confirmed (500 tasks per queue a call):
+    ``stored`` names what the whole enqueue left to run, ``started`` and, of a longer one, the tasks
+    of its earlier calls, each confirmed by the replicas.
     """
 
     def __init__(
@@ -194,6 +198,7 @@ class ReplicationTimeout(_PartlyStored, BrokerError):
         withdrawn: tuple[str, ...] = (),
         started: tuple[str, ...] = (),
         gone: tuple[str, ...] = (),
+        stored: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             f"the enqueue reached {acknowledged} of the {wanted} replica(s) asked for (wait_replicas) in time; "
@@ -204,6 +209,7 @@ class ReplicationTimeout(_PartlyStored, BrokerError):
         self.withdrawn = withdrawn
         self.started = started
         self.gone = gone
+        self.stored = stored
 
     def __str__(self) -> str:
         return self._partly(super().__str__())

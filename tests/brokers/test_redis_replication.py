@@ -147,7 +147,7 @@ def test_a_long_call_refused_later_names_the_chunks_the_replicas_confirmed(
     assert sorted(short.value.withdrawn) == sorted(new.id for new in second)
     assert all(_found(waiting, new.id) is not None for new in more)
     assert all(_found(waiting, new.id) is None for new in second)
-    assert "500 task(s) of the call were stored" in str(short.value)
+    assert "500 task(s) of the call stay stored" in str(short.value)
 
 
 def _enqueue_racing(
@@ -180,7 +180,7 @@ def test_a_task_a_worker_claimed_during_the_wait_is_reported_started_and_left_ru
 
     try:
         raised = _enqueue_racing(deployment, producer, "raced", claim_it)
-        assert (raised.withdrawn, raised.started) == ((), ("raced",))
+        assert (raised.withdrawn, raised.started, raised.stored) == ((), ("raced",), ("raced",))
         record = _found(worker, "raced")
         assert record is not None and record.state is TaskState.ACTIVE
         assert [task.id for task in claimed] == ["raced"]

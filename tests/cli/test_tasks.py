@@ -107,9 +107,7 @@ def test_enqueue_from_file_past_max_size_stores_nothing_where_a_call_is_atomic(
     assert result.exit_code == 1 and "is full (max_size=700)" in result.stderr, result.output
     kept = 500 if broker_url.startswith("redis") else 0
     assert app.stats()["default"]["total"] == kept
-    assert ("500 task(s) of the call were stored before it and will run" in " ".join(result.stderr.split())) is (
-        kept > 0
-    )
+    assert ("500 task(s) of the call stay stored and will run" in " ".join(result.stderr.split())) is (kept > 0)
 
 
 def test_ls_lists_a_page_of_one_state(cli: Invoke, app: Conveyor) -> None:

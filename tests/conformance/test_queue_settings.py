@@ -52,10 +52,13 @@ def test_a_long_batch_refused_names_exactly_the_tasks_it_stored(
     app.on_enqueue(lambda tasks: told.extend(task.id for task in tasks))
     with pytest.raises(QueueFull) as refused:
         app.enqueue_many(noop, [([n], {}) for n in range(count)])
-    kept = [info.id for info in app.inspect.list("default", TaskState.PENDING, limit=count)]
+    kept = {info.id: info.args[0] for info in app.inspect.list("default", TaskState.PENDING, limit=count)}
     assert sorted(refused.value.stored) == sorted(kept) == sorted(told)
     assert len(kept) == app.stats()["default"]["total"] <= max_size
-    assert (f"{len(kept)} task(s) of the call were stored" in str(refused.value)) is bool(kept)
+    assert (f"{len(kept)} task(s) of the call stay stored" in str(refused.value)) is bool(kept)
+    # in the calls' order, with their places: what to enqueue again is the rest
+    assert [kept[task_id] for task_id in refused.value.stored] == list(refused.value.stored_calls)
+    assert list(refused.value.stored_calls) == sorted(refused.value.stored_calls)
 
 
 def test_max_size_of_one_queue_does_not_bound_another(app: Conveyor, noop: str) -> None:

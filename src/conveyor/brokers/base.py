@@ -172,8 +172,9 @@ class Broker(Protocol):
         """Store new tasks atomically (per call; a backend may document a chunk size).
 
         Returns, per task, None when stored or the id of the existing task when it was a duplicate
-        (not stored). Raises ``QueueFull`` (nothing of the batch written) if a queue's ``max_size``
-        would be exceeded.
+        (not stored). Raises ``QueueFull`` if a queue's ``max_size`` would be exceeded: nothing of
+        the batch written, but by a backend that stores a batch in parts (Redis), which names in
+        the exception's ``stored`` the ids its earlier parts stored (``ReplicationTimeout`` too).
         """
         ...
 

@@ -16,8 +16,7 @@ namespace slot declared.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import cast
 
 from conveyor.brokers.redis import admin, claims, fanout
@@ -37,24 +36,25 @@ from conveyor.brokers.redis.spread import Spreading
 from conveyor.errors import BrokerError, QueueFull, ReplicationTimeout
 from conveyor.model import NewTask
 
-__all__ = ["Producing", "telling_stored"]
+__all__ = ["Producing", "tell_stored"]
 
 #: A place of a call's results not answered yet (an id is never empty).
 UNSENT = ""
 
+#: The refusals that may come after part of a call was stored.
+PARTLY = (QueueFull, ReplicationTimeout)
 
-@contextmanager
-def telling_stored(tasks: Sequence[NewTask], results: Sequence[str | None]) -> Iterator[None]:
-    """A refusal raised inside names in its ``stored`` the tasks ``results`` says were stored (None)
-    so far; a place not answered yet (:data:`UNSENT`, or past the list's end) was not. Nested uses
-    add what each knows: an inner call's answers reach the outer's ``results`` only once it returned."""
-    try:
-        yield
-    except (QueueFull, ReplicationTimeout) as refused:
-        stored = [task.id for task, result in zip(tasks, results, strict=False) if result is None]
-        if stored:
-            refused.stored = (*refused.stored, *stored)
-        raise
+
+def tell_stored(
+    refused: QueueFull | ReplicationTimeout, tasks: Sequence[NewTask], results: Sequence[str | None]
+) -> None:
+    """Name in ``refused.stored`` the tasks ``results`` says were stored (None) so far; a place not
+    answered yet (:data:`UNSENT`, or past the list's end) was not. Called where a refusal passes
+    through a way of storing a call (``except PARTLY``): nested ones add disjoint parts, as an inner
+    call's answers reach the outer's ``results`` only once it returned."""
+    stored = [task.id for task, result in zip(tasks, results, strict=False) if result is None]
+    if stored:
+        refused.stored = (*refused.stored, *stored)
 
 
 class Producing(Spreading):
@@ -75,7 +75,7 @@ class Producing(Spreading):
         if len(groups) == 1:  # the most common call
             return self._enqueue(groups[0][0], tasks, now, ranks)
         results: list[str | None] = [UNSENT] * len(tasks)
-        with telling_stored(tasks, results):
+        try:
             if _contested(tasks, groups):
                 self._enqueue_in_order(tasks, _runs(groups), now, results, ranks)
                 return results
@@ -92,6 +92,9 @@ class Producing(Spreading):
                     stored = self._enqueue(prefix, [tasks[i] for i in places], now, ranks)
                     for place, result in zip(places, stored, strict=True):
                         results[place] = result
+        except PARTLY as refused:
+            tell_stored(refused, tasks, results)
+            raise
         return results
 
     def _queue_full(self, refused: Refused) -> QueueFull:
@@ -185,7 +188,7 @@ class Producing(Spreading):
             except Refused as exc:
                 raise self._queue_full(exc) from None
         stored: list[str | None] = []  # the chunks' answers so far
-        with telling_stored(tasks, stored):
+        try:
             try:
                 if self._wait is not None:  # each chunk confirmed by the replicas (replication.py)
                     return self._wait.enqueue(
@@ -206,6 +209,9 @@ class Producing(Spreading):
                 self._invoke_each("enqueue", prefix, at, enqueue_args(tasks), handle, namespace=True)
             except Refused as exc:
                 raise self._queue_full(exc) from None
+        except PARTLY as refused:
+            tell_stored(refused, tasks, stored)
+            raise
         return stored
 
     def _enqueue_one(self, prefix: str, task: NewTask, now: str, ranks: Ranks | None = None) -> str:

@@ -173,5 +173,8 @@ class ReplicaWait:
                     len(started),
                     len(gone),
                 )
-                raise ReplicationTimeout(self.replicas, short.acknowledged, withdrawn, started, gone) from None
+                # the started ones stay stored and run: named with the chunks confirmed before
+                raise ReplicationTimeout(
+                    self.replicas, short.acknowledged, withdrawn, started, gone, stored=started
+                ) from None
         return results
