@@ -93,19 +93,25 @@ class Heard(Middleware):
         self.calls.append((outcome.kind, ctx.task_id, outcome.reason))
 
 
-@pytest.mark.parametrize("how", ["cancel", "stop"])
+@pytest.mark.parametrize("how", ["cancel", "stop", "stop, cleanup awaiting"])
 def test_middleware_hears_how_an_async_handler_cancelled_from_outside_ended(
     app: Conveyor, start_worker: Start, how: str
 ) -> None:
     """An operator's cancel ends as the sync path reports it (archived ``cancelled``); a worker's
-    stop past its grace as a release, which the metrics do not count. Either way ``after`` runs, so
-    what ``before`` opened is closed (the metrics' timer of the run among them)."""
-    started = threading.Event()
+    stop past its grace as a release, which the metrics do not count, a handler's cleanup that
+    awaits included (the loop lets it finish before it closes). Either way ``after`` runs, so what
+    ``before`` opened is closed (the metrics' timer of the run among them)."""
+    started, cleaned = threading.Event(), threading.Event()
 
     @app.task
     async def waits() -> None:
         started.set()
-        await asyncio.sleep(30)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            if how == "stop, cleanup awaiting":
+                await asyncio.sleep(0.3)
+                cleaned.set()
 
     heard, metrics = Heard(), Metrics()
     timing = metrics.middleware()
@@ -119,10 +125,55 @@ def test_middleware_hears_how_an_async_handler_cancelled_from_outside_ended(
     poll_until(lambda: len(heard.calls) == 2, message="after() of the cancelled run")
     kind, reason = ("archive", ArchiveReason.CANCELLED) if how == "cancel" else ("release", None)
     assert heard.calls == [("before", handle.id, None), (kind, handle.id, reason)]
+    assert cleaned.is_set() is (how == "stop, cleanup awaiting")
     labels = {"queue": "default", "task": "waits"}
     processed = metrics.registry.get_sample_value("conveyor_tasks_processed_total", labels)
     assert processed == (1.0 if how == "cancel" else None)
     assert timing._started == {}
+
+
+def test_middleware_hears_a_release_of_a_sync_handler_that_outlasted_the_grace(
+    app: Conveyor, start_worker: Start
+) -> None:
+    """Its lease taken back at the end of the grace, the task is pending again: whatever the handler
+    then returns is not settled, so ``after`` hears the release, which the metrics do not count."""
+    started = threading.Event()
+
+    @app.task
+    def stubborn(ctx: TaskContext) -> str:
+        started.set()
+        while not ctx.lease_lost:
+            time.sleep(0.01)
+        return "done anyway"
+
+    heard, metrics = Heard(), Metrics()
+    handle = stubborn.enqueue()
+    worker = start_worker(app, middleware=[heard, metrics.middleware()], shutdown_grace=0.1, **SETTINGS)
+    assert started.wait(5)
+    worker.stop()
+    poll_until(lambda: len(heard.calls) == 2, message="after() of the released run")
+    assert heard.calls == [("before", handle.id, None), ("release", handle.id, None)]
+    assert app.get(handle.id).state is TaskState.PENDING
+    labels = {"queue": "default", "task": "stubborn"}
+    assert metrics.registry.get_sample_value("conveyor_tasks_processed_total", labels) is None
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, asyncio.CancelledError])
+def test_a_steppable_worker_leaves_an_async_handlers_own_base_exception_to_its_caller(
+    app: Conveyor, raised: type[BaseException]
+) -> None:
+    """On the caller's thread a handler's ``KeyboardInterrupt`` (or a ``CancelledError`` nobody sent
+    from outside) is the caller's, for an async handler as for a sync one: no outcome, no ``after``."""
+
+    @app.task
+    async def interrupts() -> None:
+        raise raised()
+
+    heard = Heard()
+    handle = interrupts.enqueue()
+    with pytest.raises(raised):
+        app.worker(middleware=[heard]).process_next()
+    assert heard.calls == [("before", handle.id, None)]
 
 
 def test_a_sync_handler_in_a_thread_sees_ctx_cancelled_and_its_return_is_discarded(

@@ -182,6 +182,15 @@ class Executor:
             return _cancelled(job, None)
         return Outcome(job.record.id, job.token, "release")
 
+    def heard(self, job: Job, outcome: Outcome) -> Outcome:
+        """What middleware's ``after`` hears of a run that decided ``outcome``: a run whose lease was
+        lost meanwhile (taken back at the end of a shutdown's grace, or by another worker) is not
+        settled by it, so it ended as :meth:`interrupted` says, whatever its handler did."""
+        ctx = job.built_ctx
+        if ctx is None or not ctx.lease_lost:  # a lost lease always has its context built (mark_lost)
+            return outcome
+        return self.interrupted(job)
+
     def failed(self, job: Job, exc: BaseException, *, retryable: bool | None = None) -> Outcome:
         if job.built_ctx is not None and job.built_ctx.cancelled:  # only a context learns of a cancel
             return _cancelled(job, outcomes.describe(exc))

@@ -31,6 +31,10 @@ __all__ = ["Pool", "Reporter"]
 
 log = logging.getLogger("conveyor.worker")
 
+#: Seconds the async handlers cancelled at a stop have to finish their cleanup (``finally`` blocks
+#: that await, middleware's ``after``) on the loop before it is closed.
+CLEANUP = 1.0
+
 
 class Reporter(Protocol):
     """Told when a task starts, is cancelled and ends (the process supervisor listens through this)."""
@@ -103,8 +107,12 @@ class Pool:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._threads[0].join(timeout=2.0)
         if not self._loop.is_running():
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
+            tasks = asyncio.all_tasks(self._loop)
+            for task in tasks:
+                if not task.cancelling():  # one cancelled already is left to finish its cleanup
+                    task.cancel()
+            if tasks:  # their handlers' cleanup (a finally that awaits) and hooks run on the loop
+                self._loop.run_until_complete(asyncio.wait(tasks, timeout=CLEANUP))
             self._loop.close()
 
     def _run_loop(self) -> None:

@@ -46,6 +46,17 @@ def _handler_failed(exc: BaseException) -> bool:
     return True
 
 
+def _cancelled_from_outside(exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``CancelledError`` of a cancel of the running asyncio task from outside."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no loop running here
+        return False
+    return task is not None and task.cancelling() > 0
+
+
 class Runner:
     """Runs jobs: ``run_sync`` in the calling thread, ``run_async`` on the calling event loop."""
 
@@ -81,23 +92,22 @@ class Runner:
         finally:
             reset_current(token)
         if middleware:
-            call_after(middleware, job, outcome)
+            call_after(middleware, job, self.executor.heard(job, outcome))
         return outcome
 
     async def run_async(self, job: Job) -> Outcome:
         """Run an async handler on the current loop, cancelled at its timeout. A cancellation from
         outside (lease lost, an operator's cancel, shutdown) propagates as ``CancelledError``: nothing
-        is settled then, but middleware's ``after`` still hears how the run ended (an operator's
-        cancel as the sync path reports it, else ``release``), so what a hook opened in ``before``
-        (a span, a timer) is closed."""
+        is settled then, but middleware's ``after`` still hears how the run ended (``heard``), so
+        what a hook opened in ``before`` (a span, a timer) is closed."""
         call_before(self.middleware, job)
         token = set_current(job)
+        interrupted = False
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
         except BaseException as exc:
             if not _handler_failed(exc):
-                if self.middleware:
-                    call_after(self.middleware, job, self.executor.interrupted(job))
+                interrupted = _cancelled_from_outside(exc)
                 raise
             call_on_error(self.middleware, job, exc)
             outcome = self.executor.failed(job, _from_the_handler(exc))
@@ -105,7 +115,9 @@ class Runner:
             outcome = self.executor.succeeded(job, result)
         finally:
             reset_current(token)
-        call_after(self.middleware, job, outcome)
+            if interrupted and self.middleware:
+                call_after(self.middleware, job, self.executor.interrupted(job))
+        call_after(self.middleware, job, self.executor.heard(job, outcome))
         return outcome
 
 
