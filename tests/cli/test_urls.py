@@ -115,7 +115,34 @@ def test_a_tls_option_on_a_plain_redis_url_says_to_use_rediss(empty_dir: Path) -
         ),
         ("redis://h/0?password=pw", "redis://h/0?password=***"),
         ("sqlite:///x.db", "sqlite:///x.db"),
+        ("reddis://:pw@h:6390/0", "reddis://:***@h:6390/0"),  # a scheme nobody serves
+        ("http://user:pw@h/0", "http://user:***@h/0"),
+        ("redis:/:pw@h/0", "redis:/:***@h/0"),  # one slash: no authority found, the password in the path
+        ("redis://u:p@ss@h/0", "redis://u:***@h/0"),  # an '@' in the password
     ],
 )
 def test_printed_urls_hide_every_password(url: str, shown: str) -> None:
     assert redact(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url", ["reddis://:s3cretPW@127.0.0.1:6390/0", "http://u:s3cretPW@h/0", "redis:/:s3cretPW@127.0.0.1/0"]
+)
+@pytest.mark.parametrize("command", [["stats"], ["doctor"], ["doctor", "--json"]])
+def test_a_url_no_broker_takes_is_refused_without_its_password(empty_dir: Path, url: str, command: list[str]) -> None:
+    result = run("--url", url, *command)
+    assert result.exit_code == 1
+    assert "s3cretPW" not in result.output + result.stderr and "***" in result.output + result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://127.0.0.1:notaport/0", "redis://127.0.0.1:99999/0", "redis://[::1]:x/0", "rediss://h:0/0"],
+)
+def test_a_port_that_is_no_port_is_named_with_the_expected_form(empty_dir: Path, url: str) -> None:
+    result = run("--url", url, "stats")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: bad redis URL {url!r}: each port must be a number from 1 to 65535"
+        " (redis://[user:password@]host[:port][/db])\n"
+    )

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from conveyor.brokers.base import Broker
 from conveyor.errors import ConfigurationError
 from conveyor.model import BrokerPolicy
+from conveyor.urls import redact
 
 __all__ = ["DEFAULT_URL", "default_url", "open_broker"]
 
@@ -48,7 +49,7 @@ def open_broker(url: str | None = None, policy: BrokerPolicy | None = None) -> B
     target = _BACKENDS.get(scheme)
     if target is None:
         known = ", ".join(f"{name}://" for name in sorted(_BACKENDS))
-        raise ConfigurationError(f"unsupported broker URL {url!r}: scheme must be one of {known}")
+        raise ConfigurationError(f"unsupported broker URL {redact(url)!r}: scheme must be one of {known}")
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -110,6 +110,15 @@ class RedisConfig:
                 f"bad redis URL {redact(url)!r}: the path names the database, a number (0 to 15 usually)"
             )
         try:
+            ports = [port for _, port in _seeds(parts.netloc.rpartition("@")[2])]
+        except ValueError:
+            ports = [0]
+        if not all(0 < port < 65536 for port in ports):
+            raise ConfigurationError(
+                f"bad redis URL {redact(url)!r}: each port must be a number from 1 to 65535"
+                " (redis://[user:password@]host[:port][/db])"
+            )
+        try:
             config = cls(
                 url=urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k not in _OURS}))),
                 namespace=query.get("namespace", "conveyor"),
