@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from conveyor import Conveyor, TaskState
@@ -119,7 +120,7 @@ def main(timeout: float = 120.0, workers: int = 2) -> int:
     env = {**os.environ, "CONVEYOR_URL": url}
     os.environ["CONVEYOR_URL"] = url  # the demo tasks module builds its app from it
     app = Conveyor(url)
-    console.print(f"[bold]Conveyor demo[/] on {url}")
+    console.print(f"[bold]Conveyor demo[/] on {escape(url)}")
     total = _enqueue_batch(app)
     console.print(f"enqueued {total} tasks; starting {workers} worker processes")
     started = time.monotonic()
@@ -170,7 +171,7 @@ def _summary(
     )
     why = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items())) or "none"
     console.print(f"  {retried} tasks succeeded after retries; archived by reason: {why}")
-    console.print(f"  workers stopped gracefully with exit codes {codes}; their logs: {log_path}")
+    console.print(f"  workers stopped gracefully with exit codes {codes}; their logs: {escape(str(log_path))}")
     if not finished:
         console.print("[red]demo did not finish in time[/]")
         console.print(log_path.read_text(errors="replace")[-3000:], markup=False)

@@ -121,6 +121,26 @@ def test_ls_lists_a_page_of_one_state(cli: Invoke, app: Conveyor) -> None:
     assert all(f"job-{i}" in table.stdout for i in range(5))
 
 
+#: Text in a task that Rich would read as its markup or emoji codes: printed as written.
+MARKUP = "[bold]hidden[/bold] part [/] :smile:"
+
+
+def test_show_and_ls_print_a_tasks_text_as_it_is(cli: Invoke, app: Conveyor) -> None:
+    @app.task(max_retries=0)
+    def echo(text: str) -> str:
+        raise ValueError(f"expected list[int], got {text}")
+
+    handle = echo.enqueue(MARKUP)
+    app.worker().run_until_idle()
+    shown = cli("show", handle.id)
+    assert shown.exit_code == 0, shown.output
+    assert json.dumps([MARKUP]) in shown.stdout
+    assert f"ValueError: expected list[int], got {MARKUP}" in " ".join(shown.stdout.split())
+    listed = cli("ls", "--state", "archived")
+    assert listed.exit_code == 0, listed.output
+    assert "expected list[int]" in listed.stdout  # the error, cut to its first 50 characters
+
+
 def test_ls_rejects_an_unknown_state(cli: Invoke) -> None:
     result = cli("ls", "--state", "done")
     assert result.exit_code == 2

@@ -33,10 +33,13 @@ STATES = [state.value for state in TaskState]
 
 
 def console(stderr: bool = False) -> Console:
-    """A console on the current stdout (looked up at call time, so click's test runner captures it)."""
+    """A console on the current stdout (looked up at call time, so click's test runner captures it).
+    Text is printed as it is: no Rich markup nor emoji codes, since what the CLI prints is mostly the
+    tasks' own text (arguments, results, errors), in which ``[/]`` or ``:smile:`` must stay as written;
+    a style is given as ``style=``."""
     stream = sys.stderr if stderr else sys.stdout
     wide = None if stream.isatty() else 160  # piped: don't squeeze tables into 80 columns
-    return Console(file=stream, highlight=False, soft_wrap=False, width=wide)
+    return Console(file=stream, highlight=False, soft_wrap=False, width=wide, markup=False, emoji=False)
 
 
 def json_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -232,7 +232,7 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
             errors.add_row(str(entry.attempt), format_time(entry.at, now), entry.error)
         c.print(errors)
     if info.traceback is not None:
-        c.print("[bold]Traceback of the latest failure[/bold]")
+        c.print("Traceback of the latest failure", style="bold")
         c.print(info.traceback.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
     timeline = Table(title="Timeline", title_justify="left")
     for column in ("at", "event", "detail"):
