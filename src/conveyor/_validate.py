@@ -112,19 +112,41 @@ def check_retry_on(value: object) -> tuple[type[BaseException], ...]:
     return value
 
 
+#: The times a task may carry, epoch seconds: those a date shows (years 1 to 9999, UTC), so that every
+#: store, page and command can show them.
+EARLIEST, LATEST = -62135596800.0, 253402300799.0
+
+
+def check_time(what: str, when: float, given: object = None) -> float:
+    """``when`` (epoch seconds, what ``given`` came to) if it falls in years 1 to 9999, else ValueError."""
+    if not EARLIEST <= when <= LATEST:
+        shown = given if given is not None else when
+        raise ValueError(f"{what} {shown!r} falls outside the years 1 to 9999 (epoch seconds {when!r})")
+    return when
+
+
 def check_when(what: str, value: object, now: float) -> float | None:
-    """An absolute time: an aware datetime or epoch seconds (finite). Returns epoch seconds."""
+    """An absolute time: an aware datetime or epoch seconds (finite, years 1 to 9999). Returns epoch
+    seconds."""
     if value is None:
         return None
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError(f"{what} must be a timezone-aware datetime")
-        return value.timestamp()
+        return check_time(what, value.timestamp(), value)
     if not _is_number(value):
         raise TypeError(f"{what} must be an aware datetime or epoch seconds, not {type(value).__name__}")
     when = float(value)  # type: ignore[arg-type]
     if not math.isfinite(when):
         raise ValueError(f"{what} must be finite, got {value!r}")
+    return check_time(what, when)
+
+
+def check_after(what: str, seconds: float, now: float) -> float:
+    """``now + seconds`` (a delay, an expiry), if it falls in years 1 to 9999."""
+    when = now + seconds
+    if not EARLIEST <= when <= LATEST:
+        raise ValueError(f"{what} of {seconds!r} s ends past the year 9999 (epoch seconds {when!r})")
     return when
 
 
@@ -136,7 +158,7 @@ def check_expires(value: object, now: float) -> float | None:
         return check_when("expires", value, now)
     seconds = check_seconds("expires", value)
     assert seconds is not None
-    return now + seconds
+    return check_after("expires", seconds, now)
 
 
 def check_mapping(what: str, value: object) -> dict[str, Any]:

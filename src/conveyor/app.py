@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor._validate import (
+    check_after,
     check_expires,
     check_int,
     check_queue,
@@ -255,7 +256,7 @@ class Conveyor:
         priority = options.get("priority", base.priority)
         run_at: float | None = None
         if options.get("delay") is not None:
-            run_at = now + float(options["delay"])
+            run_at = check_after("delay", float(options["delay"]), now)
         elif options.get("eta") is not None:
             run_at = check_when("eta", options["eta"], now)
         expires = options.get("expires", base.expires)

@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from conveyor import outcomes
-from conveyor._validate import check_positive, check_seconds
+from conveyor._validate import check_after, check_positive, check_seconds
 from conveyor.errors import LeaseLost, SerializationError, UnknownBackoff
 from conveyor.model import Outcome, TaskInfo, TaskRecord
 from conveyor.options import EffectiveOptions, decode_stored, resolve
@@ -82,7 +82,8 @@ class Lease:
         """Give the task back (pending, or scheduled after ``delay``); no attempt is counted."""
         seconds = check_seconds("delay", delay) or 0.0
         now = self._app.now()
-        self._settle(Outcome(self._record.id, self.token, "release", run_at=now + seconds if seconds else None))
+        run_at = check_after("delay", seconds, now) if seconds else None
+        self._settle(Outcome(self._record.id, self.token, "release", run_at=run_at))
 
     def extend(self, seconds: float) -> float:
         """Hold the task ``seconds`` more from now; returns the new deadline. Raises LeaseLost."""

@@ -85,10 +85,8 @@ class TaskOptions:
         check_priority(self.priority)
         check_seconds("retention", self.retention)
         check_seconds("unique_for", self.unique_for, allow_none=True)
-        if self.expires is not None and not isinstance(self.expires, datetime):
-            check_seconds("expires", self.expires)
-        elif isinstance(self.expires, datetime) and self.expires.tzinfo is None:
-            raise ValueError("expires must be a timezone-aware datetime")
+        if self.expires is not None:
+            check_expires(self.expires, 0.0)  # seconds no date could end, or a naive datetime: refused
 
 
 def check_timeout(value: object) -> float | None:

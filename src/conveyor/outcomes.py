@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import traceback
 
+from conveyor._validate import LATEST
 from conveyor.errors import PermanentError, Retry
 from conveyor.model import ArchiveReason, Outcome, TaskRecord
 from conveyor.options import EffectiveOptions
@@ -136,4 +137,5 @@ def failure(
         )
     if delay is None:
         delay = options.backoff.delay(record.retries + 1, rng)
-    return Outcome(record.id, token, "retry", error=error, run_at=now + delay, max_retries=limit, traceback=trace)
+    run_at = min(now + delay, LATEST)  # a retry asked for past the year 9999 waits until then
+    return Outcome(record.id, token, "retry", error=error, run_at=run_at, max_retries=limit, traceback=trace)

@@ -157,6 +157,17 @@ def test_raise_retry_asks_for_a_retry_after_its_delay(
     assert (info.state, info.next_run_at, info.retries_left) == (TaskState.RETRY, clock.now() + 42.0, 2)
 
 
+def test_a_retry_asked_for_past_the_year_9999_waits_until_then(
+    app: Conveyor, worker: Worker, register: Register, to_raise: list[BaseException]
+) -> None:
+    """Stored as the last time a date shows, so every page and command can still show the task."""
+    to_raise.append(Retry(delay=1e308))
+    handle = app.enqueue(register())
+    worker.process_next()
+    info = app.get(handle.id)
+    assert (info.state, info.next_run_at) == (TaskState.RETRY, 253402300799.0)
+
+
 def test_raise_retry_without_a_delay_uses_the_backoff(
     app: Conveyor, clock: FakeClock, worker: Worker, register: Register, to_raise: list[BaseException]
 ) -> None:

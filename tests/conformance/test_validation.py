@@ -55,6 +55,7 @@ BAD_OPTIONS: list[tuple[dict[str, Any], type[Exception]]] = [
     ({"expires": -1}, ValueError),
     ({"expires": NAN}, ValueError),
     ({"expires": datetime(2030, 1, 1)}, ValueError),  # naive: ambiguous
+    ({"expires": 1e300}, ValueError),  # ends past the year 9999, which no date shows
 ]
 
 BAD_ENQUEUE_ONLY: list[tuple[dict[str, Any], type[Exception]]] = [
@@ -67,6 +68,10 @@ BAD_ENQUEUE_ONLY: list[tuple[dict[str, Any], type[Exception]]] = [
     ({"eta": datetime(2030, 1, 1)}, ValueError),
     ({"eta": "tomorrow"}, TypeError),
     ({"delay": 5, "eta": 2_000_000_000.0}, ValueError),
+    ({"delay": 1e308}, ValueError),  # past the year 9999: stored, no page nor command could show it
+    ({"delay": 3e11}, ValueError),
+    ({"eta": 1e13}, ValueError),
+    ({"eta": -1e13}, ValueError),
     ({"task_id": ""}, ValueError),
     ({"task_id": "has space"}, ValueError),
     ({"task_id": "slash/not/allowed"}, ValueError),

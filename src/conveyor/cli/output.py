@@ -86,7 +86,10 @@ def format_time(ts: float | None, now: float | None = None) -> str:
     """``2024-05-01 12:00:03Z (3s ago)``; ``-`` for None."""
     if ts is None:
         return "-"
-    text = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        text = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):  # past what a date shows (stored by an older version)
+        return f"epoch {ts!r}"
     if now is not None:
         delta = ts - now
         text += f" ({'in ' + format_age(delta) if delta > 0 else format_age(-delta) + ' ago'})"
