@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import random
+
 from conveyor import outcomes
 from conveyor.model import Outcome, TaskRecord, TaskState
 from conveyor.options import TaskOptions, resolve
-from conveyor.outcomes import CUT_MARKER, MAX_TRACEBACK_CHARS, bound_traceback
+from conveyor.outcomes import (
+    CUT_MARKER,
+    ERROR_CUT_MARKER,
+    MAX_ERROR_CHARS,
+    MAX_TRACEBACK_CHARS,
+    bound_traceback,
+    describe,
+    failure,
+)
 
 
 def test_complete_keeps_the_result_for_the_tasks_retention() -> None:
@@ -49,3 +59,26 @@ def test_chained_exceptions_are_shown_and_a_cycle_does_not_hang() -> None:
         outer.__cause__.__context__ = outer  # a cycle
         text = bound_traceback(outer)
     assert text is not None and "KeyError: 'inner'" in text and "RuntimeError: outer" in text
+
+
+def test_a_huge_error_keeps_its_start_and_its_end_within_the_bound() -> None:
+    """Every failure, the error history and each log line of it carry the error: a 5 MB message is
+    cut, as a string given to ``Lease.fail`` is."""
+    text = describe(ValueError("s" + "m" * 5_000_000 + "e"))
+    assert len(text) == MAX_ERROR_CHARS and ERROR_CUT_MARKER in text
+    assert text.startswith("ValueError: smmm") and text.endswith("mmme")
+    record = TaskRecord("t1", "job", "q", TaskState.ACTIVE, "[[], {}]", "{}", 0, 1.0, 1.0, None, attempts=1)
+    outcome = failure(record, "tok", "x" * 100_000, resolve({}, TaskOptions()), 2.0, random.Random(1))
+    assert outcome.error is not None and len(outcome.error) == MAX_ERROR_CHARS
+    assert describe(ValueError("small")) == "ValueError: small"
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise KeyboardInterrupt
+
+
+def test_an_exception_whose_str_raises_a_base_exception_is_described_with_a_note() -> None:
+    """Not only an ``Exception`` out of ``__str__``: the failure must still be recorded as one."""
+    assert describe(_Unprintable()) == "_Unprintable: <exception str() failed>"
+    bound_traceback(_raised(_Unprintable()))  # does not raise: a traceback, or None if none can be formatted

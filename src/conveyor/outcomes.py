@@ -18,8 +18,11 @@ from conveyor.options import EffectiveOptions
 
 __all__ = [
     "CUT_MARKER",
+    "ERROR_CUT_MARKER",
+    "MAX_ERROR_CHARS",
     "MAX_TRACEBACK_CHARS",
     "MAX_TRACEBACK_FRAMES",
+    "bound_error",
     "bound_traceback",
     "complete",
     "describe",
@@ -32,16 +35,32 @@ MAX_TRACEBACK_FRAMES = 64
 MAX_TRACEBACK_CHARS = 8192
 #: What replaces the part of a traceback cut off by the bounds.
 CUT_MARKER = "[... traceback cut ...]\n"
+#: A stored error's bound (``describe``): a task's every failure, its history and each log line of it
+#: carry it, so a handler's multi-megabyte message is cut, keeping its start and its end.
+MAX_ERROR_CHARS = 4096
+ERROR_CUT_MARKER = " [... error cut ...] "
 
 
 def describe(exc: BaseException) -> str:
     """``"ExcType: message"`` (just the type when there is no message; a note in its place when the
-    exception's ``__str__`` itself raises, as ``traceback`` prints it)."""
+    exception's ``__str__`` itself raises, as ``traceback`` prints it), at most
+    :data:`MAX_ERROR_CHARS` characters (its first three quarters and its end around
+    :data:`ERROR_CUT_MARKER`)."""
     try:
         message = str(exc)
-    except Exception:  # a handler's exception must not break the failure's own handling
+    except BaseException:  # a handler's exception must not break the failure's own handling
         message = "<exception str() failed>"
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return bound_error(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
+def bound_error(text: str) -> str:
+    """``text`` if at most :data:`MAX_ERROR_CHARS` long, else its first three quarters and its end
+    around :data:`ERROR_CUT_MARKER`."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    room = MAX_ERROR_CHARS - len(ERROR_CUT_MARKER)
+    head = room * 3 // 4
+    return text[:head] + ERROR_CUT_MARKER + text[len(text) - (room - head) :]
 
 
 def bound_traceback(exc: BaseException) -> str | None:
@@ -51,7 +70,10 @@ def bound_traceback(exc: BaseException) -> str | None:
     for an exception never raised."""
     if exc.__traceback__ is None:
         return None
-    lines = traceback.format_exception(exc, limit=-MAX_TRACEBACK_FRAMES)
+    try:
+        lines = traceback.format_exception(exc, limit=-MAX_TRACEBACK_FRAMES)
+    except BaseException:  # an exception's __str__ raising what traceback does not catch (KeyboardInterrupt)
+        return None
     text = "".join(lines)
     cut = any(_frames(tb) > MAX_TRACEBACK_FRAMES for tb in _tracebacks(exc))
     room = MAX_TRACEBACK_CHARS - len(CUT_MARKER)
@@ -106,7 +128,7 @@ def failure(
     retryable: bool | None = None,
 ) -> Outcome:
     """The outcome of a failed execution (``exc`` may be a message for external consumers)."""
-    error, trace = (exc, None) if isinstance(exc, str) else (describe(exc), bound_traceback(exc))
+    error, trace = (bound_error(exc), None) if isinstance(exc, str) else (describe(exc), bound_traceback(exc))
     delay: float | None = None
     if isinstance(exc, PermanentError):
         retryable = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from conveyor import Conveyor, FakeClock, TaskState, Worker, current_task
 
@@ -52,6 +53,22 @@ def test_async_handler_past_its_timeout_is_cancelled_and_retried(app: Conveyor, 
     assert cancelled == [True]
     assert info.state is TaskState.RETRY
     assert info.last_error is not None and info.last_error.startswith("TaskTimeout")
+
+
+def test_async_handler_blocking_its_loop_past_its_timeout_fails_as_a_sync_one(app: Conveyor, worker: Worker) -> None:
+    """A blocking call (``time.sleep``) holds the loop, so nothing can cancel it at its timeout: its
+    late result fails with ``TaskTimeout``, not completed as if in time."""
+
+    @app.task(timeout=0.01, max_retries=0)
+    async def blocks() -> str:
+        time.sleep(0.05)  # noqa: ASYNC251 - the blocking call under test
+        return "late"
+
+    handle = blocks.enqueue()
+    worker.process_next()
+    info = app.get(handle.id)
+    assert (info.state, info.result) == (TaskState.ARCHIVED, None)
+    assert info.last_error == "TaskTimeout: handler ran past its 0.01 s timeout"
 
 
 def test_async_handler_sees_its_own_task_context(app: Conveyor, worker: Worker) -> None:

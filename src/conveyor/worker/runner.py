@@ -103,8 +103,13 @@ class Runner:
         call_before(self.middleware, job)
         token = set_current(job)
         interrupted = False
+        started = time.monotonic()
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
+            timeout = job.options.timeout
+            # a handler that blocks the loop (time.sleep) cannot be cancelled: late, it fails as a sync one does
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise TaskTimeout(f"handler ran past its {timeout} s timeout")
         except BaseException as exc:
             if not _handler_failed(exc):
                 interrupted = _cancelled_from_outside(exc)
