@@ -14,7 +14,7 @@ import pytest
 
 from conveyor import ArchiveReason, Conveyor, FakeClock, Middleware, TaskContext, TaskState, Worker, WorkerConfig
 from conveyor.brokers.base import Broker
-from conveyor.errors import ConfigurationError
+from conveyor.errors import BrokerUnavailable, ConfigurationError
 from conveyor.model import Outcome
 from conveyor.testing import Call, SpyBroker, poll_until
 from conveyor.worker.acker import Acker
@@ -245,6 +245,25 @@ def test_heartbeat_leaves_fresh_leases_alone_and_extends_older_ones() -> None:
     # when lease_for leaves no margin for a skipped tick, every lease is extended every tick
     Heartbeat(app.broker, app.clock, inflight, interval=4.0, lease_for=8.0).tick()
     assert fresh_handle.status().lease_expires_at == 1008.5
+
+
+def test_a_heartbeat_that_cannot_reach_the_store_says_so_in_one_line_a_tick(caplog: pytest.LogCaptureFixture) -> None:
+    """Every held lease fails alike while the store is out of reach: one WARNING line for the tick,
+    without a traceback, not one per task (a worker of 100 slots would write 100 a tick)."""
+    spy = SpyBroker.from_url("memory://")
+    app = Conveyor(broker=spy, clock=FakeClock(0.0))
+    for _ in range(5):
+        app.enqueue("job")
+    inflight = Inflight()
+    helds = inflight.add(spy.claim(["default"], 0.0, 5.0, limit=5))
+    for held in helds:
+        held.renewed -= 10.0
+    spy.fail("extend", BrokerUnavailable("Redis is unreachable"), times=None)
+    with caplog.at_level("DEBUG", logger="conveyor"):
+        Heartbeat(spy, app.clock, inflight, interval=1.0, lease_for=10.0).tick()
+    lines = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records]
+    assert lines == [("WARNING", "heartbeat: could not extend 5 lease(s): Redis is unreachable; retrying", None)]
+    assert not any(held.lost for held in helds)
 
 
 def test_a_heartbeat_after_a_finished_task_settled_reports_no_lost_lease(caplog: pytest.LogCaptureFixture) -> None:

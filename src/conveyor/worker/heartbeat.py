@@ -60,20 +60,29 @@ class Heartbeat(Periodic):
 
     def tick(self) -> None:
         fresh_for = min(self.interval / 2, self.lease_for - 2 * self.interval)
-        for held in self.inflight.snapshot():
-            if held.lost or time.monotonic() - held.renewed < fresh_for:
-                continue
-            self.renew(held)
+        due = [
+            held for held in self.inflight.snapshot() if not held.lost and time.monotonic() - held.renewed >= fresh_for
+        ]
+        for done, held in enumerate(due):
+            try:
+                self._renew(held)
+            except BrokerError as exc:  # the store is out of reach: the next tick tries them all again
+                log.warning("heartbeat: could not extend %d lease(s): %s; retrying", len(due) - done, exc)
+                return
 
     def renew(self, held: Held) -> None:
         """Extend ``held``'s lease now; if it is lost, stop its handler (``lost``). Also called at once,
         outside the ticks, for a task whose cancel the broker announced (``worker/cancels.py``)."""
-        started = time.monotonic()
         try:
-            status = self.broker.extend(held.id, held.token, float(self.clock()), self.lease_for)
-        except BrokerError:
-            log.warning("heartbeat: could not extend the lease of task %s; retrying", held.id, exc_info=True)
-            return
+            self._renew(held)
+        except BrokerError as exc:
+            log.warning("heartbeat: could not extend the lease of task %s: %s; retrying", held.id, exc)
+
+    def _renew(self, held: Held) -> None:
+        """:meth:`renew`, its ``BrokerError`` raised: one line a tick says the store is out of reach,
+        not one per task with its traceback (a worker of 100 slots would write 100 a second)."""
+        started = time.monotonic()
+        status = self.broker.extend(held.id, held.token, float(self.clock()), self.lease_for)
         if status is None:
             # A finished task's outcome is with the acker, which may have just settled it (the lease
             # is gone because the task is done): its settle tells whether the lease was really lost.
