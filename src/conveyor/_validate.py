@@ -45,6 +45,11 @@ def check_positive(what: str, value: object, *, allow_none: bool = False) -> flo
     return number
 
 
+#: The largest count a setting or a limit may hold: exact in a double (Redis's Lua numbers) and in a
+#: SQLite INTEGER, so every backend stores what it was given (far above any real queue).
+MOST_COUNT = 10**15
+
+
 def check_int(
     what: str, value: object, *, minimum: int = 0, maximum: int | None = None, allow_none: bool = False
 ) -> int | None:

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor._validate import (
+    MOST_COUNT,
     check_after,
     check_expires,
     check_int,
@@ -336,8 +337,8 @@ class Conveyor:
         splits queues over slots (docs/architecture.md, "Partitions")."""
         check_queue(name)
         _check_partitions(partitions)
-        check_int("max_size", max_size, minimum=0, allow_none=True)
-        check_int("concurrency", concurrency, minimum=1, allow_none=True)
+        check_int("max_size", max_size, minimum=0, maximum=MOST_COUNT, allow_none=True)
+        check_int("concurrency", concurrency, minimum=1, maximum=MOST_COUNT, allow_none=True)
         if aging is not None:
             check_seconds("aging", aging)
             if aging == 0:

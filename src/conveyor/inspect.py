@@ -6,7 +6,7 @@ import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conveyor._validate import check_int, check_queue, check_task_id
+from conveyor._validate import MOST_COUNT, check_int, check_queue, check_task_id
 from conveyor.brokers.base import CommandsWorkers, ForgetsQueues, KeepsHistory
 from conveyor.commands import COMMAND_TTL, check_command, stronger
 from conveyor.errors import ConfigurationError, InvalidTransition, QueueNotFound
@@ -118,7 +118,7 @@ class Inspector:
 
     def purge(self, queue: str, state: TaskState | str, limit: int | None = None) -> int:
         """Delete every task of ``queue`` in ``state`` (not active); returns how many."""
-        check_int("limit", limit, minimum=1, allow_none=True)
+        check_int("limit", limit, minimum=1, maximum=MOST_COUNT, allow_none=True)
         return self.app.broker.purge(check_queue(queue), _state(state), self.app.now(), limit)
 
     def workers(self) -> builtins.list[WorkerInfo]:

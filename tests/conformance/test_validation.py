@@ -330,6 +330,8 @@ def test_a_bad_argument_is_refused_before_the_broker_opens(tmp_path: Path, argum
         ({"max_size": True}, TypeError),
         ({"concurrency": 0}, ValueError),
         ({"concurrency": 1.0}, TypeError),
+        ({"max_size": 2**63}, ValueError),  # past what every backend stores exactly (SQLite, Lua numbers)
+        ({"concurrency": 10**20}, ValueError),
         ({"aging": 0}, ValueError),
         ({"aging": -5}, ValueError),
         ({"aging": NAN}, ValueError),
@@ -343,6 +345,16 @@ def test_a_bad_argument_is_refused_before_the_broker_opens(tmp_path: Path, argum
 def test_bad_queue_setting_is_rejected(app: Conveyor, settings: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
         app.configure_queue("default", **settings)
+
+
+def test_the_largest_counts_are_stored_exactly_and_one_more_is_refused(app: Conveyor) -> None:
+    app.configure_queue("default", max_size=10**15, concurrency=10**15)
+    settings = app.inspect.queue("default").settings
+    assert (settings.max_size, settings.concurrency) == (10**15, 10**15)
+    with pytest.raises(ValueError, match="must be <= 1,000,000,000,000,000"):
+        app.configure_queue("default", max_size=10**15 + 1)
+    with pytest.raises(ValueError, match="must be <= 1,000,000,000,000,000"):
+        app.inspect.purge("default", "archived", limit=2**63)
 
 
 @pytest.mark.parametrize(("name", "error"), [("bad name", ValueError), ("", ValueError), (None, TypeError)])
