@@ -110,6 +110,26 @@ def test_enqueue_from_file_past_max_size_stores_nothing_where_a_call_is_atomic(
     assert ("500 task(s) of the call stay stored and will run" in " ".join(result.stderr.split())) is (kept > 0)
 
 
+@pytest.mark.parametrize("bad_line", [1, 2, 1001])
+def test_enqueue_file_names_the_line_that_is_not_utf8(
+    cli: Invoke, app: Conveyor, tmp_path: Path, bad_line: int
+) -> None:
+    lines = [json.dumps({"args": [i]}).encode() for i in range(1, 1101)]
+    lines[bad_line - 1] = b'{"args": ["caf\xe9"]}'  # Latin-1, not UTF-8
+    path = tmp_path / "calls.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    result = cli("enqueue", "bulk", "--file", str(path))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: line {bad_line}: not UTF-8 text"), result.stderr
+    assert all(counts["total"] == 0 for counts in app.stats().values())
+
+
+def test_enqueue_file_reads_stdin_too(cli: Invoke, app: Conveyor) -> None:
+    result = cli("enqueue", "bulk", "--file", "-", input='{"args": [1]}\n{"args": ["\u00e9"]}\n')
+    assert result.exit_code == 0, result.output
+    assert sorted(str(info.args) for info in app.inspect.list("default", "pending")) == sorted(["[1]", "['é']"])
+
+
 def test_ls_lists_a_page_of_one_state(cli: Invoke, app: Conveyor) -> None:
     for i in range(5):
         app.enqueue("job", args=[i], task_id=f"job-{i}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import click
 from click.core import ParameterSource
@@ -64,7 +64,7 @@ def _checked(check: Callable[[str], str]) -> Callable[[click.Context, click.Para
 @click.option(
     "--file",
     "calls_file",
-    type=click.File("r"),
+    type=click.File("rb"),
     help='Enqueue many calls: JSON lines, each {"args": [...], "kwargs": {...}} (\'-\' for stdin).',
 )
 @json_option
@@ -78,7 +78,7 @@ def enqueue(
     priority: int | None,
     queue: str | None,
     task_id: str | None,
-    calls_file: TextIO | None,
+    calls_file: BinaryIO | None,
 ) -> None:
     """Enqueue task NAME (the handler need not be importable here: its queue, priority, expiry and uniqueness are
     the ones a worker serving it declared)."""
@@ -119,38 +119,39 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
-def _calls(lines: TextIO) -> list[tuple[list[Any], dict[str, Any]]]:
+def _calls(lines: BinaryIO) -> list[tuple[list[Any], dict[str, Any]]]:
     """Every line's call, each checked as the enqueue will (strict JSON, known keys) before any is
-    stored: a file is enqueued whole or not at all, and a refusal names its line."""
+    stored: a file is enqueued whole or not at all, and a refusal names its line (read as bytes and
+    decoded line by line, so that a line that is not UTF-8 is the one named)."""
     calls: list[tuple[list[Any], dict[str, Any]]] = []
-    number = 0
-    try:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                call = json.loads(line, parse_constant=_not_json)
-            except ValueError as exc:
-                why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                raise click.ClickException(f"line {number}: not valid JSON ({why})") from None
-            if not isinstance(call, dict) or not isinstance(call.get("args", []), list):
-                raise click.ClickException(f'line {number}: expected {{"args": [...], "kwargs": {{...}}}}')
-            unknown = sorted(set(call) - set(_LINE_KEYS))
-            if unknown:
-                raise click.ClickException(
-                    f"line {number}: unknown key(s) {', '.join(map(repr, unknown))}; a line holds"
-                    ' "args" and "kwargs" (options such as --queue apply to the whole file)'
-                )
-            kwargs = call.get("kwargs", {})
-            if not isinstance(kwargs, dict):
-                raise click.ClickException(f"line {number}: kwargs must be a JSON object")
-            calls.append((call.get("args", []), kwargs))
-    except UnicodeDecodeError as exc:
-        raise click.ClickException(f"line {number + 1}: not UTF-8 text ({exc.reason})") from None
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise click.ClickException(f"line {number}: not UTF-8 text ({exc.reason})") from None
+        if not line.strip():
+            continue
+        try:
+            call = json.loads(line, parse_constant=_not_json)
+        except ValueError as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise click.ClickException(f"line {number}: not valid JSON ({why})") from None
+        if not isinstance(call, dict) or not isinstance(call.get("args", []), list):
+            raise click.ClickException(f'line {number}: expected {{"args": [...], "kwargs": {{...}}}}')
+        unknown = sorted(set(call) - set(_LINE_KEYS))
+        if unknown:
+            raise click.ClickException(
+                f"line {number}: unknown key(s) {', '.join(map(repr, unknown))}; a line holds"
+                ' "args" and "kwargs" (options such as --queue apply to the whole file)'
+            )
+        kwargs = call.get("kwargs", {})
+        if not isinstance(kwargs, dict):
+            raise click.ClickException(f"line {number}: kwargs must be a JSON object")
+        calls.append((call.get("args", []), kwargs))
     return calls
 
 
-def _enqueue_file(state: CliState, name: str, lines: TextIO, options: dict[str, Any]) -> list[str]:
+def _enqueue_file(state: CliState, name: str, lines: BinaryIO, options: dict[str, Any]) -> list[str]:
     """Every line's call in one ``enqueue_many``: refused whole (``QueueFull``, a bad call) where the
     broker stores a call at once (memory, SQLite); Redis stores 500 a call (README, "Queues")."""
     app = state.conveyor(create=True)
