@@ -222,7 +222,8 @@ class Broker(Protocol):
         """A page of a queue's tasks in one state.
 
         Order: pending in claim order; scheduled and retry by ``next_run_at``; active by
-        ``started_at``; completed and archived newest ``finished_at`` first. Ties by enqueue order.
+        ``started_at``; completed and archived newest ``finished_at`` first. Ties by enqueue order,
+        reversed where the order is (finished at one time: the last enqueued first).
         """
         ...
 

@@ -63,7 +63,7 @@ Change = dict[str, Any]
 READY_AT = "ready_at"
 
 #: The error of a task archived ``expired``: its ``expires_at`` passed while it waited.
-EXPIRED_ERROR = "Expired: not started before its deadline"
+EXPIRED_ERROR = "Expired: its deadline passed before it could run (again)"
 #: The error a retry records when the outcome gave none.
 RETRY_ERROR = "Retry"
 #: The error of an expired lease (``{stalls}``: the task's stall count, this one included).

@@ -5,7 +5,7 @@
 -- Texts shared with the memory and SQLite brokers (conveyor/brokers/transitions.py; a test checks they
 -- match): a task expired before it started, a retry whose outcome gave no error, an expired lease
 -- ({stalls}: the task's stall count, this one included).
-local EXPIRED_ERROR = 'Expired: not started before its deadline'
+local EXPIRED_ERROR = 'Expired: its deadline passed before it could run (again)'
 local RETRY_ERROR = 'Retry'
 local LEASE_EXPIRED_ERROR = 'LeaseExpired: lease expired without an acknowledgement ({stalls} stall(s))'
 
