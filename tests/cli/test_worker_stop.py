@@ -164,3 +164,35 @@ def test_grace_and_lease_given_on_the_command_line_hold(url: str, given: str, tm
         assert (misspelt in output) == (given == "variables"), output
         back = app.get(task_id)
         assert (back.state, back.attempts) == (TaskState.PENDING, 0)
+
+
+LINGERING_APP = """
+import threading
+import time
+
+from conveyor import Conveyor
+
+app = Conveyor()  # CONVEYOR_URL
+
+
+@app.task
+def spawns() -> None:
+    threading.Thread(target=time.sleep, args=(60,), name="left-behind", daemon=False).start()
+"""
+
+
+@pytest.mark.parametrize("processes", [0, 1])
+def test_a_thread_a_task_left_running_does_not_hold_the_worker_after_it_stopped(
+    tmp_path: Path, spawn: Spawn, processes: int
+) -> None:
+    """Python's exit waits for every non-daemon thread: a handler's would keep the stopped worker
+    (and a ``-p`` supervisor waiting on its child) alive until SIGKILL. It is named and left."""
+    url = f"sqlite:///{tmp_path / 'linger.db'}"
+    (tmp_path / "linger_app.py").write_text(textwrap.dedent(LINGERING_APP))
+    with Conveyor(url) as producer:
+        handle = producer.enqueue("spawns")
+        args = ["worker", "linger_app:app"] + (["-p", str(processes)] if processes else [])
+        proc = spawn(args, env=clean_env(url), cwd=tmp_path)
+        poll_until(lambda: producer.get(handle.id).state is TaskState.COMPLETED, timeout=30.0, message="the task")
+    output = stop_promptly(proc, "the worker whose task left a thread")
+    assert "1 thread(s) started by tasks still run (left-behind): exiting without waiting for them" in output

@@ -128,5 +128,10 @@ for _command in (
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="conveyor")
+    """Console-script entry point (the process ends with the command: ``exit_process``)."""
+    try:
+        cli(prog_name="conveyor")
+    except SystemExit as done:
+        from conveyor.worker.entry import exit_process  # here: most commands never load the worker
+
+        exit_process(done.code)

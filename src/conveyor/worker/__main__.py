@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Sequence
 
 from conveyor.worker.args import config_from_args, parse
@@ -53,4 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from conveyor.worker.entry import exit_process
+
+    exit_process(main())

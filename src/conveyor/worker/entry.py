@@ -6,6 +6,12 @@ worker that loads an app by reference, so neither of them imports the other.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import threading
+from typing import NoReturn
+
 from conveyor.errors import ConfigurationError
 from conveyor.host import Host
 from conveyor.worker.config import WorkerConfig
@@ -13,7 +19,29 @@ from conveyor.worker.loader import load_app
 from conveyor.worker.supervisor import Supervisor
 from conveyor.worker.worker import Worker
 
-__all__ = ["run_worker"]
+__all__ = ["exit_process", "run_worker"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+def exit_process(code: int | str | None) -> NoReturn:
+    """End this process with ``code`` (``SystemExit``'s). A thread a handler started without marking it
+    daemon would hold Python's exit once the worker stopped ("stopped" logged, the process alive
+    until a second signal or SIGKILL): such threads are named in a WARNING and not waited for."""
+    lingering = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if not lingering:
+        sys.exit(code)
+    log.warning(
+        "%d thread(s) started by tasks still run (%s): exiting without waiting for them",
+        len(lingering),
+        ", ".join(sorted(lingering)),
+    )
+    if isinstance(code, str):
+        sys.stderr.write(code + "\n")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def run_worker(app: Host | str, config: WorkerConfig | None = None) -> int:
