@@ -174,6 +174,20 @@ def test_config_from_env() -> None:
     assert (config.lease_for, config.heartbeat_every, config.strict, config.prefetch) == (4.0, 0.8, True, 2)
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CONVEYOR_WORKER_CONCURRENCY": "0"}, "CONVEYOR_WORKER_CONCURRENCY='0': concurrency must be >= 1, got 0"),
+        ({"CONVEYOR_WORKER_GRACE": "-5"}, "CONVEYOR_WORKER_GRACE='-5': shutdown_grace must be finite and >= 0"),
+        ({"CONVEYOR_WORKER_QUEUES": "a=0"}, "CONVEYOR_WORKER_QUEUES='a=0': queue weight must be >= 1, got 0"),
+    ],
+)
+def test_a_value_out_of_range_in_the_environment_names_its_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        WorkerConfig.from_env(env)
+    assert str(refused.value).startswith(message)
+
+
 def test_default_recovery_bound_is_at_most_15_seconds() -> None:
     config = WorkerConfig()
     assert config.lease_for + config.reaper_interval + config.poll_interval <= 15

@@ -183,7 +183,17 @@ class WorkerConfig:
             except ValueError as exc:
                 raise ConfigurationError(f"{variable}={raw!r}: {exc}") from None
         values.update(overrides)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ValueError as exc:  # out of range: name the variable whose setting the message names
+            named = [
+                variable
+                for name, variable in given.items()
+                if name not in overrides and (name in str(exc) or (name == "queues" and "queue" in str(exc)))
+            ]
+            if len(named) != 1:
+                raise
+            raise ConfigurationError(f"{named[0]}={env[named[0]]!r}: {exc}") from None
 
 
 #: Variables named as the ``conveyor worker`` option is, where that differs from the field's name.
