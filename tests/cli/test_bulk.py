@@ -58,6 +58,7 @@ def test_run_now_all_requeues_the_failed_tasks_the_filters_keep(
     result = cli("run-now", "--all", "--queue", "mail", "--error", "BOOM 1", "--yes")  # case-insensitive
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "queued 2 of 2 matching task(s)"  # boom 1 and boom 11
+    assert result.stderr == ""  # not a terminal: no progress bar, nor the empty line it would leave
     assert _states(app, failed["mail"]) == [TaskState.PENDING, TaskState.ARCHIVED, TaskState.PENDING]
     assert _states(app, failed["report"] + failed["mail_retry"]) == [TaskState.ARCHIVED, TaskState.RETRY]
 

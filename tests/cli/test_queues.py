@@ -67,6 +67,7 @@ def test_purge_with_yes_deletes_all_in_chunks(cli: Invoke, app: Conveyor) -> Non
     result = cli("purge", "default", "--state", "scheduled", "--yes", "--chunk", "2", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["deleted"] == 5
+    assert result.stderr == ""  # not a terminal: no progress bar, nor the empty line it would leave
     assert app.stats()["default"]["scheduled"] == 0
     assert app.stats()["default"]["pending"] == 1
 

@@ -96,7 +96,8 @@ def run_bulk(state: CliState, bulk: Bulk, action: str, verb: str, ask: str) -> N
         inspector.queue(queue)  # QueueNotFound: a misspelt queue must not read as "nothing matched"
     err = console(stderr=True)
     columns = (TextColumn(verb), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=True, disable=state.json) as progress:
+    # no bar where nobody watches one (piped, logged): it would leave an empty line on stderr
+    with Progress(*columns, console=err, transient=True, disable=state.json or not err.is_terminal) as progress:
         bar = progress.add_task(verb, total=None)
 
         def step(result: BulkResult) -> None:

@@ -109,7 +109,8 @@ def purge(state: CliState, queue: str, task_state: str, yes: bool, chunk: int) -
         click.confirm(f"Delete {total} {task_state} task(s) of queue {queue!r}?", abort=True, err=True)
     deleted = 0
     columns = (TextColumn("purge"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console(stderr=True), transient=True, disable=total <= chunk) as progress:
+    err = console(stderr=True)
+    with Progress(*columns, console=err, transient=True, disable=total <= chunk or not err.is_terminal) as progress:
         bar = progress.add_task("purge", total=total)
         while True:
             done = inspector.purge(queue, task_state, limit=chunk)
