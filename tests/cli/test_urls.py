@@ -57,6 +57,14 @@ def test_enqueue_creates_the_database(empty_dir: Path) -> None:
     assert run("stats").exit_code == 0
 
 
+@pytest.mark.parametrize("command", [["pause", "q", "--create"], ["queues", "configure", "q", "--create"]])
+def test_a_queue_set_up_ahead_of_its_first_task_creates_the_database(empty_dir: Path, command: list[str]) -> None:
+    result = run(*command)
+    assert result.exit_code == 0, result.output
+    assert (empty_dir / "conveyor.db").exists()
+    assert run("queues", "configure", "q").exit_code == 0  # known now
+
+
 @pytest.mark.parametrize("url", ["sqlite:/x.db", "sqlite:x.db"])
 def test_a_sqlite_url_with_too_few_slashes_is_an_error(empty_dir: Path, url: str) -> None:
     result = run("--url", url, "enqueue", "x")

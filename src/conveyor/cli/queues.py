@@ -75,7 +75,7 @@ def stats(state: CliState, watch: bool, interval: float, iterations: int | None)
 @pass_state
 def pause(state: CliState, queue: str, create: bool) -> None:
     """Pause QUEUE: workers stop claiming from it (enqueueing goes on)."""
-    inspector = state.conveyor().inspect
+    inspector = state.conveyor(create=create).inspect  # --create: ahead of its first task, on a new file too
     if not create:
         inspector.queue(queue)  # QueueNotFound: a typo must not make a new, paused queue
     inspector.pause(queue)
