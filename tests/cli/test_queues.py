@@ -204,3 +204,26 @@ def test_queues_configure_of_an_unknown_queue_needs_create(cli: Invoke, app: Con
         "partitions": 1,
         "paused": False,
     }
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["ls", "-q", "bad q"],
+        ["pause", "bad q", "--create"],
+        ["resume", "bad q"],
+        ["purge", "bad q", "-s", "pending", "-y"],
+        ["queues", "configure", "bad q", "--create"],
+        ["queues", "delete", "bad q"],
+        ["run-now", "--all", "-q", "bad q", "-y"],
+        ["delete", "--all", "-q", "bad q", "-y"],
+        ["enqueue", "x", "--queue", "bad q"],
+    ],
+)
+def test_a_name_no_queue_can_have_is_a_usage_error_in_every_command(
+    cli: Invoke, app: Conveyor, command: list[str]
+) -> None:
+    result = cli(*command)
+    assert result.exit_code == 2, result.output
+    assert "queue name must match [A-Za-z0-9._-]{1,64}, got 'bad q'" in result.stderr
+    assert app.stats() == {}

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from conveyor.cli.output import console, emit
+from conveyor.cli.output import QUEUE, console, emit
 from conveyor.cli.state import CliState
 from conveyor.model import ArchiveReason, TaskState
 from conveyor.selection import BulkResult, TaskFilter, apply_all
@@ -34,7 +34,12 @@ def bulk_options(states: Sequence[str], default: Sequence[str]) -> Callable[[F],
             "--all", "select_all", is_flag=True, help="Act on every task the options below keep, instead of IDs."
         ),
         click.option(
-            "-q", "--queue", "queues", multiple=True, help="Only tasks of QUEUE (repeatable; default: every queue)."
+            "-q",
+            "--queue",
+            "queues",
+            type=QUEUE,
+            multiple=True,
+            help="Only tasks of QUEUE (repeatable; default: every queue).",
         ),
         click.option(
             "-s",

@@ -13,10 +13,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from conveyor._validate import check_queue
 from conveyor.model import QueueInfo, TaskInfo, TaskState, WorkerInfo
 from conveyor.urls import redact
 
 __all__ = [
+    "QUEUE",
     "STATES",
     "console",
     "emit",
@@ -30,6 +32,23 @@ __all__ = [
 ]
 
 STATES = [state.value for state in TaskState]
+
+
+class QueueName(click.ParamType[str]):
+    """A queue name as ``check_queue`` takes it: a name no queue can have is a usage error (exit 2)
+    in every command, as a malformed option is, before anything is read or written."""
+
+    name = "queue"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return check_queue(value)
+        except (TypeError, ValueError) as exc:
+            self.fail(str(exc), param, ctx)
+
+
+#: The type of every queue argument and option.
+QUEUE = QueueName()
 
 
 def console(stderr: bool = False) -> Console:

@@ -12,7 +12,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from conveyor.cli.output import STATES, console, emit, json_option, queue_table, worker_table
+from conveyor.cli.output import QUEUE, STATES, console, emit, json_option, queue_table, worker_table
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError, QueueNotFound
 from conveyor.model import MAX_PARTITIONS, QueueSettings
@@ -69,7 +69,7 @@ def stats(state: CliState, watch: bool, interval: float, iterations: int | None)
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--create", is_flag=True, help="Pause QUEUE even if it has no task yet (ahead of its first).")
 @json_option
 @pass_state
@@ -83,7 +83,7 @@ def pause(state: CliState, queue: str, create: bool) -> None:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @json_option
 @pass_state
 def resume(state: CliState, queue: str) -> None:
@@ -95,7 +95,7 @@ def resume(state: CliState, queue: str) -> None:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--state", "-s", "task_state", type=click.Choice([s for s in STATES if s != "active"]), required=True)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True, help="Tasks deleted per call.")
@@ -131,7 +131,7 @@ def queues() -> None:
 
 
 @queues.command("delete")
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @json_option
 @pass_state
 def delete_queue(state: CliState, queue: str) -> None:
@@ -165,7 +165,7 @@ _NONE = object()
 
 
 @queues.command("configure")
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--max-size", callback=_or_none(int), metavar="N|none", help="Most unfinished tasks the queue holds.")
 @click.option("--concurrency", callback=_or_none(int), metavar="N|none", help="Most tasks running at once.")
 @click.option("--aging", callback=_or_none(float), metavar="S|none", help="Waiting seconds per priority step.")

@@ -12,10 +12,10 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from conveyor._validate import check_queue, check_task_id, check_task_name
+from conveyor._validate import check_task_id, check_task_name
 from conveyor.app import Conveyor
 from conveyor.cli.bulk import Bulk, bulk_options, run_bulk
-from conveyor.cli.output import STATES, emit, format_time, json_option, short, task_row, to_jsonable
+from conveyor.cli.output import QUEUE, STATES, emit, format_time, json_option, short, task_row, to_jsonable
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
@@ -59,7 +59,7 @@ def _checked(check: Callable[[str], str]) -> Callable[[click.Context, click.Para
 )
 @click.option("--delay", type=float, help="Run no sooner than this many seconds from now.")
 @click.option("--priority", type=int, help="Higher runs first (default: the task's priority).")
-@click.option("--queue", callback=_checked(check_queue), help="Queue name (default: the task's queue, else 'default').")
+@click.option("--queue", type=QUEUE, help="Queue name (default: the task's queue, else 'default').")
 @click.option("--task-id", callback=_checked(check_task_id), help="Explicit task id (a duplicate id is refused).")
 @click.option(
     "--file",
@@ -160,7 +160,7 @@ def _enqueue_file(state: CliState, name: str, lines: BinaryIO, options: dict[str
 
 
 @click.command("ls")
-@click.option("--queue", "-q", default="default", show_default=True, help="Queue to list.")
+@click.option("--queue", "-q", type=QUEUE, default="default", show_default=True, help="Queue to list.")
 @click.option("--state", "-s", "task_state", type=click.Choice(STATES), default="pending", show_default=True)
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
