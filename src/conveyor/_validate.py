@@ -50,6 +50,15 @@ def check_positive(what: str, value: object, *, allow_none: bool = False) -> flo
 MOST_COUNT = 10**15
 
 
+def check_aging(value: object) -> float:
+    """A queue's ``aging``: seconds > 0, finite (None, to disable it, is the caller's to allow)."""
+    seconds = check_seconds("aging", value)
+    if seconds == 0:
+        raise ValueError("aging must be > 0 (None disables aging)")
+    assert seconds is not None
+    return seconds
+
+
 def check_int(
     what: str, value: object, *, minimum: int = 0, maximum: int | None = None, allow_none: bool = False
 ) -> int | None:

@@ -13,6 +13,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from conveyor._validate import (
     MOST_COUNT,
     check_after,
+    check_aging,
     check_expires,
     check_int,
     check_queue,
@@ -340,9 +341,7 @@ class Conveyor:
         check_int("max_size", max_size, minimum=0, maximum=MOST_COUNT, allow_none=True)
         check_int("concurrency", concurrency, minimum=1, maximum=MOST_COUNT, allow_none=True)
         if aging is not None:
-            check_seconds("aging", aging)
-            if aging == 0:
-                raise ValueError("aging must be > 0 (None disables aging)")
+            check_aging(aging)
         self.broker.configure_queue(
             QueueSettings(name, max_size, concurrency, None if aging is None else float(aging), partitions=partitions)
         )

@@ -149,9 +149,9 @@ def test_queues_configure_shows_a_queues_settings_and_changes_only_those_given(c
         (["--max-size", "many"], 2, "'many' is not an integer or 'none'"),
         (["--aging", "soon"], 2, "'soon' is not a number or 'none'"),
         (["--partitions", "0"], 2, "--partitions"),
-        (["--concurrency", "0"], 1, "concurrency"),
-        (["--max-size", "-1"], 1, "max_size"),
-        (["--aging", "0"], 1, "aging must be > 0"),
+        (["--concurrency", "0"], 2, "concurrency"),  # out of range: a usage error too
+        (["--max-size", "-1"], 2, "max_size"),
+        (["--aging", "0"], 2, "aging must be > 0"),
     ],
 )
 def test_queues_configure_refuses_a_bad_value_and_keeps_the_settings(
@@ -226,4 +226,28 @@ def test_a_name_no_queue_can_have_is_a_usage_error_in_every_command(
     result = cli(*command)
     assert result.exit_code == 2, result.output
     assert "queue name must match [A-Za-z0-9._-]{1,64}, got 'bad q'" in result.stderr
+    assert app.stats() == {}
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["enqueue", "x", "--delay", "-1"], "delay must be finite and >= 0"),
+        (["enqueue", "x", "--delay", "nan"], "delay must be finite and >= 0"),
+        (["enqueue", "x", "--priority", "99999999999"], "priority must be between -1000000 and 1000000"),
+        (["queues", "configure", "q", "--create", "--max-size", "-1"], "max_size must be >= 0"),
+        (["queues", "configure", "q", "--create", "--concurrency", "0"], "concurrency must be >= 1"),
+        (["queues", "configure", "q", "--create", "--aging", "0"], "aging must be > 0"),
+        (
+            ["queues", "configure", "q", "--create", "--max-size", str(10**16)],
+            "max_size must be <= 1,000,000,000,000,000",
+        ),
+    ],
+)
+def test_a_number_out_of_range_is_a_usage_error_as_a_malformed_one_is(
+    cli: Invoke, app: Conveyor, command: list[str], says: str
+) -> None:
+    result = cli(*command)
+    assert result.exit_code == 2, result.output
+    assert says in result.stderr
     assert app.stats() == {}

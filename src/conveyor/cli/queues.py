@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from conveyor._validate import MOST_COUNT, check_aging, check_int
 from conveyor.cli.output import QUEUE, STATES, console, emit, json_option, queue_table, worker_table
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError, QueueNotFound
@@ -140,8 +141,11 @@ def delete_queue(state: CliState, queue: str) -> None:
     emit(state.json, {"queue": queue, "deleted": True}, lambda c: c.print(f"deleted queue {queue}"))
 
 
-def _or_none(kind: type[int] | type[float]) -> Callable[[click.Context, click.Parameter, str | None], object]:
-    """An option's callback: a number, ``none`` to lift the setting (``_NONE``), or None when not given."""
+def _or_none(
+    kind: type[int] | type[float], check: Callable[[Any], object]
+) -> Callable[[click.Context, click.Parameter, str | None], object]:
+    """An option's callback: a number ``check`` takes (as ``configure_queue`` checks it: else a usage
+    error), ``none`` to lift the setting (``_NONE``), or None when not given."""
 
     def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
         if value is None:
@@ -149,11 +153,16 @@ def _or_none(kind: type[int] | type[float]) -> Callable[[click.Context, click.Pa
         if value.strip().lower() == "none":
             return _NONE
         try:
-            return kind(value)
+            number = kind(value)
         except ValueError:
             raise click.BadParameter(
                 f"{value!r} is not {'an integer' if kind is int else 'a number'} or 'none'"
             ) from None
+        try:
+            check(number)
+        except (TypeError, ValueError) as exc:
+            raise click.BadParameter(str(exc)) from None
+        return number
 
     return convert
 
@@ -166,9 +175,24 @@ _NONE = object()
 
 @queues.command("configure")
 @click.argument("queue", type=QUEUE)
-@click.option("--max-size", callback=_or_none(int), metavar="N|none", help="Most unfinished tasks the queue holds.")
-@click.option("--concurrency", callback=_or_none(int), metavar="N|none", help="Most tasks running at once.")
-@click.option("--aging", callback=_or_none(float), metavar="S|none", help="Waiting seconds per priority step.")
+@click.option(
+    "--max-size",
+    callback=_or_none(int, lambda n: check_int("max_size", n, maximum=MOST_COUNT)),
+    metavar="N|none",
+    help="Most unfinished tasks the queue holds.",
+)
+@click.option(
+    "--concurrency",
+    callback=_or_none(int, lambda n: check_int("concurrency", n, minimum=1, maximum=MOST_COUNT)),
+    metavar="N|none",
+    help="Most tasks running at once.",
+)
+@click.option(
+    "--aging",
+    callback=_or_none(float, check_aging),
+    metavar="S|none",
+    help="Waiting seconds per priority step.",
+)
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help="Parts the queue is spread over.")
 @click.option("--create", is_flag=True, help="Configure QUEUE even if it has no task yet (ahead of its first).")
 @json_option

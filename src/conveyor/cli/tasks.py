@@ -12,7 +12,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from conveyor._validate import check_task_id, check_task_name
+from conveyor._validate import check_priority, check_seconds, check_task_id, check_task_name
 from conveyor.app import Conveyor
 from conveyor.cli.bulk import Bulk, bulk_options, run_bulk
 from conveyor.cli.output import QUEUE, STATES, emit, format_time, json_option, short, task_row, to_jsonable
@@ -37,10 +37,10 @@ def _json_arg(text: str | None, what: str, kind: type) -> Any:
     return value
 
 
-def _checked(check: Callable[[str], str]) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+def _checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """An option's callback: the value as ``check`` takes it, a usage error (exit 2) if it refuses it."""
 
-    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
             return None
         try:
@@ -57,8 +57,15 @@ def _checked(check: Callable[[str], str]) -> Callable[[click.Context, click.Para
 @click.option(
     "--kwargs", "kwargs_json", metavar="JSON", help='Keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.'
 )
-@click.option("--delay", type=float, help="Run no sooner than this many seconds from now.")
-@click.option("--priority", type=int, help="Higher runs first (default: the task's priority).")
+@click.option(
+    "--delay",
+    type=float,
+    callback=_checked(lambda s: check_seconds("delay", s)),
+    help="Run no sooner than this many seconds from now.",
+)
+@click.option(
+    "--priority", type=int, callback=_checked(check_priority), help="Higher runs first (default: the task's priority)."
+)
 @click.option("--queue", type=QUEUE, help="Queue name (default: the task's queue, else 'default').")
 @click.option("--task-id", callback=_checked(check_task_id), help="Explicit task id (a duplicate id is refused).")
 @click.option(
