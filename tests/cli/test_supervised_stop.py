@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,24 @@ def test_an_operator_stop_of_a_child_is_not_undone_by_the_supervisor(tmp_path: P
     _, errors = proc.communicate()
     assert errors.count("stopped by an operator; not replaced") == 2, errors
     assert "replacing it" not in errors, errors
+
+
+def test_a_second_sigterm_to_the_supervisor_exits_now_with_status_1(tmp_path: Path, spawn: Spawn) -> None:
+    """As one worker's second signal does: the children release what they hold and exit at once."""
+    url = f"sqlite:///{tmp_path / 'twice.db'}"
+    proc = start(tmp_path, spawn, url)
+    with Conveyor(url) as app:
+        handle = app.enqueue("slow")
+        poll_until(lambda: app.get(handle.id).state is TaskState.ACTIVE, timeout=30.0, message="the task to run")
+        lines: list[str] = []
+        assert proc.stderr is not None
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+        reader.start()
+        proc.send_signal(signal.SIGTERM)
+        # the second signal once the first was taken (two sent at once may arrive as one)
+        poll_until(lambda: any("shutting down" in line for line in lines), timeout=30.0, message="the first order")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 1
+        assert app.get(handle.id).state is TaskState.PENDING
+        reader.join(timeout=10)
+    assert any("released" in line and "forced" in line for line in lines), lines

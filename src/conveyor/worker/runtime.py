@@ -208,7 +208,12 @@ class Runtime:
         self.exit_now()
 
     def exit_now(self) -> None:
-        """Release every task held (for at most 2 s) and end the process with status 1."""
+        """Release every task held (for at most 2 s) and end the process with status 1, on a thread of
+        its own: called from a signal handler, it must not hold up the main thread it interrupted,
+        which may hold what the release needs (a write transaction on SQLite)."""
+        threading.Thread(target=self._exit_now, name="exit-now", daemon=True).start()
+
+    def _exit_now(self) -> None:
         releaser = threading.Thread(target=self.release, args=(self.inflight.snapshot(), "forced exit"), daemon=True)
         releaser.start()
         releaser.join(timeout=2.0)

@@ -92,7 +92,7 @@ class Supervisor:
             for child in list(self.children.values()):
                 child.proc.kill()
                 child.proc.wait()
-        return 0
+        return 1 if self._signals >= 2 else 0  # a forced exit, as one worker's second signal makes it
 
     def _spawn(self, slot: int) -> None:
         read_fd, write_fd = os.pipe()
