@@ -102,3 +102,25 @@ def test_a_second_sigterm_to_the_supervisor_exits_now_with_status_1(tmp_path: Pa
         assert app.get(handle.id).state is TaskState.PENDING
         reader.join(timeout=10)
     assert any("released" in line and "forced" in line for line in lines), lines
+
+
+def test_a_second_sigterm_to_one_worker_exits_now_with_status_1(tmp_path: Path, spawn: Spawn) -> None:
+    """The forced exit's release runs off the signal handler, and the stopping main thread waits for
+    it rather than ending the process with status 0 first."""
+    url = f"sqlite:///{tmp_path / 'alone.db'}"
+    (tmp_path / "supervised_app.py").write_text(textwrap.dedent(APP))
+    argv = ["worker", "supervised_app:app", "-c", "1", "--grace", "20", "--prefetch", "0"]
+    proc = spawn(argv, env=clean_env(url), cwd=tmp_path)
+    with Conveyor(url) as app:
+        handle = app.enqueue("slow")
+        poll_until(lambda: app.get(handle.id).state is TaskState.ACTIVE, timeout=30.0, message="the task to run")
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+        reader.start()
+        proc.send_signal(signal.SIGTERM)
+        poll_until(lambda: any("shutting down" in line for line in lines), timeout=30.0, message="the first signal")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 1
+        assert app.get(handle.id).state is TaskState.PENDING
+        reader.join(timeout=10)
+    assert not any(line.endswith(" stopped\n") for line in lines), lines

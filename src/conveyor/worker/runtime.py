@@ -101,6 +101,7 @@ class Runtime:
             self.maintenance += (summary,)
         self._stop = threading.Event()
         self._signals = 0
+        self._exiting: threading.Thread | None = None  # exit_now's thread, once started
         self._stop_signalled = False  # set by signal handlers, which must take no lock (see run())
         self.started = threading.Event()
         self.stopped = threading.Event()
@@ -162,6 +163,9 @@ class Runtime:
             if self.config.freeze_heap:
                 gc.unfreeze()  # back in the oldest generation: collected as usual from now on
             self.stopped.set()
+        exiting = self._exiting
+        if exiting is not None:  # a forced exit under way: it ends the process (status 1), not this
+            exiting.join()
         log.info("worker %s stopped", self.worker_id)
         return 0
 
@@ -211,7 +215,9 @@ class Runtime:
         """Release every task held (for at most 2 s) and end the process with status 1, on a thread of
         its own: called from a signal handler, it must not hold up the main thread it interrupted,
         which may hold what the release needs (a write transaction on SQLite)."""
-        threading.Thread(target=self._exit_now, name="exit-now", daemon=True).start()
+        if self._exiting is None:
+            self._exiting = threading.Thread(target=self._exit_now, name="exit-now", daemon=True)
+            self._exiting.start()
 
     def _exit_now(self) -> None:
         releaser = threading.Thread(target=self.release, args=(self.inflight.snapshot(), "forced exit"), daemon=True)
