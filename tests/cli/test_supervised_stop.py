@@ -83,34 +83,9 @@ def test_an_operator_stop_of_a_child_is_not_undone_by_the_supervisor(tmp_path: P
     assert "replacing it" not in errors, errors
 
 
-def test_a_second_sigterm_to_the_supervisor_exits_now_with_status_1(tmp_path: Path, spawn: Spawn) -> None:
-    """As one worker's second signal does: the children release what they hold and exit at once."""
-    url = f"sqlite:///{tmp_path / 'twice.db'}"
-    proc = start(tmp_path, spawn, url)
-    with Conveyor(url) as app:
-        handle = app.enqueue("slow")
-        poll_until(lambda: app.get(handle.id).state is TaskState.ACTIVE, timeout=30.0, message="the task to run")
-        lines: list[str] = []
-        assert proc.stderr is not None
-        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
-        reader.start()
-        proc.send_signal(signal.SIGTERM)
-        # the second signal once the first was taken (two sent at once may arrive as one)
-        poll_until(lambda: any("shutting down" in line for line in lines), timeout=30.0, message="the first order")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 1
-        assert app.get(handle.id).state is TaskState.PENDING
-        reader.join(timeout=10)
-    assert any("released" in line and "forced" in line for line in lines), lines
-
-
-def test_a_second_sigterm_to_one_worker_exits_now_with_status_1(tmp_path: Path, spawn: Spawn) -> None:
-    """The forced exit's release runs off the signal handler, and the stopping main thread waits for
-    it rather than ending the process with status 0 first."""
-    url = f"sqlite:///{tmp_path / 'alone.db'}"
-    (tmp_path / "supervised_app.py").write_text(textwrap.dedent(APP))
-    argv = ["worker", "supervised_app:app", "-c", "1", "--grace", "20", "--prefetch", "0"]
-    proc = spawn(argv, env=clean_env(url), cwd=tmp_path)
+def signalled_twice(proc: subprocess.Popen[str], url: str) -> list[str]:
+    """A running task, then SIGTERM twice to ``proc`` (the second once the first was taken: two sent at
+    once may arrive as one), which must exit with status 1 and leave the task pending: its stderr."""
     with Conveyor(url) as app:
         handle = app.enqueue("slow")
         poll_until(lambda: app.get(handle.id).state is TaskState.ACTIVE, timeout=30.0, message="the task to run")
@@ -123,4 +98,21 @@ def test_a_second_sigterm_to_one_worker_exits_now_with_status_1(tmp_path: Path, 
         assert proc.wait(timeout=30) == 1
         assert app.get(handle.id).state is TaskState.PENDING
         reader.join(timeout=10)
+    return lines
+
+
+def test_a_second_sigterm_to_the_supervisor_exits_now_with_status_1(tmp_path: Path, spawn: Spawn) -> None:
+    """As one worker's second signal does: the children release what they hold and exit at once."""
+    url = f"sqlite:///{tmp_path / 'twice.db'}"
+    lines = signalled_twice(start(tmp_path, spawn, url), url)
+    assert any("released" in line and "forced" in line for line in lines), lines
+
+
+def test_a_second_sigterm_to_one_worker_exits_now_with_status_1(tmp_path: Path, spawn: Spawn) -> None:
+    """The forced exit's release runs off the signal handler, and the stopping main thread waits for
+    it rather than ending the process with status 0 first."""
+    url = f"sqlite:///{tmp_path / 'alone.db'}"
+    (tmp_path / "supervised_app.py").write_text(textwrap.dedent(APP))
+    argv = ["worker", "supervised_app:app", "-c", "1", "--grace", "20", "--prefetch", "0"]
+    lines = signalled_twice(spawn(argv, env=clean_env(url), cwd=tmp_path), url)
     assert not any(line.endswith(" stopped\n") for line in lines), lines
