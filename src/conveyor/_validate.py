@@ -53,9 +53,9 @@ MOST_COUNT = 10**15
 def check_aging(value: object) -> float:
     """A queue's ``aging``: seconds > 0, finite (None, to disable it, is the caller's to allow)."""
     seconds = check_seconds("aging", value)
+    assert seconds is not None
     if seconds == 0:
         raise ValueError("aging must be > 0 (None disables aging)")
-    assert seconds is not None
     return seconds
 
 
@@ -131,9 +131,13 @@ def check_retry_on(value: object) -> tuple[type[BaseException], ...]:
 EARLIEST, LATEST = -62135596800.0, 253402300799.0
 
 
+def _datable(when: float) -> bool:
+    return EARLIEST <= when <= LATEST
+
+
 def check_time(what: str, when: float, given: object = None) -> float:
     """``when`` (epoch seconds, what ``given`` came to) if it falls in years 1 to 9999, else ValueError."""
-    if not EARLIEST <= when <= LATEST:
+    if not _datable(when):
         shown = given if given is not None else when
         raise ValueError(f"{what} {shown!r} falls outside the years 1 to 9999 (epoch seconds {when!r})")
     return when
@@ -159,7 +163,7 @@ def check_when(what: str, value: object, now: float) -> float | None:
 def check_after(what: str, seconds: float, now: float) -> float:
     """``now + seconds`` (a delay, an expiry), if it falls in years 1 to 9999."""
     when = now + seconds
-    if not EARLIEST <= when <= LATEST:
+    if not _datable(when):
         raise ValueError(f"{what} of {seconds!r} s ends past the year 9999 (epoch seconds {when!r})")
     return when
 

@@ -24,7 +24,7 @@ def redact(url: str) -> str:
         url = _LOOSE_PASSWORD.sub(r"\1***\3", url)
     if password is None and "password=" not in parts.query:
         return url  # unchanged, as given (urlunsplit would drop an empty authority: sqlite:///x.db)
-    if parts.password is not None:
+    if password is not None:
         user = parts.username or ""
         parts = parts._replace(netloc=f"{user}:***@{parts.netloc.rsplit('@', 1)[-1]}")
     query = parse_qsl(parts.query, keep_blank_values=True)

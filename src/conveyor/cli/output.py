@@ -20,6 +20,7 @@ from conveyor.urls import redact
 __all__ = [
     "QUEUE",
     "STATES",
+    "checked",
     "console",
     "emit",
     "format_age",
@@ -49,6 +50,20 @@ class QueueName(click.ParamType[str]):
 
 #: The type of every queue argument and option.
 QUEUE = QueueName()
+
+
+def checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option's callback: the value as ``check`` takes it, a usage error (exit 2) if it refuses it."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except (TypeError, ValueError) as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return convert
 
 
 def console(stderr: bool = False) -> Console:

@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from conveyor._validate import MOST_COUNT, check_aging, check_int
-from conveyor.cli.output import QUEUE, STATES, console, emit, json_option, queue_table, worker_table
+from conveyor.cli.output import QUEUE, STATES, checked, console, emit, json_option, queue_table, worker_table
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError, QueueNotFound
 from conveyor.model import MAX_PARTITIONS, QueueSettings
@@ -158,10 +158,7 @@ def _or_none(
             raise click.BadParameter(
                 f"{value!r} is not {'an integer' if kind is int else 'a number'} or 'none'"
             ) from None
-        try:
-            check(number)
-        except (TypeError, ValueError) as exc:
-            raise click.BadParameter(str(exc)) from None
+        checked(check)(ctx, param, number)
         return number
 
     return convert

@@ -15,7 +15,7 @@ from rich.table import Table
 from conveyor._validate import check_priority, check_seconds, check_task_id, check_task_name
 from conveyor.app import Conveyor
 from conveyor.cli.bulk import Bulk, bulk_options, run_bulk
-from conveyor.cli.output import QUEUE, STATES, emit, format_time, json_option, short, task_row, to_jsonable
+from conveyor.cli.output import QUEUE, STATES, checked, emit, format_time, json_option, short, task_row, to_jsonable
 from conveyor.cli.state import CliState, pass_state
 from conveyor.errors import ConveyorError
 from conveyor.inspect import Inspector
@@ -37,22 +37,8 @@ def _json_arg(text: str | None, what: str, kind: type) -> Any:
     return value
 
 
-def _checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """An option's callback: the value as ``check`` takes it, a usage error (exit 2) if it refuses it."""
-
-    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value is None:
-            return None
-        try:
-            return check(value)
-        except (TypeError, ValueError) as exc:
-            raise click.BadParameter(str(exc)) from None
-
-    return convert
-
-
 @click.command()
-@click.argument("name", callback=_checked(check_task_name))
+@click.argument("name", callback=checked(check_task_name))
 @click.option("--args", "args_json", metavar="JSON", help="Positional arguments as a JSON array, e.g. '[1, \"a\"]'.")
 @click.option(
     "--kwargs", "kwargs_json", metavar="JSON", help='Keyword arguments as a JSON object, e.g. \'{"to": "x"}\'.'
@@ -60,14 +46,14 @@ def _checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Para
 @click.option(
     "--delay",
     type=float,
-    callback=_checked(lambda s: check_seconds("delay", s)),
+    callback=checked(lambda s: check_seconds("delay", s)),
     help="Run no sooner than this many seconds from now.",
 )
 @click.option(
-    "--priority", type=int, callback=_checked(check_priority), help="Higher runs first (default: the task's priority)."
+    "--priority", type=int, callback=checked(check_priority), help="Higher runs first (default: the task's priority)."
 )
 @click.option("--queue", type=QUEUE, help="Queue name (default: the task's queue, else 'default').")
-@click.option("--task-id", callback=_checked(check_task_id), help="Explicit task id (a duplicate id is refused).")
+@click.option("--task-id", callback=checked(check_task_id), help="Explicit task id (a duplicate id is refused).")
 @click.option(
     "--file",
     "calls_file",
@@ -241,7 +227,7 @@ def _render_task(c: Console, info: TaskInfo, now: float) -> None:
         c.print(errors)
     if info.traceback is not None:
         c.print("Traceback of the latest failure", style="bold")
-        c.print(info.traceback.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+        c.print(info.traceback.rstrip("\n"), soft_wrap=True)
     timeline = Table(title="Timeline", title_justify="left")
     for column in ("at", "event", "detail"):
         timeline.add_column(column, overflow="fold")

@@ -46,6 +46,12 @@ def _handler_failed(exc: BaseException) -> bool:
     return True
 
 
+def _check_late(started: float, timeout: float | None) -> None:
+    """``TaskTimeout`` for a handler that returned past its ``timeout`` (it could not be stopped)."""
+    if timeout is not None and time.monotonic() - started > timeout:
+        raise TaskTimeout(f"handler ran past its {timeout} s timeout")
+
+
 def _cancelled_from_outside(exc: BaseException) -> bool:
     """Whether ``exc`` is the ``CancelledError`` of a cancel of the running asyncio task from outside."""
     if not isinstance(exc, asyncio.CancelledError):
@@ -79,9 +85,7 @@ class Runner:
             result = job.fn(*job.args, **job.kwargs)
             if result is not None and inspect.isawaitable(result):  # None: most handlers, no ABC check
                 result = _run_coroutine(_await_with_timeout(result, job.options.timeout))
-            timeout = job.options.timeout
-            if timeout is not None and time.monotonic() - started > timeout:
-                raise TaskTimeout(f"handler ran past its {timeout} s timeout")
+            _check_late(started, job.options.timeout)
         except BaseException as exc:
             if not _handler_failed(exc):
                 raise
@@ -106,10 +110,8 @@ class Runner:
         started = time.monotonic()
         try:
             result = await _await_with_timeout(job.fn(*job.args, **job.kwargs), job.options.timeout)
-            timeout = job.options.timeout
             # a handler that blocks the loop (time.sleep) cannot be cancelled: late, it fails as a sync one does
-            if timeout is not None and time.monotonic() - started > timeout:
-                raise TaskTimeout(f"handler ran past its {timeout} s timeout")
+            _check_late(started, job.options.timeout)
         except BaseException as exc:
             if not _handler_failed(exc):
                 interrupted = _cancelled_from_outside(exc)

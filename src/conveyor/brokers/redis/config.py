@@ -109,11 +109,7 @@ class RedisConfig:
             raise ConfigurationError(
                 f"bad redis URL {redact(url)!r}: the path names the database, a number (0 to 15 usually)"
             )
-        try:
-            ports = [port for _, port in _seeds(parts.netloc.rpartition("@")[2])]
-        except ValueError:
-            ports = [0]
-        if not all(0 < port < 65536 for port in ports):
+        if not _valid_seeds(parts.netloc):
             raise ConfigurationError(
                 f"bad redis URL {redact(url)!r}: each port must be a number from 1 to 65535"
                 " (redis://[user:password@]host[:port][/db])"
@@ -288,6 +284,15 @@ def _seeds(hosts: str) -> list[tuple[str, int]]:
     return seeds
 
 
+def _valid_seeds(netloc: str) -> bool:
+    """Whether the hosts of ``netloc`` (after any credentials) parse, each port a number from 1 to 65535."""
+    try:
+        seeds = _seeds(netloc.rpartition("@")[2])
+    except ValueError:
+        return False
+    return bool(seeds) and all(0 < port < 65536 for _, port in seeds)
+
+
 def _is_database(text: str) -> bool:
     """Whether a plain URL's path (without its ``/``) names a database: none, or a number (redis-py
     would take anything else as database 0)."""
@@ -298,12 +303,7 @@ def _check_cluster(url: str, path: str, query: dict[str, str]) -> None:
     """A cluster URL's seeds must parse and it may name no database but 0."""
     if path not in ("", "/", "/0") or query.get("db", "0") != "0":
         raise ConfigurationError(f"a Redis Cluster has database 0 only; remove the database from {redact(url)!r}")
-    hosts = urlsplit(url).netloc.rpartition("@")[2]
-    try:
-        seeds = _seeds(hosts)
-    except ValueError:
-        seeds = []
-    if not seeds or any(not 0 < port < 65536 for _, port in seeds):
+    if not _valid_seeds(urlsplit(url).netloc):
         raise ConfigurationError(
             f"bad redis+cluster URL {redact(url)!r}: give the seed nodes as host:port[,host:port...]"
         )

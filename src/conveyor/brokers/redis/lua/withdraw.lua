@@ -4,9 +4,10 @@
 --       (release.lua).
 -- ARGV: head (_call.lua) with the call's token, then A(1).. the ids the enqueue stored.
 -- Returns: one string, per id "1" (removed), "0" (left: claimed at least once, or finished) or "2"
---          (gone: deleted meanwhile, finished and not kept, or lost), in order, without separators. A call sent again (its connection lost before the reply
---          was read) answers as its first send did, if that one ran, and writes nothing (repeated()
---          in _resend.lua): the tasks it removed are not answered as left (started).
+--          (gone: deleted meanwhile, finished and not kept, or lost), in order, without separators.
+--          A call sent again (its connection lost before the reply was read) answers as its first
+--          send did, if that one ran, and writes nothing (repeated() in _resend.lua): the tasks it
+--          removed are not answered as left (started).
 -- Transition: pending or scheduled, never claimed -> deleted (reported). Any other state is left as it
 --             is: a task a worker already took has started, and removing it would not undo that.
 local kept = repeated()
