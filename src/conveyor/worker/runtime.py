@@ -220,10 +220,17 @@ class Runtime:
             self._exiting.start()
 
     def _exit_now(self) -> None:
-        releaser = threading.Thread(target=self.release, args=(self.inflight.snapshot(), "forced exit"), daemon=True)
+        releaser = threading.Thread(target=self._release_all, daemon=True)
         releaser.start()
         releaser.join(timeout=2.0)
         os._exit(1)
+
+    def _release_all(self) -> None:
+        """Every task held released, claims stopped first: a fetcher still running (the graceful stop
+        not begun yet) would claim a released task again, to leave it active when the process ends."""
+        self.fetcher.stop()
+        self.pool.stop_dispatch()
+        self.release(self.inflight.snapshot(), "forced exit")
 
 
 def _freeze_heap() -> None:
