@@ -168,6 +168,20 @@ def test_a_retry_asked_for_past_the_year_9999_waits_until_then(
     assert (info.state, info.next_run_at) == (TaskState.RETRY, 253402300799.0)
 
 
+def test_a_huge_error_is_stored_cut_to_its_bound(
+    app: Conveyor, worker: Worker, register: Register, to_raise: list[BaseException]
+) -> None:
+    """Every failure, the error history and each log line carry the error: a 5 MB message is stored
+    as its first three quarters and its end, 4 KiB in all."""
+    to_raise.append(ValueError("s" + "m" * 5_000_000 + "e"))
+    handle = app.enqueue(register())
+    worker.process_next()
+    info = app.get(handle.id)
+    assert info.last_error is not None and len(info.last_error) == 4096
+    assert info.last_error.startswith("ValueError: smm") and info.last_error.endswith("mme")
+    assert [len(entry.error) for entry in info.errors] == [4096]
+
+
 def test_raise_retry_without_a_delay_uses_the_backoff(
     app: Conveyor, clock: FakeClock, worker: Worker, register: Register, to_raise: list[BaseException]
 ) -> None:
