@@ -252,8 +252,11 @@ class Conveyor:
         base = registered.options if registered is not None else self._declared_options(name)
         if not options and base.unique_for is None:  # the usual call: the base options as they are (checked)
             expires_at = None if base.expires is None else check_expires(base.expires, now)
-            # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
-            return NewTask(self._new_id(base.queue, suffix), name, base.queue, payload, base.priority, None, expires_at)
+            # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options, fresh
+            return NewTask(
+                self._new_id(base.queue, suffix), name, base.queue, payload, base.priority, None, expires_at,
+                None, None, "{}", True,
+            )  # fmt: skip
         queue = check_queue(options.get("queue") or base.queue)
         priority = options.get("priority", base.priority)
         run_at: float | None = None
@@ -271,7 +274,7 @@ class Conveyor:
             unique_key = options.get("unique_key") or _call_key(name, payload)
             unique_until = now + (float(window) if window is not None else _UNBOUNDED)
         # positional, in NewTask's field order (cheaper than keywords on every enqueue; docs/performance-notes.md):
-        # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options
+        # id, name, queue, payload, priority, run_at, expires_at, unique_key, unique_until, options, fresh
         task_id = options.get("task_id")
         if task_id and "~" in task_id:
             check_place(task_id, queue)
@@ -286,6 +289,7 @@ class Conveyor:
             unique_key,
             unique_until,
             encode(travelling, "task options") if (travelling := encode_travelling(options)) else "{}",
+            not task_id,
         )
 
     def _new_id(self, queue: str, suffix: Callable[[str], str] | None = None) -> str:

@@ -86,6 +86,8 @@ class NewTask:
     ``options`` is JSON text of the options given explicitly at enqueue (they travel with the task).
     ``unique_key``/``unique_until``: while a task holding that key is unfinished and ``now <
     unique_until``, another enqueue with the same key is a duplicate.
+    ``fresh``: the app generated ``id`` (``conveyor.ids.new_task_id``), so no task holds it and a broker
+    may store the task without looking for a duplicate; a caller that sets it promises a new id.
     """
 
     id: str
@@ -98,6 +100,7 @@ class NewTask:
     unique_key: str | None = None
     unique_until: float | None = None
     options: str = "{}"
+    fresh: bool = False
 
 
 @fast_init

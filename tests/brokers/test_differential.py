@@ -57,6 +57,29 @@ def _sqlite() -> Iterator[Broker]:
             broker.close()
 
 
+class _FreshIds:
+    """A broker told, as the app tells it, which ids are new: an id enqueued for the first time here
+    is ``fresh``, so SQLite's one-task enqueues of such ids go through its inbox (``inbox.py``)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._seen: set[str] = set()
+
+    def enqueue(self, tasks: list[NewTask], now: float) -> list[str | None]:
+        marked = [replace(task, fresh=task.id not in self._seen) for task in tasks]
+        self._seen.update(task.id for task in tasks)
+        return self._broker.enqueue(marked, now)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker, name)
+
+
+@contextlib.contextmanager
+def _sqlite_fresh() -> Iterator[Broker]:
+    with _sqlite() as broker:
+        yield _FreshIds(broker)  # type: ignore[misc]
+
+
 _REDIS: list[RedisServer] = []  # one private server for the module, started on first use
 _CLUSTER: list[LocalCluster] = []  # one private 3-master cluster for the module, started on first use
 
@@ -94,7 +117,12 @@ def _stop_redis() -> Iterator[None]:
     _CLUSTER.clear()
 
 
-CANDIDATES: dict[str, BrokerFactory] = {"redis": _redis, "redis-cluster": _redis_cluster, "sqlite": _sqlite}
+CANDIDATES: dict[str, BrokerFactory] = {
+    "redis": _redis,
+    "redis-cluster": _redis_cluster,
+    "sqlite": _sqlite,
+    "sqlite-fresh-ids": _sqlite_fresh,
+}
 
 # -- operations ----------------------------------------------------------------------------------
 

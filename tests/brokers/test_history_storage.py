@@ -72,7 +72,7 @@ def test_a_version_1_sqlite_file_gains_the_history_table_and_keeps_its_tasks(tmp
     finally:
         app.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     conn.close()
 
 

@@ -58,6 +58,10 @@ with open(ledger_path, "a") as ledger:
         tasks = [NewTask(f"{prefix}-{n}-{i}", "job", "default", "[]") for i in range(100)]
         broker.enqueue(tasks, 1000.0)
         note("enqueued", [t.id for t in tasks])
+        for i in range(20):  # one-task enqueues of generated ids: the inbox, folded by the claim below
+            one = NewTask(f"{prefix}-{n}-one-{i}", "job", "default", "[]", fresh=True)
+            broker.enqueue([one], 1000.0)
+            note("enqueued", [one.id])
         claimed = broker.claim(["default"], 1000.0, 10.0, limit=20)
         note("claimed", [r.id for r in claimed])
         settled = claimed[:10]

@@ -17,14 +17,14 @@ from typing import Any, TypeVar
 
 from conveyor.brokers.base import EventCallback, Finding
 from conveyor.brokers.declarations import decode_declaration, encode_declaration
-from conveyor.brokers.sqlite import admin, ops
+from conveyor.brokers.sqlite import admin, inbox, ops
 from conveyor.brokers.sqlite.config import SQLiteConfig
 from conveyor.brokers.sqlite.db import Database
 from conveyor.brokers.sqlite.events import EventHub
 from conveyor.brokers.sqlite.idle import IdleWaits
 from conveyor.brokers.sqlite.rows import ClaimedRows
 from conveyor.brokers.sqlite.schema import SCHEMA_VERSION
-from conveyor.brokers.sqlite.tx import Tx
+from conveyor.brokers.sqlite.tx import Tx, due_soon
 from conveyor.errors import BrokerError, ConveyorError, InvalidTransition
 from conveyor.history import QueueMinute
 from conveyor.model import (
@@ -134,6 +134,15 @@ class SQLiteBroker:
 
     def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[str | None]:
         batch = list(tasks)
+        if len(batch) == 1 and (task := batch[0]).fresh and task.unique_key is None:
+            state = self._db.write(lambda conn: inbox.append(conn, task, now, self._origin), fold=False)
+            if state is not None:  # appended to the inbox (inbox.py): what _write does after a commit
+                if state == _PENDING or due_soon(task.run_at, now):
+                    self._idle.bell(task.queue).ring()
+                if self._events.active:
+                    self._events.deliver([Event(task.id, None, state, task.queue, now)])
+                return [None]
+            # a queue with max_size, or somebody listens: in a transaction of its own, as the others
         return self._write(lambda tx: ops.enqueue(tx, batch, now))
 
     # -- consuming -----------------------------------------------------------------------------

@@ -46,7 +46,10 @@ import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
+from conveyor.brokers.sqlite import inbox
 from conveyor.brokers.sqlite.config import SQLiteConfig
+from conveyor.brokers.sqlite.failures import is_busy, translate
+from conveyor.brokers.sqlite.groups import Write, apply_group
 from conveyor.brokers.sqlite.schema import check_version, migrate, stored_version
 from conveyor.brokers.sqlite.wake import Doorbell
 from conveyor.errors import BrokerError, BrokerUnavailable, ConfigurationError, SchemaError
@@ -73,7 +76,7 @@ class Database:
         self.config = config
         self.path = config.path
         self.write_lock = threading.Lock()
-        self._queued: list[_Write] = []  # writes waiting for write_lock, taken by whoever holds it
+        self._queued: list[Write] = []  # writes waiting for write_lock, taken by whoever holds it
         self._queued_lock = threading.Lock()
         self._turn = Doorbell(config.path, "-turn")
         self._local = threading.local()
@@ -183,25 +186,26 @@ class Database:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def write(self, fn: Callable[[sqlite3.Connection], T], durable: bool = True) -> T:
+    def write(self, fn: Callable[[sqlite3.Connection], T], durable: bool = True, fold: bool = True) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried whole while the file is busy; the
         writes of other threads queued meanwhile may share it (each in its own savepoint).
 
         ``durable=False``: losing this commit to a power cut is harmless (it only claims), so under
-        ``FULL`` it commits without a sync of its own (see the module docstring)."""
+        ``FULL`` it commits without a sync of its own (see the module docstring). The transaction
+        folds the inbox into ``tasks`` first (``inbox.py``), unless ``fold`` is False (an append to it)."""
         if self.write_lock.acquire(blocking=False):  # no other write of this process: try it alone first
             try:
                 if not self._queued:
                     self._step_aside()
                     try:
-                        return self._transaction(fn, "BEGIN IMMEDIATE", durable)
+                        return self._transaction(fn, "BEGIN IMMEDIATE", durable, fold)
                     except sqlite3.Error as exc:
-                        if not _is_busy(exc):
-                            raise _translate(exc, self.path) from exc
-                return self._write_queued(fn, durable)  # the file is busy: wait, then write with whatever queued up
+                        if not is_busy(exc):
+                            raise translate(exc, self.path) from exc
+                return self._write_queued(fn, durable, fold)  # the file is busy: wait, then write with the others
             finally:
                 self.write_lock.release()
-        write = _Write(fn, durable)
+        write = Write(fn, durable, fold)
         with self._queued_lock:
             self._queued.append(write)
         with self.write_lock:
@@ -209,9 +213,9 @@ class Database:
                 self._write_group()
         return write.outcome()  # type: ignore[return-value]
 
-    def _write_queued(self, fn: Callable[[sqlite3.Connection], T], durable: bool) -> T:
+    def _write_queued(self, fn: Callable[[sqlite3.Connection], T], durable: bool, fold: bool) -> T:
         """Queue ``fn`` and make the queued writes together (write_lock held)."""
-        write = _Write(fn, durable)
+        write = Write(fn, durable, fold)
         with self._queued_lock:
             self._queued.append(write)
         self._write_group()
@@ -219,7 +223,7 @@ class Database:
 
     def _write_group(self) -> None:
         """Make every queued write in one transaction (write_lock held)."""
-        group: list[_Write] = []
+        group: list[Write] = []
 
         def attempt() -> None:
             with self._queued_lock:  # the ones queued while this thread waited for the file too
@@ -227,11 +231,11 @@ class Database:
                 self._queued.clear()
             if len(group) == 1:
                 write = group[0]
-                write.result = self._transaction(write.fn, "BEGIN IMMEDIATE", write.durable)
+                write.result = self._transaction(write.fn, "BEGIN IMMEDIATE", write.durable, write.fold)
                 write.error = None
             else:
                 durable = any(write.durable for write in group)
-                self._transaction(lambda conn: _apply(conn, group, self.path), "BEGIN IMMEDIATE", durable)
+                self._transaction(lambda conn: apply_group(conn, group, self.path), "BEGIN IMMEDIATE", durable)
 
         try:
             self._retry(attempt, queue=True)
@@ -246,13 +250,25 @@ class Database:
         try:
             return int(self.connection().execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise translate(exc, self.path) from exc
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one read transaction (a consistent snapshot)."""
-        return self._retry(lambda: self._transaction(fn, "BEGIN"))
+        """Run ``fn`` in one read transaction (a consistent snapshot); in a write transaction that folds
+        the inbox first if the snapshot finds tasks in it (a power cut undoing the fold loses nothing)."""
 
-    def _transaction(self, fn: Callable[[sqlite3.Connection], T], begin: str, durable: bool = True) -> T:
+        def current(conn: sqlite3.Connection) -> T:
+            if inbox.behind(conn):
+                raise _Behind
+            return fn(conn)
+
+        try:
+            return self._retry(lambda: self._transaction(current, "BEGIN"))
+        except _Behind:
+            return self.write(fn, durable=False)
+
+    def _transaction(
+        self, fn: Callable[[sqlite3.Connection], T], begin: str, durable: bool = True, fold: bool = True
+    ) -> T:
         conn = self.connection()
         if self._lowers and begin != "BEGIN":
             slot: _Slot = self._local.slot  # set by connection()
@@ -261,6 +277,8 @@ class Database:
                 slot.lowered = not durable
         conn.execute(begin)
         try:
+            if fold and begin != "BEGIN":
+                inbox.fold(conn)
             result = fn(conn)
             conn.execute("COMMIT")
         except BaseException:
@@ -286,8 +304,8 @@ class Database:
                 try:
                     return fn()
                 except sqlite3.Error as exc:
-                    if not _is_busy(exc):
-                        raise _translate(exc, self.path) from exc
+                    if not is_busy(exc):
+                        raise translate(exc, self.path) from exc
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise BrokerUnavailable(
@@ -333,38 +351,8 @@ class Database:
                 time.sleep(left)
 
 
-class _Write:
-    """One call of :meth:`Database.write`, made by whichever thread holds the write lock first."""
-
-    __slots__ = ("done", "durable", "error", "fn", "result")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection], object], durable: bool) -> None:
-        self.fn = fn
-        self.durable = durable
-        self.done = False
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def outcome(self) -> object:
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-def _apply(conn: sqlite3.Connection, group: list[_Write], path: str) -> None:
-    """Run each write of ``group`` in a savepoint: one that raises leaves no trace and gets its error,
-    the others go on. A busy file, or a savepoint that cannot be rolled back, fails the whole group."""
-    for number, write in enumerate(group):
-        conn.execute(f"SAVEPOINT w{number}")
-        try:
-            write.result, write.error = write.fn(conn), None
-        except Exception as exc:
-            if isinstance(exc, sqlite3.Error) and _is_busy(exc):
-                raise
-            conn.execute(f"ROLLBACK TO w{number}")
-            write.result = None
-            write.error = _translate(exc, path) if isinstance(exc, sqlite3.Error) else exc
-        conn.execute(f"RELEASE w{number}")
+class _Behind(Exception):
+    """A read's snapshot found tasks in the inbox (``Database.read``)."""
 
 
 class _Slot:
@@ -395,22 +383,3 @@ def _close(conn: sqlite3.Connection, path: str) -> None:
         conn.close()
     except sqlite3.Error:  # pragma: no cover - closing never matters more than the caller's work
         log.debug("closing %s failed", path, exc_info=True)
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return True
-    message = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
-
-
-def _translate(exc: sqlite3.Error, path: str) -> BrokerError:
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    if name.startswith("SQLITE_READONLY"):
-        return BrokerError(f"{path} is read-only: {exc}")
-    if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
-        return BrokerError(f"{path} is not a valid SQLite database or is corrupt: {exc}")
-    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_PROTOCOL")):
-        return BrokerUnavailable(f"{path} cannot be read or written: {exc}")
-    return BrokerError(f"SQLite error on {path}: {exc}")

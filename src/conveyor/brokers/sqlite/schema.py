@@ -14,7 +14,9 @@ entry when its holder row is deleted. ``queues`` rowids keep the order in which 
 row per minute and queue, written by ``settle`` in its transaction and pruned by ``clean``. Version 2
 also adds ``tasks.max_retries``: the retry limit the task's latest failed execution ran with. Version 5
 adds ``tasks.traceback``: the bounded traceback of the task's latest failed execution (NULL for tasks
-that never failed, so a success writes nothing more). Version 6 adds ``queues.partitions``.
+that never failed, so a success writes nothing more). Version 6 adds ``queues.partitions``. Version 7
+adds ``inbox`` (``inbox.py``): one-task enqueues not yet folded into ``tasks``; an older Conveyor,
+which would not see them, refuses the file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from conveyor.errors import ConfigurationError, SchemaError
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The layout this code reads and writes. A file with a higher ``user_version`` is refused.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _V1 = (
     """
@@ -126,8 +128,29 @@ _V5 = ("ALTER TABLE tasks ADD COLUMN traceback TEXT",)
 #: Version 6: a queue's ``partitions`` (``QueueSettings``), stored and reported; SQLite keeps the queue one.
 _V6 = ("ALTER TABLE queues ADD COLUMN partitions INTEGER NOT NULL DEFAULT 1",)
 
+#: Version 7: one-task enqueues not yet folded into ``tasks`` (``inbox.py``; ``n``: their commit order).
+_V7 = (
+    """
+    CREATE TABLE inbox (
+        n INTEGER PRIMARY KEY,
+        id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        state TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        options TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        enqueued_at REAL NOT NULL,
+        first_due_at REAL NOT NULL,
+        next_run_at REAL,
+        expires_at REAL,
+        ready_at REAL NOT NULL
+    )
+    """,
+)
+
 #: ``MIGRATIONS[v]`` takes a database from version ``v`` to ``v + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

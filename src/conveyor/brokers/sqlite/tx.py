@@ -22,7 +22,7 @@ from conveyor.brokers.transitions import READY_AT, Change
 from conveyor.errors import TaskNotFound
 from conveyor.model import ArchiveReason, BrokerPolicy, QueueSettings, TaskState
 
-__all__ = ["LISTENING", "EventRow", "Param", "Tx", "load_settings", "set_clause"]
+__all__ = ["LISTENING", "EventRow", "Param", "Tx", "due_soon", "load_settings", "set_clause"]
 
 _S = TaskState
 
@@ -41,6 +41,11 @@ _INSERT_EVENT = "INSERT INTO events (origin, task_id, old_state, new_state, queu
 #: (``SQLiteBroker._write``), so a waiting worker learns when it falls due; of a later one it learns at
 #: its next claim, which comes sooner (a worker claims every ``poll_interval`` while idle).
 _DUE_SOON = 60.0
+
+
+def due_soon(due: float | None, now: float) -> bool:
+    """Whether a task falling due at ``due`` rings its queue after the commit (``_DUE_SOON``)."""
+    return due is not None and due - now < _DUE_SOON
 
 
 class Tx:
@@ -127,7 +132,7 @@ class Tx:
 
     def note_due(self, queue: str, due: float | None, now: float) -> None:
         """A task of ``queue`` falls due at ``due`` (None: it waits for no time)."""
-        if due is not None and due - now < _DUE_SOON:
+        if due_soon(due, now):
             self.due_soon.add(queue)
 
     def change(self, stored: Stored, change: Change, now: float) -> Stored:
