@@ -31,6 +31,7 @@ def test_doctor_reports_a_reachable_broker(cli: Invoke, broker_url: str) -> None
         assert found.get("journal_mode", ("OK", ""))[0] == "OK"
     table = cli("doctor").stdout
     assert "broker" in table and "OK" in table
+    assert "[" not in table, table  # its statuses as words, no style markup printed as text
 
 
 def test_doctor_warns_about_paused_queues(cli: Invoke, app: Conveyor) -> None:

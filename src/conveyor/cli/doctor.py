@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from conveyor.brokers.base import ChecksServer
 from conveyor.cli.output import emit, json_option, redact
@@ -132,7 +133,7 @@ def doctor(state: CliState) -> None:
         for column in ("check", "status", "detail"):
             table.add_column(column)
         for check in checks:
-            table.add_row(check.name, f"[{_STYLE.get(check.status, '')}]{check.status}[/]", check.detail)
+            table.add_row(check.name, Text(check.status, style=_STYLE.get(check.status, "")), check.detail)
         c.print(table)
 
     emit(state.json, checks, render)
