@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
 from click.testing import Result
 
 from conveyor import Conveyor, TaskDeclaration
 from conveyor.brokers.base import DeclaresTasks
+from conveyor.cli import doctor
 from conveyor.model import WorkerInfo
 
 Invoke = Callable[..., Result]
@@ -55,6 +57,18 @@ def test_doctor_lists_waiting_tasks_no_worker_declared(cli: Invoke, app: Conveyo
     assert (
         checks["undeclared tasks"]["detail"]
         == "no worker ever declared: typo_task (1 in default), typo_task (1 in other)"
+    )
+
+
+def test_doctor_says_at_least_for_a_count_it_took_from_a_sample(
+    cli: Invoke, app: Conveyor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(doctor, "_SAMPLE", 3)
+    app.enqueue_many("typo_task", [((), {})] * 5)
+    app.enqueue("typo_task", queue="other")
+    checks = {c["name"]: c for c in json.loads(cli("doctor", "--json").stdout)}
+    assert checks["undeclared tasks"]["detail"] == (
+        "no worker ever declared: typo_task (at least 3 in default), typo_task (1 in other)"
     )
 
 

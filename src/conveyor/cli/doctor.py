@@ -98,24 +98,29 @@ _SAMPLE = 500
 
 def _undeclared_check(app: Conveyor, queues: list[QueueInfo]) -> list[Check]:
     """Waiting tasks whose name no worker ever declared: nothing may ever run them (a typo, a worker
-    not deployed). Samples the first tasks of each waiting state of each queue."""
+    not deployed). Samples the first tasks of each waiting state of each queue: a count from a sample
+    that left some unread says "at least"."""
     if not app.declared.supported:
         return []
     declared = app.declared.all()
     waiting: dict[tuple[str, str], int] = {}
+    sampled: set[tuple[str, str]] = set()  # counted in a sample that left tasks of their state unread
     for queue in queues:
         for state in (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY):
-            if not queue.counts.get(state, 0):
+            if not (total := queue.counts.get(state, 0)):
                 continue
             for record in app.broker.list_tasks(queue.name, state, app.now(), limit=_SAMPLE):
                 if record.name not in declared and app.handler(record.name) is None:
                     waiting[(record.name, queue.name)] = waiting.get((record.name, queue.name), 0) + 1
+                    if total > _SAMPLE:
+                        sampled.add((record.name, queue.name))
     if not waiting:
         return [Check("task declarations", "OK", f"{len(declared)} task(s) declared by workers")]
 
     def described(name: str, queue: str, count: int) -> str:
         meant = similar_name(name, declared)
-        return f"{name} ({count} in {queue}" + ("" if meant is None else f"; did you mean {meant!r}?") + ")"
+        counted = f"at least {count}" if (name, queue) in sampled else str(count)
+        return f"{name} ({counted} in {queue}" + ("" if meant is None else f"; did you mean {meant!r}?") + ")"
 
     found = ", ".join(described(name, queue, count) for (name, queue), count in sorted(waiting.items()))
     return [Check("undeclared tasks", "WARN", f"no worker ever declared: {found}")]
