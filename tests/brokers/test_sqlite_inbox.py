@@ -12,7 +12,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, QueueFull
 from conveyor.brokers.sqlite import SQLiteBroker, inbox
-from conveyor.model import BrokerPolicy, Event, NewTask, QueueSettings, TaskState
+from conveyor.model import BrokerPolicy, Event, NewTask, QueueInfo, QueueSettings, TaskRecord, TaskState
 
 NOW = 1_000_000.0
 
@@ -54,10 +54,43 @@ def test_an_enqueue_of_a_generated_id_is_one_inbox_row_that_any_read_sees(
     app = Conveyor(broker=open_sqlite())
     handle = app.enqueue("job", [1])
     assert (_rows(db_path, "inbox"), _rows(db_path, "tasks")) == ([handle.id], [])
-    other = open_sqlite()  # another process's broker object: its read folds the inbox first
+    other = open_sqlite()  # another process's broker object: its reads add the inbox's tasks
     record = other.get(handle.id, NOW)
     assert record is not None and record.state is TaskState.PENDING and record.payload == '{"args":[1],"kwargs":{}}'
-    assert (_rows(db_path, "inbox"), _rows(db_path, "tasks")) == ([], [handle.id])
+    assert [r.id for r in other.list_tasks("default", TaskState.PENDING, NOW)] == [handle.id]
+    assert other.queues(NOW)[0].counts["pending"] == 1
+    assert (_rows(db_path, "inbox"), _rows(db_path, "tasks")) == ([handle.id], [])  # a read writes nothing
+
+
+def test_a_read_gives_the_same_answers_before_and_after_the_fold(
+    db_path: Path, open_sqlite: Callable[[], SQLiteBroker]
+) -> None:
+    broker = open_sqlite()
+    broker.configure_queue(QueueSettings("aged", aging=10.0))
+    broker.enqueue([NewTask(f"old{i}", "job", "aged", "[]", i % 3) for i in range(5)], NOW)  # in tasks
+    for i in range(7):  # into the inbox, between and around them in claim order
+        at = NOW + i
+        broker.enqueue([_fresh(f"new{i}", "aged", priority=i % 4 - 1)], at)
+        broker.enqueue([_fresh(f"later{i}", "aged", run_at=NOW + 100 - i, expires_at=NOW + 500)], at)
+        broker.enqueue([_fresh(f"fresh{i}", f"q{i % 2}")], at)
+    assert len(_rows(db_path, "inbox")) == 21
+
+    def answers() -> tuple[list[list[str]], list[TaskRecord | None], list[QueueInfo]]:
+        listed = [
+            [r.id for r in broker.list_tasks(queue, state, NOW + 10, offset, limit)]
+            for queue in ("aged", "q0", "q1")
+            for state in (TaskState.PENDING, TaskState.SCHEDULED)
+            for offset, limit in ((0, 100), (0, 3), (2, 4), (9, 5))
+        ]
+        records = [broker.get(task_id, NOW + 10) for task_id in ("old1", "new3", "later6", "fresh0", "none")]
+        return listed, records, broker.queues(NOW + 10)
+
+    before = answers()
+    broker.set_paused("elsewhere", False)  # a write: folds the inbox
+    assert _rows(db_path, "inbox") == []
+    after = answers()
+    assert after[0] == before[0] and after[1] == before[1]
+    assert [q for q in after[2] if q.name != "elsewhere"] == before[2]
 
 
 def test_tasks_keep_the_order_of_their_enqueues_across_both_ways_in(
@@ -88,7 +121,7 @@ def test_a_folded_task_gets_the_sort_key_its_enqueue_would_have_given(
     broker.enqueue([_fresh("later", run_at=NOW + 50)], NOW)
     with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("SELECT count(*) FROM inbox").fetchone()[0] == 1  # each custom id folded the one before
-    assert broker.get("later", NOW) is not None  # a read: folds the last one
+    broker.set_paused("other", False)  # a write: folds the last one
     with closing(sqlite3.connect(db_path)) as conn:
         keys = dict(conn.execute("SELECT id, sort_key FROM tasks"))
         states = dict(conn.execute("SELECT id, state FROM tasks"))
@@ -152,9 +185,11 @@ def test_a_broken_promise_of_a_new_id_keeps_the_stored_task_and_the_file_usable(
     broker.enqueue([NewTask("taken", "job", "default", '{"second": 2}', fresh=True)], NOW)
     record = broker.get("taken", NOW)
     assert record is not None and record.payload == '{"first": 1}'
-    assert _rows(db_path, "inbox") == [] and _rows(db_path, "tasks") == ["taken"]
     assert broker.enqueue([_fresh("next")], NOW) == [None]
     assert [r.id for r in broker.claim(["default"], NOW, 30.0, limit=5)] == ["taken", "next"]
+    assert _rows(db_path, "inbox") == [] and _rows(db_path, "tasks") == ["taken", "next"]
+    record = broker.get("taken", NOW)
+    assert record is not None and record.payload == '{"first": 1}'
 
 
 def test_a_task_in_the_inbox_runs_on_a_worker_and_its_events_reach_the_app(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
+from itertools import islice
+from typing import Any
 
 from conveyor.brokers import transitions
-from conveyor.brokers.sqlite.rows import SELECT_TASK, from_row
+from conveyor.brokers.sqlite import inbox
+from conveyor.brokers.sqlite.rows import COLUMNS, SELECT_TASK, from_row
 from conveyor.brokers.sqlite.tx import Tx, load_settings
 from conveyor.brokers.transitions import empty_counts
 from conveyor.model import QueueInfo, QueueSettings, TaskRecord, TaskState
@@ -28,11 +32,13 @@ __all__ = [
 _S = TaskState
 _VISIBLE = "(keep_until IS NULL OR keep_until > ?)"
 
-# -- reading (plain connections, one snapshot each) -----------------------------------------------
+# -- reading (plain connections, one snapshot each; the inbox's tasks too: inbox.py) ---------------
 
 
 def get(conn: sqlite3.Connection, task_id: str, now: float) -> TaskRecord | None:
     row = conn.execute(f"{SELECT_TASK} WHERE id = ? AND {_VISIBLE}", (task_id, now)).fetchone()
+    if row is None:
+        row = inbox.find(conn, task_id)
     return None if row is None else from_row(row).rec
 
 
@@ -40,11 +46,24 @@ def list_tasks(
     conn: sqlite3.Connection, queue: str, state: TaskState, now: float, offset: int, limit: int
 ) -> list[TaskRecord]:
     order = "sort_key DESC, seq DESC" if state in (_S.COMPLETED, _S.ARCHIVED) else "sort_key, seq"
+    waiting = inbox.listed(conn, queue, state.value) if state in (_S.PENDING, _S.SCHEDULED) else []
+    if waiting:  # merged in claim order with the first offset + limit of ``tasks`` (sort key, then seq)
+        cursor = conn.execute(
+            f"SELECT {COLUMNS}, sort_key FROM tasks WHERE queue = ? AND state = ? AND {_VISIBLE}"
+            f" ORDER BY {order} LIMIT ?",
+            (queue, state.value, now, offset + limit),
+        )
+        merged = heapq.merge(cursor, sorted(waiting, key=_claim_order), key=_claim_order)
+        return [from_row(row[:-1]).rec for row in islice(merged, offset, offset + limit)]
     cursor = conn.execute(
         f"{SELECT_TASK} WHERE queue = ? AND state = ? AND {_VISIBLE} ORDER BY {order} LIMIT ? OFFSET ?",
         (queue, state.value, now, limit, offset),
     )
     return [from_row(row).rec for row in cursor]
+
+
+def _claim_order(row: tuple[Any, ...]) -> tuple[float, int]:
+    return row[-1], row[0]  # sort key, seq
 
 
 def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
@@ -60,6 +79,12 @@ def queues(conn: sqlite3.Connection, now: float) -> list[QueueInfo]:
         bucket[state] += count
         bucket["total"] += count
     oldest = dict(conn.execute("SELECT queue, min(ready_at) FROM tasks WHERE state = 'pending' GROUP BY queue"))
+    for queue, state, count, ready_at in inbox.counts(conn):
+        bucket = counts.setdefault(queue, empty_counts())
+        bucket[state] += count
+        bucket["total"] += count
+        if state == _S.PENDING.value:
+            oldest[queue] = min(oldest.get(queue, ready_at), ready_at)
     return [
         QueueInfo(settings.get(name) or QueueSettings(name=name), counts[name], oldest.get(name))
         for name in sorted(counts)

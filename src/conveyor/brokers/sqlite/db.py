@@ -253,18 +253,8 @@ class Database:
             raise translate(exc, self.path) from exc
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one read transaction (a consistent snapshot); in a write transaction that folds
-        the inbox first if the snapshot finds tasks in it (a power cut undoing the fold loses nothing)."""
-
-        def current(conn: sqlite3.Connection) -> T:
-            if inbox.behind(conn):
-                raise _Behind
-            return fn(conn)
-
-        try:
-            return self._retry(lambda: self._transaction(current, "BEGIN"))
-        except _Behind:
-            return self.write(fn, durable=False)
+        """Run ``fn`` in one read transaction (a consistent snapshot: reads of tasks add the inbox's)."""
+        return self._retry(lambda: self._transaction(fn, "BEGIN"))
 
     def _transaction(
         self, fn: Callable[[sqlite3.Connection], T], begin: str, durable: bool = True, fold: bool = True
@@ -349,10 +339,6 @@ class Database:
             left = seconds - (time.monotonic() - started)
             if left > 0:
                 time.sleep(left)
-
-
-class _Behind(Exception):
-    """A read's snapshot found tasks in the inbox (``Database.read``)."""
 
 
 class _Slot:
