@@ -163,7 +163,6 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
     over_redis = per_pass(mine, [redis]) if mine and redis else []
     p50 = _measured(by_key, (SQLITE, "default", "latency_p50"))
     p99 = _measured(by_key, (SQLITE, "default", "latency_p99"))
-    cost = _enqueue_cost(by_key, default_mode) if default_mode else []
     one = _measured(by_key, (CURVE, shape_label("commands", 1), "drain"))
     several = [
         ratio
@@ -191,7 +190,12 @@ def _aims(by_key: dict[Key, Figure], default_mode: str | None) -> list[str]:
         f"| drain ≥ 0.8x `conveyor worker` on Redis | {ratio_text(over_redis)} | {_met(over_redis, 0.8, False)} |",
         f"| idle-to-running p50 at 200/s < 1 ms | {latency(p50)} | {under(p50, 1.0)} |",
         f"| idle-to-running p99 at 200/s < 5 ms | {latency(p99)} | {under(p99, 5.0)} |",
-        f"| one `enqueue` ≤ 2x a bare commit ({default_mode or '?'}) | {ratio_text(cost)} | {_met(cost, 2.0, True)} |",
+        *(
+            f"| one `enqueue` ≤ 2x a bare commit ({mode}{', the default' if mode == default_mode else ''}) "
+            f"| {ratio_text(cost)} | {_met(cost, 2.0, True)} |"
+            for mode in MODES
+            if (cost := _enqueue_cost(by_key, mode)) or mode == default_mode
+        ),
         f"| 2 and 4 processes drain ≥ 1 command (every shape, every pass) | {ratio_text(several)} "
         f"| {_met(several, 1.0, False, 'drains (shapes by passes)')} |",
         f"| no log line mentions a locked database (curve) | {int(locked)} lines | "

@@ -97,7 +97,9 @@ def test_smoke_run_publishes_the_sqlite_floor_and_the_process_curve(smoke_run: S
     assert re.search(user_row.format(r"Redis, defaults \(same run\)"), report, re.M), report
     assert re.search(r"^\| drain ≥ 0.8x `conveyor worker` on Redis \| [\d.]+x \| [01] of 1 passes \|$", report, re.M)
     assert "| drain ≥ 3x the best `SqliteHuey` consumer | — | not measured |" in report, report  # no peers ran
-    assert re.search(r"^\| one `enqueue` ≤ 2x a bare commit \(FULL\) \| [\d.]+x \| [01] of 1 passes \|$", report, re.M)
+    for mode in (r"FULL, the default", "NORMAL"):
+        enqueue_row = rf"^\| one `enqueue` ≤ 2x a bare commit \({mode}\) \| [\d.]+x \| [01] of 1 passes \|$"
+        assert re.search(enqueue_row, report, re.M), report
     assert "| no log line mentions a locked database (curve) | 0 lines | yes |" in report, report
     for shape in shapes:
         assert re.search(

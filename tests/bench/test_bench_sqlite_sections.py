@@ -99,6 +99,8 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
             # an enqueue costs 1000/600 and 2000/800 of a bare commit's time
             fig("sqlite floor", "synchronous=FULL", "commit", [1000.0, 2000.0]),
             fig("sqlite floor", "synchronous=FULL", "enqueue_single", [600.0, 800.0]),
+            fig("sqlite floor", "synchronous=NORMAL", "commit", [10000.0, 12000.0]),
+            fig("sqlite floor", "synchronous=NORMAL", "enqueue_single", [6000.0, 5000.0]),
             fig("sqlite processes", "1 command", "drain", [5000.0, 6000.0]),
             fig("sqlite processes", "2 commands", "drain", [6000.0, 5400.0]),
             fig("sqlite processes", "2 commands", "share_min", [40.0, 45.0]),
@@ -124,7 +126,12 @@ def test_the_report_gives_each_aim_of_issue_42_pass_by_pass(tmp_path: Path) -> N
     assert row("| idle-to-running p99") == (
         "| idle-to-running p99 at 200/s < 5 ms | 4.00, 4.50 ms; a bare commit: 0.67 ms | 2 of 2 passes |"
     )
-    assert row("| one `enqueue`") == "| one `enqueue` ≤ 2x a bare commit (FULL) | 2.08x (1.67-2.50) | 1 of 2 passes |"
+    assert row("| one `enqueue` ≤ 2x a bare commit (FULL") == (
+        "| one `enqueue` ≤ 2x a bare commit (FULL, the default) | 2.08x (1.67-2.50) | 1 of 2 passes |"
+    )
+    assert row("| one `enqueue` ≤ 2x a bare commit (NORMAL") == (
+        "| one `enqueue` ≤ 2x a bare commit (NORMAL) | 2.03x (1.67-2.40) | 1 of 2 passes |"
+    )
     assert (
         row("| FULL (Conveyor's default) |")
         == "| FULL (Conveyor's default) | 1,500 | 700 | 2.08x (1.67-2.50) | 1 of 2 passes |"
