@@ -3,7 +3,7 @@ the re-sent call tests' cutting proxy and key layouts (``resent.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,23 @@ from .resent import LAYOUTS, proxied_cluster
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "conveyor.db"
+
+
+@pytest.fixture
+def open_sqlite(db_path: Path) -> Iterator[Callable[..., SQLiteBroker]]:
+    """Brokers on ``db_path`` (query options as keywords), each as another process would hold it (its
+    own origin); all are closed after the test."""
+    opened: list[SQLiteBroker] = []
+
+    def factory(**options: object) -> SQLiteBroker:
+        query = "&".join(f"{key}={value}" for key, value in options.items())
+        broker = SQLiteBroker.from_url(f"sqlite:///{db_path}?{query}", BrokerPolicy())
+        opened.append(broker)
+        return broker
+
+    yield factory
+    for broker in opened:
+        broker.close()
 
 
 def _opened(db_path: Path) -> Iterator[SQLiteBroker]:

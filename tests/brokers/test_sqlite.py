@@ -34,27 +34,6 @@ def _task(task_id: str, queue: str = "default") -> NewTask:
     return NewTask(task_id, "job", queue, "[]")
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "conveyor.db"
-
-
-@pytest.fixture
-def open_sqlite(db_path: Path) -> Iterator[Callable[..., SQLiteBroker]]:
-    """Open brokers on ``db_path`` (query options as keywords); all are closed after the test."""
-    opened: list[SQLiteBroker] = []
-
-    def factory(**options: object) -> SQLiteBroker:
-        query = "&".join(f"{key}={value}" for key, value in options.items())
-        broker = SQLiteBroker.from_url(f"sqlite:///{db_path}?{query}", BrokerPolicy())
-        opened.append(broker)
-        return broker
-
-    yield factory
-    for broker in opened:
-        broker.close()
-
-
 # -- URL and file format -------------------------------------------------------------------------
 
 

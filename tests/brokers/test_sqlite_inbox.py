@@ -1,10 +1,10 @@
 """SQLite's inbox (``conveyor/brokers/sqlite/inbox.py``): where a one-task enqueue of a generated id
-lands, and how every other write and read folds it into ``tasks`` with the semantics unchanged."""
+lands, how every other write folds it into ``tasks`` and every read sees it, the semantics unchanged."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -12,29 +12,9 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, QueueFull
 from conveyor.brokers.sqlite import SQLiteBroker, inbox
-from conveyor.model import BrokerPolicy, Event, NewTask, QueueInfo, QueueSettings, TaskRecord, TaskState
+from conveyor.model import Event, NewTask, QueueInfo, QueueSettings, TaskRecord, TaskState
 
 NOW = 1_000_000.0
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "conveyor.db"
-
-
-@pytest.fixture
-def open_sqlite(db_path: Path) -> Iterator[Callable[[], SQLiteBroker]]:
-    """Brokers on ``db_path`` (each one as another process would hold it: its own origin)."""
-    opened: list[SQLiteBroker] = []
-
-    def factory() -> SQLiteBroker:
-        broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
-        opened.append(broker)
-        return broker
-
-    yield factory
-    for broker in opened:
-        broker.close()
 
 
 def _rows(db_path: Path, table: str) -> list[str]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,25 +23,6 @@ NOW = 1_000_000.0
 _DEFAULT = wake_suffix("default")  # the default queue's FIFO
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "conveyor.db"
-
-
-@pytest.fixture
-def open_sqlite(db_path: Path) -> Iterator[Callable[[], SQLiteBroker]]:
-    opened: list[SQLiteBroker] = []
-
-    def factory() -> SQLiteBroker:
-        broker = SQLiteBroker.from_url(f"sqlite:///{db_path}", BrokerPolicy())
-        opened.append(broker)
-        return broker
-
-    yield factory
-    for broker in opened:
-        broker.close()
 
 
 def _fifo_reader(path: Path) -> int:
