@@ -398,6 +398,20 @@ def check_same_behaviour(
         ("clean", 1),
     ]
 )
+@example(  # a task's events in the order of the tasks stored: t1's first task is its key's duplicate
+    ops=[
+        ("enqueue", [("t3", "a", 0, None, None, "k1", 5.0)]),
+        (
+            "enqueue",
+            [
+                ("t0", "a", 0, None, None, None, None),
+                ("t1", "b", 0, None, None, "k1", None),
+                ("t2", "b", 0, None, None, None, None),
+                ("t1", "b", 0, None, None, None, None),
+            ],
+        ),
+    ]
+)
 @example(  # a duplicate's id answers before a full queue's refusal, one task as several
     ops=[
         ("enqueue", [("t0", "b", 0, None, None, None, None), ("t2", "b", 0, None, None, None, None)]),

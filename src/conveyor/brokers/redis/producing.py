@@ -34,7 +34,7 @@ from conveyor.brokers.redis.replication import Unreplicated
 from conveyor.brokers.redis.scripts import Arg, new_token
 from conveyor.brokers.redis.spread import Spreading
 from conveyor.errors import BrokerError, QueueFull, ReplicationTimeout
-from conveyor.model import NewTask
+from conveyor.model import Event, NewTask
 
 __all__ = ["Producing", "tell_stored"]
 
@@ -79,8 +79,17 @@ class Producing(Spreading):
             if _contested(tasks, groups):
                 self._enqueue_in_order(tasks, _runs(groups), now, results, ranks)
                 return results
-            order = {task.id: place for place, task in reversed(list(enumerate(tasks)))}  # a task's first place
-            with self._events.held(lambda event: order.get(event.task_id, 0)):  # told in the tasks' order
+            of_id: dict[str, list[int]] = {}  # each id's places in the call
+            for place, task in enumerate(tasks):
+                of_id.setdefault(task.id, []).append(place)
+
+            def stored_at(event: Event) -> int:
+                """The place of the task an event is of: the first of its id that was stored (an earlier
+                one may have been a duplicate of its unique key), read once the calls answered."""
+                mine = of_id.get(event.task_id) or [0]
+                return next((place for place in mine if results[place] is None), mine[0])
+
+            with self._events.held(stored_at):  # told in the tasks' order
                 way = fanout.way(self, tasks)
                 if way is not None:  # fewer calls than slot after slot, or at once (fanout.py)
                     try:
