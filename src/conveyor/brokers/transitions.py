@@ -39,6 +39,7 @@ __all__ = [
     "claimed",
     "completed",
     "deleted_at_settle",
+    "due_after",
     "empty_counts",
     "expired",
     "extended",
@@ -191,9 +192,15 @@ def retried(rec: TaskRecord, now: float, run_at: float | None, error: str | None
     }
 
 
+def due_after(run_at: float | None, now: float) -> float | None:
+    """When a task made pending or scheduled at ``now`` falls due: ``run_at`` if it is later (the task
+    is scheduled), else None (it is pending at once)."""
+    return run_at if run_at is not None and run_at > now else None
+
+
 def released(rec: TaskRecord, now: float, run_at: float | None, error: str | None) -> Change:
     """active -> pending (or scheduled if ``run_at`` is later), the attempt given back."""
-    if run_at is not None and run_at > now:
+    if due_after(run_at, now) is not None:
         change: Change = {"state": _S.SCHEDULED, "next_run_at": run_at, "lease_token": None, "lease_expires_at": None}
     else:
         change = _pending(now)

@@ -205,7 +205,7 @@ class MemoryStore:
     def _insert(self, task: NewTask, now: float) -> None:
         if task.id in self._tasks:  # invisible (past retention): replaced
             self._remove(task.id, now, report=False)
-        due = task.run_at if task.run_at is not None and task.run_at > now else None
+        due = transitions.due_after(task.run_at, now)
         self._next_seq += 1
         self._seq[task.id] = self._next_seq
         self._ready_at[task.id] = now

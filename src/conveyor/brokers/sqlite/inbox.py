@@ -24,9 +24,10 @@ import time
 from typing import Any
 
 from conveyor.brokers.sqlite.tx import LISTENING
+from conveyor.brokers.transitions import due_after
 from conveyor.model import NewTask, TaskState
 
-__all__ = ["FOLD_AT", "append", "behind", "counts", "find", "fold", "listed"]
+__all__ = ["FOLD_AT", "append", "counts", "find", "fold", "listed"]
 
 #: An enqueue folds the inbox once it holds this many rows (a fold of this many takes a few ms).
 FOLD_AT = 1024
@@ -75,7 +76,7 @@ _COUNTS = "SELECT queue, state, count(*), min(ready_at) FROM inbox GROUP BY queu
 def append(conn: sqlite3.Connection, task: NewTask, now: float, origin: str) -> str | None:
     """Append ``task`` (``fresh``, no unique key) in a write transaction that did not fold; its state
     (pending or scheduled), or None if it must take the general way (nothing written)."""
-    due = task.run_at if task.run_at is not None and task.run_at > now else None
+    due = due_after(task.run_at, now)
     state = _PENDING if due is None else _SCHEDULED
     cursor = conn.execute(
         _APPEND,
@@ -91,14 +92,14 @@ def append(conn: sqlite3.Connection, task: NewTask, now: float, origin: str) -> 
     return state
 
 
-def behind(conn: sqlite3.Connection) -> bool:
+def _behind(conn: sqlite3.Connection) -> bool:
     """Whether ``tasks`` lacks tasks the inbox holds (in this connection's snapshot)."""
     return bool(conn.execute(_ANY).fetchone()[0])
 
 
 def fold(conn: sqlite3.Connection) -> None:
     """Move the inbox into ``tasks`` (in a write transaction); nothing to do when it is empty."""
-    if not behind(conn):
+    if not _behind(conn):
         return
     conn.execute(_NEW_QUEUES)
     conn.execute(_FOLD)

@@ -182,7 +182,7 @@ def _enqueue_one(tx: Tx, task: NewTask, now: float, aging: float | None, known: 
 
 def _row(task: NewTask, now: float, aging: float | None) -> tuple[Any, ...]:
     """The ``_INSERT_TASK`` parameters of a new task (its state is the fourth, its due time the tenth)."""
-    due = task.run_at if task.run_at is not None and task.run_at > now else None
+    due = transitions.due_after(task.run_at, now)
     if due is None:
         state, key = _PENDING, ready_key(task.priority, now, aging)
     else:
